@@ -1,0 +1,46 @@
+"""Argument parsing shared by the subcommands: usage errors exit 64, as DESIGN says."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+EXIT_VALID = 0
+EXIT_INVALID = 1
+EXIT_UNKNOWN = 2
+EXIT_USAGE = 64
+
+
+class UsageError(Exception):
+    """Bad usage or bad input; the message names the file, the line and the fix."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, which CI would read as "unknown"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def parse_duration_s(text: str) -> float:
+    """``600s``, ``10m``, ``250ms``, ``1h`` or a plain number of seconds."""
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
+    stripped = text.strip()
+    for suffix, scale in units:
+        if stripped.endswith(suffix) and not (suffix == "s" and stripped.endswith("ms")):
+            number = stripped[: -len(suffix)]
+            break
+    else:
+        number, scale = stripped, 1.0
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; write e.g. 600s, 10m or 250ms"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration cannot be negative")
+    return value
