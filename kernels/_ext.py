@@ -21,7 +21,7 @@ from pathlib import Path
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
-SOURCES = ["ext.cpp", "robust.cu", "krum.cu", "fingerprint.cu", "quant.cu"]
+SOURCES = ["ext.cpp", "robust_f32.cu", "robust_bf16.cu", "robust_f16.cu", "krum.cu", "fingerprint.cu", "quant.cu"]
 
 
 def build_error() -> str | None:

@@ -69,7 +69,6 @@ def krum_distances(stacked: torch.Tensor) -> torch.Tensor:
         from swarmshake.kernels import _ext
 
         d = _ext.get().krum_distances(x2)
-        d = torch.minimum(d, d.T)  # exact symmetry (both halves are computed once anyway)
         return _finalize(d)
     return reference_krum_distances(stacked)
 
