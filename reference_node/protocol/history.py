@@ -169,6 +169,17 @@ class TrainStep(EventBase, tag="train_step", kw_only=True, frozen=True):
     samples: int = 0
 
 
+class ByzantineSwitch(EventBase, tag="byzantine", kw_only=True, frozen=True):
+    """``node`` switched its gradient behaviour at the boundary of ``step``
+    (``step`` is the behaviour's ``since_step``); replay needs it to recompute what
+    the node sent.  Fields mirror ``training.byzantine.ByzantineBehaviour``."""
+
+    mode: str  # honest | sign_flip | scaled | gaussian_noise | stale | random_bits
+    seed: int = 0
+    magnitude: float = 10.0
+    noise_std: float = 1.0
+
+
 class RejoinBegin(EventBase, tag="rejoin_begin", kw_only=True, frozen=True):
     source: str  # a peer name, or "checkpoint"
     from_step: int = -1
@@ -240,6 +251,7 @@ Event = (
     | Accept
     | Commit
     | TrainStep
+    | ByzantineSwitch
     | RejoinBegin
     | RejoinDone
     | CheckpointWrite
@@ -250,7 +262,8 @@ Event = (
 )
 
 EVENT_KINDS: tuple[str, ...] = tuple(
-    cls.__struct_config__.tag for cls in Event.__args__  # type: ignore[attr-defined]
+    cls.__struct_config__.tag
+    for cls in Event.__args__  # type: ignore[attr-defined]
 )
 
 _encoder = msgspec.json.Encoder()
@@ -319,7 +332,9 @@ def read_events(path: str | os.PathLike[str]) -> ReadResult:
         if not line.strip():
             continue
         if len(line) > MAX_EVENT_LINE_BYTES:
-            raise HistoryError(str(path), index + 1, f"line longer than {MAX_EVENT_LINE_BYTES} bytes")
+            raise HistoryError(
+                str(path), index + 1, f"line longer than {MAX_EVENT_LINE_BYTES} bytes"
+            )
         try:
             events.append(_decoder.decode(line))
         except msgspec.DecodeError as error:

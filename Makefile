@@ -1,0 +1,67 @@
+# The README's commands.  Every target does its own set-up (scripts/setup.sh is
+# idempotent: a second run is a no-op in seconds), so each works on a fresh machine.
+SHELL := /bin/bash
+PY := .venv/bin/python
+SWARMSHAKE := .venv/bin/swarmshake
+PYTEST := $(PY) -m pytest
+# Recorded when Docker cannot be used here; the Docker tests skip with this reason.
+DOCKER_STATUS := .cache/docker-unavailable
+
+.PHONY: setup image demo test test-fast test-long bench bench-gpu lint format doctor constraints clean
+
+setup:
+	scripts/setup.sh all
+
+# The node image: base (debootstrap) → deps (wheelhouse) → code; content-hash tags.
+image: setup
+	@mkdir -p .cache; rm -f $(DOCKER_STATUS)
+	@scripts/setup.sh image || { echo "node image could not be built (see above)" > $(DOCKER_STATUS); \
+	  echo "[make] Docker unavailable: the Docker tests will skip with that reason" >&2; }
+
+# Main job: the smoke chaos suite on the local backend, with a report.
+demo: setup
+	$(SWARMSHAKE) run suites/smoke.yaml --backend local --out runs/
+
+# Everything CI runs: lint, unit/property tests, toolchain, simulator, specs, chaos suites.
+test: setup image lint
+	$(PYTEST) -m "not gpu and not long" -q
+
+# Quick iteration: no Docker, no slow tests.
+test-fast:
+	scripts/setup.sh venv toxiproxy
+	$(PYTEST) -m "not slow and not docker and not gpu and not long" -q -x
+
+# What CI does not run: long soaks, deep TLC profiles, large simulations.
+test-long: setup image
+	$(PYTEST) -m "long" -q
+
+bench: setup
+	$(SWARMSHAKE) bench recovery --quick
+	$(SWARMSHAKE) bench overhead --quick
+
+# On a CUDA machine: kernel tests and the kernel benchmark table.
+bench-gpu:
+	$(PYTEST) tests/kernels -q
+	$(SWARMSHAKE) bench kernels
+
+lint:
+	scripts/setup.sh venv
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format:
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+doctor: setup
+	$(SWARMSHAKE) doctor
+
+# Re-pin every dependency after changing pyproject.toml.
+constraints:
+	( echo "# Pinned versions of every dependency: the host venv and the node image install exactly these."; \
+	  echo "# Regenerate with \`make constraints\` after changing pyproject.toml."; \
+	  .venv/bin/pip freeze --exclude-editable | grep -v '^swarmshake' ) > constraints.txt
+
+clean:
+	$(SWARMSHAKE) down --all || true
+	rm -rf runs .cache .pytest_cache

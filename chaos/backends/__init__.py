@@ -1,0 +1,30 @@
+"""Cluster backends: where the nodes, the broker and Toxiproxy run.
+
+Both backends share one interface (:class:`~swarmshake.chaos.backends.base.Backend`:
+``up``, ``down``, ``node(name)``, ``link(a, b)``, ``broker``, ``events``) so the runner,
+the nemesis and the pytest fixtures never ask which one they drive.  ``local`` runs
+everything as child processes on loopback (the default, no Docker needed); ``docker``
+runs nodes and Toxiproxy as containers on a project-created, labelled network.
+"""
+
+from __future__ import annotations
+
+from swarmshake.chaos.backends.base import Backend, BackendError, ClusterSpec
+
+BACKEND_NAMES = ("local", "docker")
+
+
+def make_backend(name: str, spec: ClusterSpec) -> Backend:
+    """The backend called ``name`` for ``spec`` (imports Docker only when asked)."""
+    if name == "local":
+        from swarmshake.chaos.backends.local import LocalBackend
+
+        return LocalBackend(spec)
+    if name == "docker":
+        from swarmshake.chaos.backends.docker import DockerBackend
+
+        return DockerBackend(spec)
+    raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+
+
+__all__ = ["BACKEND_NAMES", "Backend", "BackendError", "ClusterSpec", "make_backend"]

@@ -1,0 +1,55 @@
+"""A node's injected clock under clock-skew faults (offset and drift).
+
+DESIGN: ``t_mono`` in the history is the host's true clock; clock-skew faults act on
+the node's injected clock, which is what its cores see as ``now``.  The local clock is
+``base + (1 + drift) · (t − t_base)``, re-based at every skew change.  It never goes
+backwards (the cores reject that, as a monotonic clock would never do it): after a
+negative offset step the local clock holds still until true time catches up, like a
+monotonic clock that an NTP step cannot move back.
+"""
+
+from __future__ import annotations
+
+PPM = 1e-6
+
+
+class NodeClock:
+    __slots__ = ("t_base", "local_base", "rate", "last_local")
+
+    def __init__(self) -> None:
+        self.t_base = 0.0
+        self.local_base = 0.0
+        self.rate = 1.0
+        self.last_local = 0.0
+
+    @property
+    def identity(self) -> bool:
+        return self.rate == 1.0 and self.t_base == self.local_base
+
+    def skew(self, t: float, offset_s: float, drift_ppm: float) -> None:
+        """From true time ``t`` on: local = true + ``offset_s``, running at 1 + drift."""
+        self.t_base = t
+        self.local_base = t + offset_s
+        self.rate = 1.0 + drift_ppm * PPM
+
+    def local(self, t: float) -> float:
+        if self.rate == 1.0 and self.t_base == self.local_base:
+            value = t
+        else:
+            value = self.local_base + self.rate * (t - self.t_base)
+        if value < self.last_local:
+            value = self.last_local
+        self.last_local = value
+        return value
+
+    def peek_local(self, t: float) -> float:
+        """``local(t)`` without advancing the no-going-back floor."""
+        if self.rate == 1.0 and self.t_base == self.local_base:
+            return max(t, self.last_local)
+        return max(self.local_base + self.rate * (t - self.t_base), self.last_local)
+
+    def true_time(self, local: float) -> float:
+        """The true time at which the local clock reads ``local`` (for timers)."""
+        if self.rate == 1.0 and self.t_base == self.local_base:
+            return local
+        return self.t_base + (local - self.local_base) / self.rate

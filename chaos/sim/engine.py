@@ -1,0 +1,490 @@
+"""The discrete-event loop: virtual time, node processes, messages, detector driving.
+
+One heap of ``(t, seq, kind, node, gen, payload)``; ``seq`` breaks ties in insertion
+order, so a run is a pure function of its seed and schedule (no dict-order or hash
+dependence: every dict here is keyed by strings inserted in a seeded order and every
+set that is iterated is sorted first).  ``gen`` is the process generation of the
+node an entry is addressed to: a message or timer for a process that crashed is
+dropped when popped, as a TCP connection to a dead process would be.
+
+The detector is driven lazily (``streams.py``): a node's detector is woken only for
+a real timer (suspicion timeout, notice retry, gossip round, or the watch deadline
+of a stream the simulator cannot vouch for), a gossip message, or a fault that
+touches it; before every wake-up its incoming heartbeat streams are delivered up to
+now, so the core sees exactly what one-by-one delivery would have shown it.
+
+Node semantics: ``crash`` loses the process (its volatile state, its sockets);
+``pause`` freezes it (no sends, no handling: messages and timers wait and are handled
+in order at the resume, heartbeats read then are stamped with the resume time);
+``clock_skew`` changes the node's injected clock (cores see local time; the history
+records true time); ``cpu_throttle`` delays what it sends and handles.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from typing import Any
+
+from swarmshake.chaos.sim.clocks import NodeClock
+from swarmshake.chaos.sim.detector_port import next_timer_besides_watches
+from swarmshake.chaos.sim.network import Network
+from swarmshake.chaos.sim.recorder import Recorder
+from swarmshake.chaos.sim.rng import RngStreams, derive_seed
+from swarmshake.chaos.sim.streams import HeartbeatStream
+from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.detector import (
+    DeclaredAlive,
+    DeclaredDead,
+    DetectorConfig,
+    FailureDetector,
+    GossipReceived,
+    HeartbeatPlan,
+    HeartbeatsArrived,
+    Refuted,
+    SelfDeclaredDead,
+    SendGossip,
+    Started,
+    Suspected,
+    Tick,
+    ViewChanged,
+)
+from swarmshake.reference_node.protocol.history import (
+    DeclareAlive,
+    DeclareDead,
+    EventBase,
+    Refute,
+    Start,
+    Suspect,
+)
+from swarmshake.reference_node.protocol.history import ViewChange as ViewChangeEvent
+from swarmshake.reference_node.protocol.messages import Gossip
+
+LOOK, MESSAGE, CALL, TIMER = range(4)
+SEED_MASK = (1 << 62) - 1  # the cores take a non-negative seed below 2**62
+_TICK = Tick()
+
+
+class NodeProcess:
+    """One incarnation of a node: its cores and what the simulator tracks about it."""
+
+    __slots__ = (
+        "name",
+        "gen",
+        "incarnation",
+        "up",
+        "paused",
+        "paused_since",
+        "clock",
+        "detector",
+        "app",
+        "next_look",
+        "deferred",
+        "slowness_s",
+        "started_at",
+    )
+
+    def __init__(self, name: str, gen: int, incarnation: int, clock: NodeClock):
+        self.name = name
+        self.gen = gen
+        self.incarnation = incarnation
+        self.up = True
+        self.paused = False
+        self.paused_since = 0.0
+        self.clock = clock
+        self.detector: FailureDetector | None = None
+        self.app: Any = None  # the step-commit driver (app.py), None in detector-only runs
+        self.next_look = math.inf
+        self.deferred: list[tuple] = []  # heap entries that arrived while paused
+        self.slowness_s = 0.0
+        self.started_at = 0.0
+
+
+class Simulation:
+    """The cluster under simulation.  ``nemesis.py`` injects faults through the
+    ``crash``/``restart``/``pause``/``resume``/``skew``/``throttle`` methods and
+    ``network``; ``app.py`` drives the step-commit cores through ``send`` and ``timer``."""
+
+    def __init__(
+        self,
+        *,
+        nodes: int,
+        seed: int,
+        bugs: BugSet,
+        network: Network,
+        rngs: RngStreams,
+        recorder: Recorder,
+        detector_config: DetectorConfig | None = None,
+        app_factory: Callable[[Simulation, NodeProcess], Any] | None = None,
+    ):
+        width = len(str(nodes - 1))
+        self.names: tuple[str, ...] = tuple(f"n{i:0{width}d}" for i in range(nodes))
+        self.seed = seed
+        self.core_seed = derive_seed(seed, "cores") & SEED_MASK
+        self.bugs = bugs
+        self.network = network
+        self.rngs = rngs
+        self.recorder = recorder
+        self.detector_config = detector_config or DetectorConfig()
+        self.app_factory = app_factory
+        self.now = 0.0
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self.processes: dict[str, NodeProcess] = {}
+        self.max_incarnation: dict[str, int] = {}
+        self.generation: dict[str, int] = dict.fromkeys(self.names, 0)
+        self.streams_to: dict[str, dict[str, HeartbeatStream]] = {n: {} for n in self.names}
+        self.streams_from: dict[str, dict[str, HeartbeatStream]] = {n: {} for n in self.names}
+        profile = network.profile
+        self.floor_s = self.detector_config.suspicion_floor_s
+        self.eager = "eager-dead" in bugs
+        # Sends after a disturbance have all arrived after the worst delay plus a beat.
+        self.settle_s = (profile.delay_ms + profile.jitter_ms) / 1000 + self.detector_config.heartbeat_interval_s
+        self.handled_events = 0
+        self.config_extra: dict[str, Any] = {}
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def push(self, t: float, kind: int, node: str, gen: int, payload: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, node, gen, payload))
+
+    def call_at(self, t: float, function: Callable[[], None]) -> None:
+        """Run ``function`` at ``t`` (faults, heals, churn): a harness action, not a node's."""
+        self.push(t, CALL, "", 0, function)
+
+    def run(self, until: float) -> None:
+        heap = self._heap
+        pop = heapq.heappop
+        processes = self.processes
+        while heap and heap[0][0] <= until:
+            entry = pop(heap)
+            t, _, kind, node, gen, payload = entry
+            self.now = t
+            self.handled_events += 1
+            if kind == CALL:
+                payload()
+                continue
+            proc = processes.get(node)
+            if proc is None or not proc.up or proc.gen != gen:
+                continue  # addressed to a process that is gone
+            if proc.paused:
+                proc.deferred.append(entry)
+                continue
+            self._dispatch(proc, t, kind, payload)
+        self.now = until
+
+    def _dispatch(self, proc: NodeProcess, t: float, kind: int, payload: Any) -> None:
+        if kind == LOOK:
+            if t != proc.next_look:
+                return  # superseded by an earlier wake-up
+            proc.next_look = math.inf
+            self.detector_event(proc, t, _TICK)
+        elif kind == MESSAGE:
+            sender, message = payload
+            if isinstance(message, Gossip):
+                self.detector_event(proc, t, GossipReceived(message=message))
+            elif proc.app is not None:
+                proc.app.receive(t, sender, message)
+        elif kind == TIMER:
+            if proc.app is not None:
+                proc.app.timer(t, payload)
+
+    # --- history ------------------------------------------------------------------------
+
+    def log(self, cls: type[EventBase], proc: NodeProcess, t: float, **fields: Any) -> EventBase:
+        fields.setdefault("incarnation", proc.incarnation)
+        event = cls(
+            t_wall=t,
+            t_mono=t,
+            node=proc.name,
+            lamport=self.recorder.next_lamport(proc.name),
+            **fields,
+        )
+        self.recorder.log(event)
+        return event
+
+    # --- node lifecycle -------------------------------------------------------------------
+
+    def start(self, name: str, t: float) -> NodeProcess:
+        incarnation = self.max_incarnation.get(name, -1) + 1
+        self.max_incarnation[name] = incarnation
+        self.generation[name] += 1
+        old = self.processes.get(name)
+        clock = old.clock if old is not None else NodeClock()  # a skew outlives a restart
+        proc = NodeProcess(name, self.generation[name], incarnation, clock)
+        proc.started_at = t
+        if old is not None:
+            proc.slowness_s = old.slowness_s
+        self.processes[name] = proc
+        for stream in self.streams_to[name].values():
+            stream.materialise(t, self.network)
+            stream.drop_pending()  # sent to the old process: its connections died with it
+        self.log(
+            Start,
+            proc,
+            t,
+            seed=self.seed,
+            config={"voters": list(self.names), "sim": True, **self.config_extra},
+        )
+        proc.detector = FailureDetector(
+            node=name,
+            members=self.names,
+            seed=self.core_seed,
+            incarnation=incarnation,
+            config=self.detector_config,
+            bugs=self.bugs,
+        )
+        self.detector_event(proc, t, Started())
+        if self.app_factory is not None:
+            proc.app = self.app_factory(self, proc)
+            proc.app.start(t)
+        return proc
+
+    def crash(self, name: str, t: float) -> bool:
+        proc = self.processes.get(name)
+        if proc is None or not proc.up:
+            return False
+        proc.up = False
+        for stream in self.streams_from[name].values():
+            stream.stop(t, self.network, self.settle_s)
+            self._reschedule(stream.receiver, t)
+        for stream in self.streams_to[name].values():
+            stream.drop_pending()
+        self.network.forget(name)
+        return True
+
+    def pause(self, name: str, t: float) -> bool:
+        proc = self.processes.get(name)
+        if proc is None or not proc.up or proc.paused:
+            return False
+        self.detector_event(proc, t, None)  # read what arrived before the freeze
+        proc.paused = True
+        proc.paused_since = t
+        for stream in self.streams_from[name].values():
+            stream.stop(t, self.network, self.settle_s)
+            self._reschedule(stream.receiver, t)
+        return True
+
+    def resume(self, name: str, t: float) -> bool:
+        proc = self.processes.get(name)
+        if proc is None or not proc.up or not proc.paused:
+            return False
+        proc.paused = False
+        for receiver in proc.detector.monitors if proc.detector else ():
+            stream = self.streams_from[name].get(receiver)
+            if stream is not None:
+                stream.resume(t, proc.clock, self.settle_s)
+                self._reschedule(receiver, t)
+        deferred, proc.deferred = proc.deferred, []
+        self.detector_event(proc, t, None, read_at=t)
+        for _, _, kind, _, gen, payload in deferred:
+            if proc.up and not proc.paused and gen == proc.gen:
+                self._dispatch_late(proc, t, kind, payload)
+        return True
+
+    def _dispatch_late(self, proc: NodeProcess, t: float, kind: int, payload: Any) -> None:
+        if kind == LOOK:
+            self.detector_event(proc, t, _TICK)
+        else:
+            self._dispatch(proc, t, kind, payload)
+
+    def skew(self, name: str, t: float, offset_ms: float, drift_ppm: float) -> None:
+        proc = self.processes.get(name)
+        clock = proc.clock if proc is not None else NodeClock()
+        clock.local(t)  # the floor: the local clock never goes back
+        clock.skew(t, offset_ms / 1000, drift_ppm)
+        for stream in self.streams_from[name].values():
+            stream.reclock(t, clock, self.network, self.settle_s)
+            self._reschedule(stream.receiver, t)
+        if proc is not None and proc.up:
+            self._schedule_look(proc, t)
+            if proc.app is not None:
+                proc.app.clock_changed(t)
+
+    def throttle(self, name: str, t: float, cpu_fraction: float) -> None:
+        """A straggler: it handles and sends ``1/cpu_fraction`` times slower than the
+        10 ms the simulator budgets for one unit of work."""
+        extra = 0.0 if cpu_fraction >= 1.0 else 0.010 * (1.0 / cpu_fraction - 1.0)
+        for stream in self.streams_from[name].values():
+            stream.materialise(t, self.network)
+            stream.disturbed(t, self.settle_s + extra)
+            self._reschedule(stream.receiver, t)
+        self.network.set_slowness(name, extra)
+        proc = self.processes.get(name)
+        if proc is not None:
+            proc.slowness_s = extra
+
+    # --- network ------------------------------------------------------------------------
+
+    def before_network_change(self, t: float, links: set[tuple[str, str]] | None) -> None:
+        """Materialise the heartbeat streams a network change is about to touch."""
+        if links is None:
+            streams = [s for by_sender in self.streams_from.values() for s in by_sender.values()]
+        else:
+            streams = [self.streams_from[a][b] for a, b in sorted(links) if b in self.streams_from.get(a, {})]
+        for stream in streams:
+            stream.materialise(t, self.network)
+            stream.disturbed(t, self.settle_s)
+
+    def after_network_change(self, t: float, links: set[tuple[str, str]] | None) -> None:
+        receivers = sorted({b for _, b in links}) if links is not None else self.names
+        for receiver in receivers:
+            self._reschedule(receiver, t)
+
+    def send(self, proc: NodeProcess, t: float, to: str, message: Any, nbytes: int = 0) -> None:
+        """Send ``message`` from ``proc`` to the current process of ``to``."""
+        arrival = self.network.arrival(proc.name, to, t, nbytes)
+        if arrival is None:
+            return
+        receiver = self.processes.get(to)
+        if receiver is None or not receiver.up:
+            return  # nobody listens: the dial fails
+        self.push(arrival, MESSAGE, to, receiver.gen, (proc.name, message))
+
+    def timer(self, proc: NodeProcess, t: float, payload: Any) -> None:
+        self.push(max(t, self.now) + proc.slowness_s, TIMER, proc.name, proc.gen, payload)
+
+    # --- the detector ---------------------------------------------------------------------
+
+    def detector_event(self, proc: NodeProcess, t: float, event: Any, read_at: float | None = None) -> None:
+        """Deliver heartbeats up to ``t``, then ``event`` (None: only the heartbeats)."""
+        detector = proc.detector
+        if detector is None:
+            return
+        clock = proc.clock
+        local = clock.local(t)
+        if detector.started:
+            for sender, stream in self.streams_to[proc.name].items():
+                stream.materialise(t, self.network)
+                due = stream.take_due(t, read_at if read_at is not None else None)
+                if not due:
+                    continue
+                start = 0
+                for index in range(1, len(due) + 1):
+                    if index == len(due) or due[index][1] != due[start][1]:
+                        times = tuple(
+                            arrival if clock.identity else clock.peek_local(arrival)
+                            for arrival, _ in due[start:index]
+                        )
+                        if read_at is not None:
+                            times = tuple(max(x, clock.peek_local(read_at)) for x in times)
+                        batch = HeartbeatsArrived(peer=sender, incarnation=due[start][1], arrival_times=times)
+                        self._apply_detector(proc, t, detector.handle(batch, local))
+                        start = index
+        if event is not None:
+            self._apply_detector(proc, t, detector.handle(event, local))
+        self._schedule_look(proc, t)
+
+    def _apply_detector(self, proc: NodeProcess, t: float, actions: list) -> None:
+        clock = proc.clock
+        for action in actions:
+            if isinstance(action, HeartbeatPlan):
+                self._plan(proc, t, action)
+                continue
+            at = getattr(action, "at", t)
+            when = min(t, clock.true_time(at)) if not clock.identity else min(t, at)
+            if isinstance(action, SendGossip):
+                for peer in action.to:
+                    self.send(proc, t, peer, action.message)
+            elif isinstance(action, Suspected):
+                self.log(Suspect, proc, when, peer=action.peer, peer_incarnation=action.peer_incarnation, reason=action.reason)
+            elif isinstance(action, DeclaredDead):
+                self.log(
+                    DeclareDead,
+                    proc,
+                    when,
+                    peer=action.peer,
+                    peer_incarnation=action.peer_incarnation,
+                    suspicions=action.suspicions,
+                    reason=action.reason,
+                )
+                if proc.app is not None:
+                    proc.app.peer_dead(t, action.peer)
+            elif isinstance(action, DeclaredAlive):
+                self.log(DeclareAlive, proc, when, peer=action.peer, peer_incarnation=action.peer_incarnation)
+                if proc.app is not None:
+                    proc.app.peer_alive(t, action.peer)
+            elif isinstance(action, Refuted):
+                proc.incarnation = action.incarnation
+                self.max_incarnation[proc.name] = max(self.max_incarnation.get(proc.name, 0), action.incarnation)
+                self.log(Refute, proc, when, suspected_by=action.suspected_by)
+            elif isinstance(action, ViewChanged):
+                self.log(ViewChangeEvent, proc, when, epoch=action.epoch, alive=list(action.alive))
+                if proc.app is not None:
+                    proc.app.view_changed(t, action.alive)
+            elif isinstance(action, SelfDeclaredDead):
+                self.log(
+                    DeclareDead,
+                    proc,
+                    when,
+                    peer=proc.name,
+                    peer_incarnation=action.incarnation,
+                    reason=f"declared dead by {action.declared_by}: rejoining",
+                )
+                self.max_incarnation[proc.name] = max(self.max_incarnation.get(proc.name, 0), action.incarnation)
+                # DESIGN: a node declared dead must rejoin with a new incarnation.
+                name = proc.name
+                self.call_at(t, lambda name=name, t=t: self._self_restart(name, t))
+
+    def _self_restart(self, name: str, t: float) -> None:
+        proc = self.processes.get(name)
+        if proc is not None and proc.up and not proc.paused:
+            self.crash(name, t)
+            self.start(name, t)
+
+    def _plan(self, proc: NodeProcess, t: float, plan: HeartbeatPlan) -> None:
+        streams = self.streams_from[proc.name]
+        targets = set(plan.to)
+        for receiver in sorted(set(streams) - targets):
+            streams[receiver].stop(t, self.network, self.settle_s)
+            self._reschedule(receiver, t)
+        for receiver in plan.to:
+            stream = streams.get(receiver)
+            if stream is None:
+                stream = HeartbeatStream(proc.name, receiver, self.rngs.get("heartbeat", proc.name, receiver))
+                streams[receiver] = stream
+                self.streams_to[receiver][proc.name] = stream
+            stream.plan(t, plan.incarnation, plan.start_at, plan.interval_s, proc.clock, self.network, self.settle_s)
+            self._reschedule(receiver, t)
+
+    def _healthy(self, stream: HeartbeatStream, t: float) -> bool:
+        """Can the simulator vouch that this stream's gaps stay within the suspicion
+        floor (so its watch can never time out) without looking?"""
+        if self.eager or not stream.active or t < stream.settled_at:
+            return False
+        if not self.network.connected(stream.sender, stream.receiver):
+            return False
+        low, high = self.network.delay_bounds(stream.sender, stream.receiver)
+        return stream.interval_true() + (high - low) <= self.floor_s
+
+    def _reschedule(self, name: str, t: float) -> None:
+        proc = self.processes.get(name)
+        if proc is not None and proc.up and not proc.paused:
+            self._schedule_look(proc, t)
+
+    def _schedule_look(self, proc: NodeProcess, t: float) -> None:
+        detector = proc.detector
+        if detector is None or not detector.started:
+            return
+        wake = next_timer_besides_watches(detector)
+        incoming = self.streams_to[proc.name]
+        for peer in detector.targets:
+            stream = incoming.get(peer)
+            if stream is None or not self._healthy(stream, t):
+                deadline = detector.deadline_for(peer)
+                if deadline is not None and (wake is None or deadline < wake):
+                    wake = deadline
+        # A stream that is settling becomes trustworthy at settled_at: look then.
+        for peer in detector.targets:
+            stream = incoming.get(peer)
+            if stream is not None and stream.active and t < stream.settled_at:
+                if wake is None or stream.settled_at < wake:
+                    wake = stream.settled_at
+        if wake is None:
+            return
+        at = max(proc.clock.true_time(wake) if not proc.clock.identity else wake, t)
+        if at < proc.next_look:
+            proc.next_look = at
+            self.push(at, LOOK, proc.name, proc.gen)

@@ -1,0 +1,263 @@
+"""``swarmshake bench kernels``: the CUDA kernels side by side with torch baselines.
+
+For every op and shape it times the kernel and the torch baseline in the same
+process on the same data (CUDA events, warm-up first, quantiles over repetitions),
+checks the kernel against the torch reference of ``kernels/`` run on the GPU
+(bit-exact, or Krum's relative error), prints a table and writes one CSV row per
+(op, implementation, k, d, dtype) with the GPU name, torch version, time
+quantiles, effective bandwidth (minimum bytes read + written / time) and the
+speed-up over torch.
+
+    swarmshake bench kernels [--quick] [--d N] [--ops median,trimmed,...] [--out DIR]
+    python -m swarmshake.kernels.bench ...        (the same, without the CLI router)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import math
+import os
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ALL_OPS = ("copy", "median", "trimmed", "krum", "fingerprint", "quant", "dequant")
+FIELDS = [
+    "gpu", "torch", "cuda", "op", "impl", "k", "d", "dtype", "param", "p20_ms", "p50_ms", "p80_ms",
+    "gbps", "speedup_vs_torch", "check", "timestamp",
+]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="swarmshake bench kernels", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions (a smoke run)")
+    p.add_argument("--d", type=int, default=None, help="elements per peer tensor (default 32M, quick 4M)")
+    p.add_argument("--ks", default=None, help="comma-separated k values (default 3,4,8,16,32,64)")
+    p.add_argument("--dtypes", default=None, help="comma-separated of fp32,bf16,fp16 (default fp32; bf16/fp16 at k=16)")
+    p.add_argument("--ops", default=",".join(ALL_OPS), help=f"comma-separated of {','.join(ALL_OPS)}")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions per measurement (default 20, quick 5)")
+    p.add_argument("--no-baseline", action="store_true", help="time the kernels only")
+    p.add_argument("--out", default="reports/bench", help="directory of the CSV (default reports/bench)")
+    return p.parse_args(argv)
+
+
+def _time(fn: Callable[[], object], reps: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def _q(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        na, nb = torch.isnan(a), torch.isnan(b)
+        if not torch.equal(na, nb):
+            return False
+        a, b = a[~na], b[~nb]
+        iv = {4: torch.int32, 2: torch.int16, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.view(iv), b.view(iv))
+    return torch.equal(a, b)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.reps = args.reps or (5 if args.quick else 20)
+        self.rows: list[dict] = []
+        self.dev = torch.device("cuda")
+        self.gpu = torch.cuda.get_device_name(0)
+        self.stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def record(self, op, impl, k, d, dtype, param, times, nbytes, base_p50=None, check=""):
+        p50 = _q(times, 0.5)
+        row = {
+            "gpu": self.gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "op": op, "impl": impl,
+            "k": k, "d": d, "dtype": dtype, "param": param,
+            "p20_ms": round(_q(times, 0.2), 4), "p50_ms": round(p50, 4), "p80_ms": round(_q(times, 0.8), 4),
+            "gbps": round(nbytes / (p50 * 1e-3) / 1e9, 1),
+            "speedup_vs_torch": round(base_p50 / p50, 2) if base_p50 else "",
+            "check": check, "timestamp": self.stamp,
+        }
+        self.rows.append(row)
+        print(
+            f"  {op:<11} {impl:<6} k={k!s:<3} d={d} {dtype:<5} {param:<8} p50={p50:8.3f} ms "
+            f"{row['gbps']:7.1f} GB/s  x{row['speedup_vs_torch']!s:<6} {check}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return p50
+
+    def pair(self, op, k, d, dtype, param, kernel, baseline, nbytes, check=""):
+        base_p50 = None
+        if baseline is not None and not self.args.no_baseline:
+            try:
+                bt = _time(baseline, max(3, self.reps // 2))
+                base_p50 = self.record(op, "torch", k, d, dtype, param, bt, nbytes)
+            except torch.OutOfMemoryError:
+                print(f"  {op} torch baseline k={k}: out of memory, skipped", file=sys.stderr)
+            torch.cuda.empty_cache()
+        kt = _time(kernel, self.reps)
+        self.record(op, "kernel", k, d, dtype, param, kt, nbytes, base_p50, check)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from swarmshake import kernels as K
+    from swarmshake.kernels import _ext
+    from swarmshake.kernels.fingerprint import _T_KEYS, reference_fingerprint_sum
+    from swarmshake.kernels.krum import reference_krum_distances
+    from swarmshake.kernels.median import reference_coordinate_median, reference_trimmed_mean
+    from swarmshake.kernels.quant import reference_dequantize_int8, reference_quantize_int8
+
+    if not torch.cuda.is_available():
+        print("swarmshake bench kernels: needs a CUDA device (run it on the H100 machine)", file=sys.stderr)
+        return 2
+    if _ext.get() is None:
+        print(f"swarmshake bench kernels: the CUDA extension did not build: {_ext.build_error()}", file=sys.stderr)
+        return 2
+    b = Bench(args)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in ops if o not in ALL_OPS]
+    if bad:
+        print(f"unknown op(s) {bad}; choose from {ALL_OPS}", file=sys.stderr)
+        return 64
+    d = args.d or ((1 << 22) if args.quick else (1 << 25))
+    ks = [int(v) for v in args.ks.split(",")] if args.ks else ([4, 16, 64] if args.quick else [3, 4, 8, 16, 32, 64])
+    dts = [v.strip() for v in args.dtypes.split(",")] if args.dtypes else ["fp32"]
+    print(f"# {b.gpu}, torch {torch.__version__}, CUDA {torch.version.cuda}, d = {d}, reps = {b.reps}", file=sys.stderr)
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    if "copy" in ops:
+        x = torch.randn(16, d, device="cuda", generator=g)
+        y = torch.empty_like(x)
+        t = _time(lambda: y.copy_(x), b.reps)
+        b.record("copy", "torch", 16, d, "fp32", "", t, 2 * x.numel() * 4)
+        del x, y
+
+    for dn in dts:
+        dtype = DTYPES[dn]
+        extra = [16] if dn != "fp32" else []
+        for k in sorted(set(ks if dn == "fp32" else extra or ks)):
+            x = torch.randn(k, d, device="cuda", generator=g).to(dtype)
+            es = x.element_size()
+            io = (k + 1) * d * es
+            if "median" in ops:
+                ok = _bit_equal(K.coordinate_median(x), reference_coordinate_median(x))
+                b.pair("median", k, d, dn, "", lambda x=x: K.coordinate_median(x), lambda x=x: x.median(dim=0),
+                       io, "exact" if ok else "MISMATCH")
+            if "trimmed" in ops:
+                trim = max(1, k // 4) if k >= 3 else 0
+                ok = _bit_equal(K.trimmed_mean(x, trim), reference_trimmed_mean(x, trim))
+
+                def base(x=x, trim=trim, k=k):
+                    return x.sort(dim=0).values[trim : k - trim].float().mean(dim=0).to(x.dtype)
+
+                b.pair("trimmed", k, d, dn, f"trim={trim}", lambda x=x, t=trim: K.trimmed_mean(x, t), base, io,
+                       "exact" if ok else "MISMATCH")
+            if "krum" in ops and k >= 2:
+                got = K.krum_distances(x)
+                want = reference_krum_distances(x)
+                rel = float(((got - want).abs() / want.clamp_min(1e-300)).max())
+                xf = x.float()
+                b.pair("krum", k, d, dn, "", lambda x=x: K.krum_distances(x),
+                       lambda xf=xf: torch.cdist(xf, xf) ** 2, k * d * es, f"rel_err={rel:.1e}")
+                del xf
+            del x
+            torch.cuda.empty_cache()
+
+    n = 16 * d  # the flat-tensor ops: as many bytes as a 16-peer stack
+    if "fingerprint" in ops:
+        x = torch.randn(n, device="cuda", generator=g)
+        ok = K.fingerprint(x) == K.fingerprint(x.cpu())
+        keys = torch.from_numpy(_T_KEYS.view("int64")).cuda()
+
+        def base_fp(x=x, keys=keys):  # a torch-op multiply-sum over int64 words
+            w = x.view(torch.int32).view(-1, 4096).to(torch.int64)
+            return (w * keys).sum()
+
+        b.pair("fingerprint", "", n, "fp32", "", lambda x=x: K.fingerprint(x), base_fp, n * 4,
+               "cpu==gpu" if ok else "MISMATCH")
+        assert reference_fingerprint_sum is not None
+        del x, keys
+    for dn in dts:
+        dtype = DTYPES[dn]
+        x = torch.randn(n, device="cuda", generator=g).to(dtype)
+        es = x.element_size()
+        if "quant" in ops:
+            q, s = K.quantize_int8(x, 256)
+            q2, s2 = reference_quantize_int8(x, 256)
+            ok = _bit_equal(q, q2) and _bit_equal(s, s2)
+            b.pair("quant", "", n, dn, "block=256", lambda x=x: K.quantize_int8(x, 256),
+                   lambda x=x: reference_quantize_int8(x, 256), n * es + n + n // 256 * 4,
+                   "exact" if ok else "MISMATCH")
+        if "dequant" in ops:
+            q, s = K.quantize_int8(x, 256)
+            ok = _bit_equal(K.dequantize_int8(q, s, n, 256, dtype), reference_dequantize_int8(q, s, n, 256, dtype))
+            b.pair("dequant", "", n, dn, "block=256", lambda q=q, s=s, dt=dtype: K.dequantize_int8(q, s, n, 256, dt),
+                   lambda q=q, s=s, dt=dtype: reference_dequantize_int8(q, s, n, 256, dt), n * es + n + n // 256 * 4,
+                   "exact" if ok else "MISMATCH")
+        del x
+        torch.cuda.empty_cache()
+
+    _print_table(b.rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu_tag = "".join(c if c.isalnum() else "_" for c in b.gpu).strip("_")
+    path = out / f"kernels_{gpu_tag}_{'quick' if args.quick else 'full'}.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(b.rows)
+    print(f"wrote {path} ({len(b.rows)} rows); host {platform.node()}", file=sys.stderr)
+    return 1 if any(r["check"] == "MISMATCH" for r in b.rows) else 0
+
+
+def _print_table(rows: list[dict]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency, but keep the CSV path alive
+        for r in rows:
+            print(r)
+        return
+    t = Table(title=f"swarmshake kernels on {rows[0]['gpu'] if rows else '?'} (torch {torch.__version__})")
+    for col in ("op", "impl", "k", "d", "dtype", "param", "p20 ms", "p50 ms", "p80 ms", "GB/s", "x torch", "check"):
+        t.add_column(col, justify="right" if col not in ("op", "impl", "dtype", "param", "check") else "left")
+    for r in rows:
+        t.add_row(r["op"], r["impl"], str(r["k"]), str(r["d"]), r["dtype"], r["param"], f"{r['p20_ms']:.3f}",
+                  f"{r['p50_ms']:.3f}", f"{r['p80_ms']:.3f}", f"{r['gbps']:.0f}", str(r["speedup_vs_torch"]),
+                  r["check"])
+    Console(width=160).print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``swarmshake bench kernels``; returns the exit code."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return _run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

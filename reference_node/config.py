@@ -1,0 +1,239 @@
+"""A node's configuration: one TOML file (``--config node.toml``) read with tomllib and
+validated into msgspec structs; a bad file fails with the file, the field and the fix.
+
+Minimal file::
+
+    [node]
+    id = "n1"
+    members = ["n1", "n2", "n3", "n4"]
+    run_dir = "runs/r1"           # events/<id>.jsonl, checkpoints/<id>/, nodes/<id>/
+
+    [network]
+    control_port = 7101
+    bulk_port = 7102
+    http_port = 7103
+    run_key_hex = "00112233..."   # >= 16 bytes; or run_key_file = "run.key"
+
+    [peers.n2]                    # where this node dials n2 (the harness's book)
+    host = "127.0.0.1"
+    control_port = 7201
+    bulk_port = 7202
+
+Optional tables: ``[mqtt]`` (MqttSettings; absent: no broker), ``[training]``
+(TrainingConfig), ``[detector]`` (DetectorConfig), ``[links]`` (LinkTimeouts),
+``[clock]`` (offset_s, drift_ppm), ``[worker]`` (nice), ``[step]`` (step timing).
+Command-line flags override single fields (``__main__.py``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from swarmshake.reference_node.protocol.detector import DetectorConfig
+from swarmshake.reference_node.runtime.frames import NODE_ID_PATTERN
+from swarmshake.reference_node.runtime.links import LinkTimeouts, PeerAddress
+from swarmshake.reference_node.runtime.mqtt import MqttSettings
+from swarmshake.reference_node.training.config import TrainingConfig, TrainingConfigError
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the file, field and fix."""
+
+
+class NodeSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    id: str
+    members: list[str]
+    run_dir: str
+    seed: int = 0
+    # Where incarnation, acceptor state and checkpoints of this node live across
+    # restarts (default: <run_dir>/nodes/<id>).
+    data_dir: str = ""
+
+
+class NetworkSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    listen_host: str = "127.0.0.1"
+    advertise_host: str = ""  # announced on MQTT (default: listen_host)
+    control_port: int = 0
+    bulk_port: int = 0
+    http_port: int = 0
+    run_key_hex: str = ""
+    run_key_file: str = ""
+
+
+class ClockSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    offset_s: float = 0.0
+    drift_ppm: float = 0.0
+
+
+class WorkerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    # DESIGN: the worker runs at lower priority so heartbeats win the CPU.
+    nice: int = 10
+
+
+class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    # How long the proposer waits for contributions after its own is ready before
+    # proposing with those that arrived (a crashed peer must not stall a step).
+    contribution_wait_s: float = 2.0
+    # A proposal round that gets no quorum is retried with a higher ballot after this.
+    round_timeout_s: float = 1.0
+    # Stop after this many committed steps (0 = run until stopped).
+    max_steps: int = 0
+    # Write a checkpoint every this many committed steps (0 = only when asked).
+    checkpoint_every: int = 50
+    # Checkpoints replicated to this many peers (DESIGN S2).
+    checkpoint_replicas: int = 1
+
+
+class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    node: NodeSection
+    network: NetworkSection = NetworkSection()
+    peers: dict[str, PeerAddress] = {}
+    mqtt: MqttSettings | None = None
+    training: TrainingConfig = TrainingConfig()
+    detector: DetectorConfig = DetectorConfig()
+    links: dict[str, float] = {}
+    clock: ClockSection = ClockSection()
+    worker: WorkerSection = WorkerSection()
+    step: StepSection = StepSection()
+
+    # -- derived --------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        return self.node.id
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.node.run_dir)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.node.data_dir) if self.node.data_dir else self.run_dir / "nodes" / self.node.id
+
+    @property
+    def events_path(self) -> Path:
+        return self.run_dir / "events" / f"{self.node.id}.jsonl"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints" / self.node.id
+
+    def link_timeouts(self) -> LinkTimeouts:
+        return LinkTimeouts(**self.links)
+
+    def run_key(self, base: Path | None = None) -> bytes:
+        network = self.network
+        if network.run_key_file:
+            path = Path(network.run_key_file)
+            if base is not None and not path.is_absolute():
+                path = base / path
+            text = path.read_text().strip()
+        else:
+            text = network.run_key_hex
+        return bytes.fromhex(text)
+
+
+def _fail(path: str, problem: str) -> ConfigError:
+    return ConfigError(f"{path}: {problem}")
+
+
+def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
+    node = config.node
+    for name in (node.id, *node.members, *config.peers):
+        if not NODE_ID_PATTERN.match(name):
+            raise _fail(path, f"node name {name!r} must be 1-16 characters of [A-Za-z0-9_-]")
+    if node.id not in node.members:
+        raise _fail(path, f"[node] id {node.id!r} must be listed in members {node.members}")
+    if len(set(node.members)) != len(node.members):
+        raise _fail(path, f"[node] members has duplicates: {node.members}")
+    missing = sorted(set(node.members) - set(config.peers) - {node.id})
+    if missing and config.mqtt is None:
+        raise _fail(
+            path,
+            f"no address for peers {missing}: add [peers.<name>] tables or an [mqtt] "
+            "section for discovery",
+        )
+    for name in ("control_port", "bulk_port", "http_port"):
+        port = getattr(config.network, name)
+        if not 0 <= port <= 65535:
+            raise _fail(path, f"[network] {name}={port} is not a TCP port (0..65535)")
+    if not config.network.run_key_hex and not config.network.run_key_file:
+        raise _fail(path, "[network] needs run_key_hex or run_key_file (the harness issues it)")
+    if config.network.run_key_hex:
+        try:
+            key = bytes.fromhex(config.network.run_key_hex)
+        except ValueError:
+            raise _fail(path, "[network] run_key_hex is not hexadecimal") from None
+        if len(key) < 16:
+            raise _fail(path, "[network] run_key_hex must hold at least 16 bytes (32 hex digits)")
+    try:
+        LinkTimeouts(**config.links)
+    except TypeError as error:
+        raise _fail(path, f"[links]: {error}; known: {sorted(LinkTimeouts.__dataclass_fields__)}") from None
+    if not -20 <= config.worker.nice <= 19:
+        raise _fail(path, f"[worker] nice={config.worker.nice} must be in -20..19")
+    if abs(config.clock.drift_ppm) > 500_000:
+        raise _fail(path, "[clock] drift_ppm must be within +-500000")
+    try:
+        config.training.check_cluster(len(node.members))
+    except TrainingConfigError as error:
+        raise _fail(path, str(error)) from None
+    return config
+
+
+def load(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    """Read, override (``{"network.control_port": 7001, ...}``) and validate a config."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    for dotted, value in (overrides or {}).items():
+        section, _, field = dotted.partition(".")
+        raw.setdefault(section, {})[field] = value
+    return from_dict(raw, str(path))
+
+
+def from_dict(raw: dict[str, Any], path: str = "<config>") -> NodeConfig:
+    try:
+        config = msgspec.convert(raw, NodeConfig)
+    except msgspec.ValidationError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    return validate(config, path)
+
+
+def to_toml(raw: dict[str, Any]) -> str:
+    """Write a config dict as TOML (the launcher and tests write configs; tomllib only
+    reads).  Supports the shapes a node config uses: tables of scalars and lists,
+    and one level of nested tables."""
+
+    def scalar(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return repr(value)
+        if isinstance(value, str):
+            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(value, list):
+            return "[" + ", ".join(scalar(item) for item in value) + "]"
+        raise ConfigError(f"cannot write {type(value).__name__} to TOML")
+
+    lines: list[str] = []
+    for section, body in raw.items():
+        if body is None:
+            continue
+        flat = {k: v for k, v in body.items() if not isinstance(v, dict)}
+        nested = {k: v for k, v in body.items() if isinstance(v, dict)}
+        lines.append(f"[{section}]")
+        lines.extend(f"{key} = {scalar(value)}" for key, value in flat.items() if value is not None)
+        for name, table in nested.items():
+            lines.append(f"[{section}.{name}]")
+            lines.extend(f"{key} = {scalar(value)}" for key, value in table.items() if value is not None)
+        lines.append("")
+    return "\n".join(lines)

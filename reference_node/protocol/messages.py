@@ -1,0 +1,250 @@
+"""Versioned wire messages of the control channel (msgpack, one tagged union).
+
+Every message a node sends to a peer on the *control* channel is one of the structs
+below.  The runtime's frame layer adds the length prefix and the HMAC; this module
+owns the bytes inside: ``encode_message(msg) -> bytes`` and
+``decode_message(bytes) -> Message``.
+
+Wire format: a msgpack array ``[version, body]`` where ``body`` is a msgpack map
+tagged by ``"type"``.  The version is read first, so a peer of another version is
+told apart from a malformed frame (``RemoteProtocolError.reason == "version"``)
+before its body is interpreted.  Unknown fields are rejected (same version, same
+shape); a new field needs a new ``PROTOCOL_VERSION``.
+
+Limits (every one bounds what a peer can make us allocate or iterate):
+- ``MAX_FRAME_BYTES`` = 256 KiB: the largest legitimate control message is a
+  ``Decided``/``AcceptRequest`` whose contributor list names every node of the largest
+  cluster (2048 names of <= 64 chars ~ 135 KiB); bulk tensors never travel here.
+- ``MAX_CLUSTER_NODES`` = 2048: twice the 1000-node simulation goal.
+- ``MAX_NODE_NAME_CHARS`` = 64, ``[A-Za-z0-9_.:-]``: names go into file names and logs.
+- ``MAX_GOSSIP_ITEMS`` = 32: a gossip message carries a bounded piggyback; the
+  detector sends at most this many items per message (the oldest pending first).
+- ``MAX_FINGERPRINT_CHARS`` = 128: hex of up to a 512-bit digest.
+- ``MAX_REASON_CHARS`` = 128: free text is for humans, not payloads.
+
+Decoding errors raise ``RemoteProtocolError`` with ``reason`` one of
+``oversized | malformed | version``; the caller drops the frame and logs
+``frame_drop`` with that reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 256 * 1024
+MAX_CLUSTER_NODES = 2048
+MAX_NODE_NAME_CHARS = 64
+MAX_GOSSIP_ITEMS = 32
+MAX_FINGERPRINT_CHARS = 128
+MAX_REASON_CHARS = 128
+MAX_COUNTER = 2**62  # steps, incarnations, rounds, sequence numbers: fits int64 with room
+
+NODE_NAME_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+NodeName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_NODE_NAME_CHARS, pattern=NODE_NAME_PATTERN)
+]
+Fingerprint = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_FINGERPRINT_CHARS, pattern=r"^[0-9a-f]+$")
+]
+Counter = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNTER)]
+Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNTER)]
+ProposerIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_CLUSTER_NODES)]
+Ballot = tuple[Counter, ProposerIndex]
+"""(round, proposer index): compared as a tuple, so ballots are totally ordered and two
+proposers never share one."""
+NodeList = Annotated[list[NodeName], msgspec.Meta(max_length=MAX_CLUSTER_NODES)]
+Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)]
+
+
+class _Nested(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Structs nested inside messages (not in the union)."""
+
+
+class ConfigChangeRequest(_Nested):
+    """One membership change carried by a step's value (Raft single-server change)."""
+
+    change: Literal["add", "remove", "promote"]
+    peer: NodeName
+    incarnation: Counter = 0
+
+
+class StepValue(_Nested):
+    """The value a step commits: the aggregate's fingerprint and who contributed to it,
+    plus at most one membership change (applied after the step)."""
+
+    agg_fp: Fingerprint
+    contributors: NodeList
+    config_change: ConfigChangeRequest | None = None
+
+    def __post_init__(self) -> None:
+        if len(set(self.contributors)) != len(self.contributors):
+            raise ValueError("contributors must be unique")
+        if self.contributors != sorted(self.contributors):
+            raise ValueError("contributors must be sorted (one canonical encoding per value)")
+
+
+class GossipItem(_Nested):
+    """What ``origin`` believes about ``subject`` at ``incarnation``."""
+
+    subject: NodeName
+    incarnation: Counter
+    status: Literal["alive", "suspect", "dead", "left"]
+    origin: NodeName
+
+
+class _Message(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+):
+    sender: NodeName
+
+
+class Heartbeat(_Message, tag="heartbeat"):
+    incarnation: Counter
+    seq: Counter
+
+
+class Gossip(_Message, tag="gossip"):
+    items: Annotated[list[GossipItem], msgspec.Meta(min_length=1, max_length=MAX_GOSSIP_ITEMS)]
+
+
+class Prepare(_Message, tag="prepare"):
+    step: Step
+    ballot: Ballot
+
+
+class PromiseReply(_Message, tag="promise"):
+    step: Step
+    ballot: Ballot
+    accepted_ballot: Ballot | None = None
+    accepted_value: StepValue | None = None
+
+    def __post_init__(self) -> None:
+        if (self.accepted_ballot is None) != (self.accepted_value is None):
+            raise ValueError("accepted_ballot and accepted_value come together")
+
+
+class AcceptRequest(_Message, tag="accept_request"):
+    step: Step
+    ballot: Ballot
+    value: StepValue
+
+
+class AcceptedReply(_Message, tag="accepted"):
+    step: Step
+    ballot: Ballot
+    value_fp: Fingerprint
+
+
+class Nack(_Message, tag="nack"):
+    """The acceptor already promised a higher ballot; the proposer retries above it."""
+
+    step: Step
+    ballot: Ballot
+    promised: Ballot
+
+
+class Decided(_Message, tag="decided"):
+    step: Step
+    value: StepValue
+
+
+class JoinRequest(_Message, tag="join_request"):
+    incarnation: Counter
+
+
+class LeaveNotice(_Message, tag="leave_notice"):
+    incarnation: Counter
+
+
+class StateRequest(_Message, tag="state_request"):
+    """A rejoining node asks for the state of the latest committed step."""
+
+    incarnation: Counter
+
+
+class StateOffer(_Message, tag="state_offer"):
+    """Reply to ``StateRequest``: the bytes follow on the bulk channel."""
+
+    step: Step
+    param_fp: Fingerprint
+    nbytes: Counter
+
+
+class AggregateRequest(_Message, tag="aggregate_request"):
+    """An acceptor or learner asks for the aggregate bytes with ``value_fp`` (bulk reply)."""
+
+    step: Step
+    value_fp: Fingerprint
+
+
+Message = (
+    Heartbeat
+    | Gossip
+    | Prepare
+    | PromiseReply
+    | AcceptRequest
+    | AcceptedReply
+    | Nack
+    | Decided
+    | JoinRequest
+    | LeaveNotice
+    | StateRequest
+    | StateOffer
+    | AggregateRequest
+)
+MESSAGE_TYPES: tuple[str, ...] = tuple(
+    cls.__struct_config__.tag
+    for cls in Message.__args__  # type: ignore[attr-defined]
+)
+
+
+class _Envelope(msgspec.Struct, array_like=True):
+    version: int
+    body: msgspec.Raw
+
+
+_envelope_decoder = msgspec.msgpack.Decoder(_Envelope)
+_body_decoder = msgspec.msgpack.Decoder(Message)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_message(message: Message) -> bytes:
+    """The bytes of one message; a message over ``MAX_FRAME_BYTES`` is the sender's bug."""
+    body = _encoder.encode(message)
+    data = _encoder.encode(_Envelope(version=PROTOCOL_VERSION, body=msgspec.Raw(body)))
+    if len(data) > MAX_FRAME_BYTES:
+        raise LocalProtocolError(
+            f"{type(message).__name__} encodes to {len(data)} bytes > MAX_FRAME_BYTES "
+            f"({MAX_FRAME_BYTES})",
+            reason="oversized",
+        )
+    return data
+
+
+def decode_message(data: bytes | bytearray | memoryview) -> Message:
+    """Parse and validate one message; ``RemoteProtocolError`` on any bad input."""
+    if len(data) > MAX_FRAME_BYTES:
+        raise RemoteProtocolError(
+            f"frame of {len(data)} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})",
+            reason="oversized",
+        )
+    try:
+        envelope = _envelope_decoder.decode(data)
+    except msgspec.DecodeError as error:  # ValidationError is a subclass
+        raise RemoteProtocolError(f"malformed envelope: {error}", reason="malformed") from None
+    if envelope.version != PROTOCOL_VERSION:
+        raise RemoteProtocolError(
+            f"protocol version {envelope.version} is not supported (this node speaks "
+            f"{PROTOCOL_VERSION})",
+            reason="version",
+        )
+    try:
+        return _body_decoder.decode(envelope.body)
+    except msgspec.DecodeError as error:
+        raise RemoteProtocolError(f"malformed message: {error}", reason="malformed") from None

@@ -1,0 +1,262 @@
+"""The local channel between a node's control process and its worker process.
+
+A Unix socketpair carries length-prefixed msgpack messages (one tagged union per
+direction).  Only small messages travel here (commands, fingerprints, contributor
+lists, inference batches); tensors stay in the worker, which owns the bulk links.
+Either side treats EOF as the death of the other and exits: the node dies as a
+whole (DESIGN.md, the control/worker split).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Annotated, Literal
+
+import msgspec
+
+from swarmshake.reference_node.training.byzantine import ByzantineBehaviour
+
+# Inference batches (256 x 1024 floats) are the largest legitimate message.
+MAX_IPC_BYTES = 8 * 1024 * 1024
+_LENGTH = struct.Struct("!I")
+# The worker reports at least this often; silence for WORKER_SILENCE_S means it hung.
+WORKER_REPORT_S = 0.5
+WORKER_SILENCE_S = 30.0
+
+NodeList = list[str]
+
+
+class _Msg(msgspec.Struct, kw_only=True, frozen=True, tag_field="op"):
+    pass
+
+
+# --- control -> worker ---------------------------------------------------------------------
+
+
+class WorkerInit(_Msg, tag="init"):
+    config_toml_path: str
+    overrides_json: str
+    incarnation: int
+    bulk_port: int
+    # Where this node's worker dials each peer's worker (bulk channel).
+    peers: dict[str, tuple[str, int]]
+    resume_from_checkpoint: bool = True
+
+
+class UpdatePeers(_Msg, tag="update_peers"):
+    peers: dict[str, tuple[str, int]]
+
+
+class Contribute(_Msg, tag="contribute"):
+    """Compute this node's contribution for ``step`` and send it to ``to`` (bulk)."""
+
+    step: int
+    to: NodeList
+
+
+class BuildAggregate(_Msg, tag="build_aggregate"):
+    """Aggregate the held contributions of ``contributors`` for ``step``."""
+
+    step: int
+    contributors: NodeList
+
+
+class FetchAggregate(_Msg, tag="fetch_aggregate"):
+    """Ask ``source`` (its worker) for the aggregate ``agg_fp`` of ``step``."""
+
+    step: int
+    agg_fp: str
+    source: str
+
+
+class ApplyCommitted(_Msg, tag="apply"):
+    step: int
+    agg_fp: str
+
+
+class PullState(_Msg, tag="pull_state"):
+    """Rejoin: ask ``source`` for its live state, stream it in, verify, install."""
+
+    source: str
+
+
+class WriteCheckpoint(_Msg, tag="write_checkpoint"):
+    replicate_to: NodeList = []
+
+
+class SetBehaviour(_Msg, tag="set_behaviour"):
+    behaviour: ByzantineBehaviour
+
+
+class Infer(_Msg, tag="infer"):
+    request_id: int
+    inputs: list[list[float]]
+
+
+class Shutdown(_Msg, tag="shutdown"):
+    pass
+
+
+ToWorker = (
+    WorkerInit
+    | UpdatePeers
+    | Contribute
+    | BuildAggregate
+    | FetchAggregate
+    | ApplyCommitted
+    | PullState
+    | WriteCheckpoint
+    | SetBehaviour
+    | Infer
+    | Shutdown
+)
+
+
+# --- worker -> control ---------------------------------------------------------------------
+
+
+class WorkerReady(_Msg, tag="ready"):
+    step: int
+    param_fp: str
+    bulk_port: int
+    worker_pid: int
+    source: str  # "initial" | "checkpoint"
+    torch_version: str
+    threads: int
+    cpu_flags: str
+
+
+class Contributed(_Msg, tag="contributed"):
+    step: int
+    loss: float
+    samples: int
+
+
+class ContributionArrived(_Msg, tag="contribution_arrived"):
+    step: int
+    sender: str
+
+
+class AggregateHeld(_Msg, tag="aggregate_held"):
+    """The worker holds the aggregate ``agg_fp`` of ``step`` over ``contributors``."""
+
+    step: int
+    agg_fp: str
+    contributors: NodeList
+
+
+class AggregateMissing(_Msg, tag="aggregate_missing"):
+    step: int
+    missing: NodeList
+    agg_fp: str = ""
+    reason: str = ""
+
+
+class Applied(_Msg, tag="applied"):
+    step: int  # the step whose aggregate was applied; the state is now at step + 1
+    agg_fp: str
+    param_fp: str
+
+
+class StateInstalled(_Msg, tag="state_installed"):
+    step: int  # the next step to run
+    param_fp: str
+    source: str
+    nbytes: int
+
+
+class StateFailed(_Msg, tag="state_failed"):
+    source: str
+    reason: str
+
+
+class CheckpointDone(_Msg, tag="checkpoint_done"):
+    step: int
+    path: str
+
+
+class InferResult(_Msg, tag="infer_result"):
+    request_id: int
+    outputs: list[list[float]] = []
+    error: str = ""
+
+
+class WorkerReport(_Msg, tag="report"):
+    """Periodic liveness and counters of the worker (bulk links, drops)."""
+
+    step: int
+    param_fp: str
+    bulk_drops: dict[str, int]
+    bulk_bytes_sent: int
+    bulk_bytes_received: int
+    queue_rejected: int
+    last_step_s: float = 0.0
+
+
+FromWorker = (
+    WorkerReady
+    | Contributed
+    | ContributionArrived
+    | AggregateHeld
+    | AggregateMissing
+    | Applied
+    | StateInstalled
+    | StateFailed
+    | CheckpointDone
+    | InferResult
+    | WorkerReport
+)
+
+Direction = Literal["to_worker", "from_worker"]
+Payload = Annotated[bytes, msgspec.Meta(max_length=MAX_IPC_BYTES)]
+
+
+class IpcError(Exception):
+    """The other process is gone or sent something that is not a message."""
+
+
+class IpcChannel:
+    """One end of the socketpair, as asyncio streams with typed send/receive."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, receive_type: object):
+        self._reader = reader
+        self._writer = writer
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(receive_type)
+
+    @classmethod
+    async def from_socket(cls, sock, receive_type: object) -> IpcChannel:  # noqa: ANN001
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_IPC_BYTES + 16)
+        return cls(reader, writer, receive_type)
+
+    def send(self, message: _Msg) -> None:
+        """Write one message (non-blocking; the kernel buffer plus asyncio's transport
+        buffer absorb bursts, and ``drain`` in ``flush`` bounds them)."""
+        data = self._encoder.encode(message)
+        if len(data) > MAX_IPC_BYTES:
+            raise IpcError(f"{type(message).__name__} of {len(data)} bytes exceeds {MAX_IPC_BYTES}")
+        self._writer.write(_LENGTH.pack(len(data)) + data)
+
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        async with asyncio.timeout(timeout_s):
+            await self._writer.drain()
+
+    async def receive(self, timeout_s: float) -> object:
+        try:
+            async with asyncio.timeout(timeout_s):
+                (length,) = _LENGTH.unpack(await self._reader.readexactly(_LENGTH.size))
+                if length > MAX_IPC_BYTES:
+                    raise IpcError(f"message of {length} bytes exceeds {MAX_IPC_BYTES}")
+                data = await self._reader.readexactly(length)
+        except asyncio.IncompleteReadError:
+            raise IpcError("the other process closed the channel") from None
+        except TimeoutError:
+            raise IpcError(f"no message for {timeout_s}s: the other process hung") from None
+        try:
+            return self._decoder.decode(data)
+        except msgspec.DecodeError as error:
+            raise IpcError(f"undecodable message: {error}") from None
+
+    def close(self) -> None:
+        self._writer.transport.abort()

@@ -1,0 +1,488 @@
+"""The node's worker process: training steps, bulk tensor I/O, aggregation, checkpoints.
+
+Started by the control process (``node.py``) as ``python -m
+swarmshake.reference_node.runtime.worker FD`` with one end of a socketpair; runs
+niced (DESIGN.md: so heartbeats on the control process win the CPU) and dies with
+its parent (``PR_SET_PDEATHSIG`` plus EOF on the socketpair).
+
+Its asyncio loop owns the bulk listener and diallers (decoding and HMAC of large
+frames happen here, never on the control loop).  Tensor math runs on one compute
+thread (torch releases the GIL), so the loop keeps serving bulk frames while a
+step computes, and compute operations never race on the parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from swarmshake.kernels import fingerprint_hex
+from swarmshake.reference_node import checkpoint
+from swarmshake.reference_node.config import NodeConfig, load
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.runtime import ipc
+from swarmshake.reference_node.runtime.bulk import (
+    Assembler,
+    AssemblyError,
+    BulkChunk,
+    BulkMessage,
+    BulkRefusal,
+    BulkRequest,
+    split,
+)
+from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
+from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks, QueueFull
+from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
+from swarmshake.reference_node.training.environment import configure_torch, environment_facts
+from swarmshake.reference_node.training.step import Replica
+
+# A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
+# hold up the others for longer than a step is worth.
+BULK_SEND_TIMEOUT_S = 10.0
+# Aggregates are kept this many steps back so a lagging acceptor or learner can fetch.
+KEEP_AGGREGATE_STEPS = 4
+# Contributions are accepted for the current step and this many ahead (peers run
+# at most one step ahead of a node that is applying its commit).
+AHEAD_STEPS = 2
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the control process dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: EOF on the socketpair still ends the worker
+
+
+class Worker:
+    def __init__(self, config: NodeConfig, init: ipc.WorkerInit, channel: ipc.IpcChannel):
+        self.config = config
+        self.node = config.node_id
+        self.incarnation = init.incarnation
+        self.channel = channel
+        self.compute = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        self.events = history.EventWriter(config.events_path)
+        self.lamport = 0
+        self.replica = Replica(config.training, self.node)
+        self.source = "initial"
+        param_bytes = self.replica.model.parameter_count * 4
+        self.assembler = Assembler(max_blob_bytes=param_bytes)
+        self.contributions: dict[int, dict[str, torch.Tensor]] = {}
+        self.aggregates: dict[tuple[int, str], torch.Tensor] = {}
+        self.aggregate_waiters: dict[tuple[int, str], str] = {}  # (step, fp) -> source asked
+        self.state_pull: tuple[str, checkpoint.StateAssembler] | None = None
+        self.drops = DropCounter(on_drop=self._on_drop)
+        self.codec: PayloadCodec[BulkMessage] = PayloadCodec(BulkMessage, self.drops)
+        self.book = AddressBook(
+            {peer: PeerAddress(host=host, control_port=0, bulk_port=port) for peer, (host, port) in init.peers.items()}
+        )
+        self.links = PeerLinks(
+            node_id=self.node,
+            incarnation=self.incarnation,
+            run_key=config.run_key(),
+            channel=Channel.BULK,
+            listen_host=config.network.listen_host,
+            listen_port=init.bulk_port,
+            book=self.book,
+            on_frame=self._on_frame,
+            counter=self.drops,
+            timeouts=config.link_timeouts(),
+            seed=config.node.seed,
+        )
+        self.group: asyncio.TaskGroup | None = None
+        self.last_step_s = 0.0
+        self._param_fp_cache: tuple[int, str] | None = None
+
+    # -- events -------------------------------------------------------------------------------
+
+    def log(self, cls: type[history.EventBase], step: int = -1, **fields: object) -> None:
+        self.lamport += 1
+        self.events.write(
+            cls(
+                t_wall=time.time(),
+                t_mono=time.monotonic(),
+                node=self.node,
+                incarnation=self.incarnation,
+                step=step,
+                lamport=self.lamport,
+                **fields,
+            )
+        )
+
+    def _on_drop(self, peer: str, reason: str) -> None:
+        self.log(history.FrameDrop, peer=peer, reason=f"bulk:{reason}")
+
+    async def run_compute(self, function, *args):  # noqa: ANN001, ANN201
+        return await asyncio.get_running_loop().run_in_executor(self.compute, function, *args)
+
+    # -- startup ------------------------------------------------------------------------------
+
+    async def load_checkpoint(self) -> None:
+        result = await self.run_compute(
+            lambda: checkpoint.load_latest(
+                self.config.checkpoint_dir,
+                max_payload_bytes=self.replica.model.parameter_count * 4 * 3,
+            )
+        )
+        for skipped in result.skipped:
+            self.log(history.CheckpointSkip, path=str(skipped.path), reason=skipped.reason)
+        if result.state is not None:
+            self.replica = Replica(self.config.training, self.node, result.state)
+            self.source = "checkpoint"
+
+    def param_fp(self) -> str:
+        step = self.replica.step
+        if self._param_fp_cache is None or self._param_fp_cache[0] != step:
+            self._param_fp_cache = (step, self.replica.param_fingerprint())
+        return self._param_fp_cache[1]
+
+    async def serve(self, init: ipc.WorkerInit) -> None:
+        async with asyncio.TaskGroup() as group:
+            self.group = group
+            ready = asyncio.Event()
+            group.create_task(self.links.serve(group, ready))
+            async with asyncio.timeout(10):
+                await ready.wait()
+            if init.resume_from_checkpoint:
+                await self.load_checkpoint()
+            facts = environment_facts(self.config.node.seed)
+            self.channel.send(
+                ipc.WorkerReady(
+                    step=self.replica.step,
+                    param_fp=await self.run_compute(self.param_fp),
+                    bulk_port=self.links.bound_port or 0,
+                    worker_pid=os.getpid(),
+                    source=self.source,
+                    torch_version=facts.torch_version,
+                    threads=facts.threads,
+                    cpu_flags=facts.cpu_flags,
+                )
+            )
+            group.create_task(self.report_loop())
+            await self.command_loop(group)
+
+    async def report_loop(self) -> None:
+        while True:
+            stats = self.links.stats
+            self.channel.send(
+                ipc.WorkerReport(
+                    step=self.replica.step,
+                    param_fp=self._param_fp_cache[1] if self._param_fp_cache else "",
+                    bulk_drops=dict(self.drops.counts),
+                    bulk_bytes_sent=stats.bytes_sent,
+                    bulk_bytes_received=stats.bytes_received,
+                    queue_rejected=stats.queue_rejected,
+                    last_step_s=self.last_step_s,
+                )
+            )
+            await self.channel.flush()
+            await asyncio.sleep(ipc.WORKER_REPORT_S)
+
+    async def command_loop(self, group: asyncio.TaskGroup) -> None:
+        while True:
+            # The control process sends at least its own pings; silence = it is gone.
+            message = await self.channel.receive(timeout_s=ipc.WORKER_SILENCE_S)
+            if isinstance(message, ipc.Shutdown):
+                raise SystemExit(0)
+            # Commands run as tasks so a long one (a step) never blocks bulk I/O or infer.
+            group.create_task(self.dispatch(message))
+
+    async def dispatch(self, message: object) -> None:
+        match message:
+            case ipc.Contribute():
+                await self.contribute(message)
+            case ipc.BuildAggregate():
+                await self.build_aggregate(message.step, message.contributors)
+            case ipc.FetchAggregate():
+                await self.fetch_aggregate(message)
+            case ipc.ApplyCommitted():
+                await self.apply(message)
+            case ipc.PullState():
+                await self.pull_state(message.source)
+            case ipc.WriteCheckpoint():
+                await self.write_checkpoint()
+            case ipc.SetBehaviour():
+                await self.set_behaviour(message)
+            case ipc.Infer():
+                await self.infer(message)
+            case ipc.UpdatePeers():
+                for peer, (host, port) in message.peers.items():
+                    self.book.set_harness(peer, PeerAddress(host=host, control_port=0, bulk_port=port))
+                    self.links.link(peer).reconnect()
+            case _:
+                raise ipc.IpcError(f"worker cannot handle {type(message).__name__}")
+
+    # -- steps --------------------------------------------------------------------------------
+
+    async def contribute(self, message: ipc.Contribute) -> None:
+        if message.step != self.replica.step:
+            return  # the control process moved on (a commit raced the request)
+        started = time.perf_counter()
+        result = await self.run_compute(self.replica.contribution)
+        self.last_step_s = time.perf_counter() - started
+        step = message.step
+        self.log(history.TrainStep, step=step, loss=result.loss, samples=result.samples)
+        self.contributions.setdefault(step, {})[self.node] = result.gradient
+        self.channel.send(ipc.Contributed(step=step, loss=result.loss, samples=result.samples))
+        payload = memoryview(result.gradient.numpy()).cast("B")
+        for peer in message.to:
+            if peer == self.node:
+                continue
+            # DESIGN: log the send before doing it.
+            self.log(history.AggSend, step=step, to=peer, nbytes=payload.nbytes)
+            assert self.group is not None
+            self.group.create_task(self.send_blob(peer, split("contribution", step, "", payload)))
+
+    async def send_blob(self, peer: str, chunks) -> None:  # noqa: ANN001
+        try:
+            for chunk in chunks:
+                await self.links.send(peer, self.codec.encode(chunk), BULK_SEND_TIMEOUT_S)
+        except QueueFull:
+            pass  # counted in links.stats.queue_rejected; the protocol retries or moves on
+
+    async def build_aggregate(self, step: int, contributors: list[str]) -> None:
+        held = self.contributions.get(step, {})
+        missing = sorted(set(contributors) - set(held))
+        if missing:
+            self.channel.send(ipc.AggregateMissing(step=step, missing=missing, reason="contributions"))
+            return
+        chosen = {name: held[name] for name in contributors}
+        try:
+            result = await self.run_compute(aggregate, self.config.training, chosen)
+        except AggregationError as error:
+            self.channel.send(ipc.AggregateMissing(step=step, missing=[], reason=str(error)[:120]))
+            return
+        agg_fp = await self.run_compute(fingerprint_hex, result)
+        self.aggregates[(step, agg_fp)] = result
+        self.channel.send(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=sorted(contributors)))
+
+    async def fetch_aggregate(self, message: ipc.FetchAggregate) -> None:
+        key = (message.step, message.agg_fp)
+        if key in self.aggregates:
+            self.channel.send(ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[]))
+            return
+        self.aggregate_waiters[key] = message.source
+        request = BulkRequest(kind="aggregate", step=message.step, key=message.agg_fp)
+        await self.send_blob(message.source, iter([request]))
+
+    async def apply(self, message: ipc.ApplyCommitted) -> None:
+        held = self.aggregates.get((message.step, message.agg_fp))
+        if held is None or message.step != self.replica.step:
+            reason = "not held" if held is None else f"state is at step {self.replica.step}"
+            self.channel.send(
+                ipc.AggregateMissing(step=message.step, missing=[], agg_fp=message.agg_fp, reason=reason)
+            )
+            return
+        param_fp = await self.run_compute(self.replica.apply, message.step, held)
+        self._param_fp_cache = (self.replica.step, param_fp)
+        self.contributions = {s: c for s, c in self.contributions.items() if s > message.step}
+        self.aggregates = {
+            key: value for key, value in self.aggregates.items() if key[0] > message.step - KEEP_AGGREGATE_STEPS
+        }
+        self.assembler.forget_steps_before(message.step + 1)
+        self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
+        every = self.config.step.checkpoint_every
+        if every and self.replica.step % every == 0:
+            await self.write_checkpoint()
+
+    async def set_behaviour(self, message: ipc.SetBehaviour) -> None:
+        behaviour = message.behaviour
+        import msgspec
+
+        behaviour = msgspec.structs.replace(behaviour, since_step=self.replica.step)
+        self.replica.set_behaviour(behaviour)
+        self.log(
+            history.ByzantineSwitch,
+            step=self.replica.step,
+            mode=behaviour.mode,
+            seed=behaviour.seed,
+            magnitude=behaviour.magnitude,
+            noise_std=behaviour.noise_std,
+        )
+
+    async def infer(self, message: ipc.Infer) -> None:
+        def forward() -> list[list[float]]:
+            with torch.no_grad():
+                inputs = torch.tensor(message.inputs, dtype=torch.float32)
+                return self.replica.model.forward(self.replica.state.params, inputs).tolist()
+
+        outputs = await self.run_compute(forward)
+        self.channel.send(ipc.InferResult(request_id=message.request_id, outputs=outputs))
+
+    # -- checkpoints and state transfer --------------------------------------------------------
+
+    async def write_checkpoint(self) -> None:
+        state = self.replica.state
+        info = await self.run_compute(
+            lambda: checkpoint.write_checkpoint(self.config.checkpoint_dir, state, node=self.node)
+        )
+        self.log(
+            history.CheckpointWrite,
+            step=info.step,
+            path=str(info.path),
+            sha256=info.sha256,
+            param_fp=info.param_fp,
+            nbytes=info.nbytes,
+        )
+        self.channel.send(ipc.CheckpointDone(step=info.step, path=str(info.path)))
+
+    async def pull_state(self, source: str) -> None:
+        limit = self.replica.model.parameter_count * 4 * 3
+        self.state_pull = (source, checkpoint.StateAssembler(max_payload_bytes=limit))
+        self.log(history.RejoinBegin, step=self.replica.step, source=source, from_step=self.replica.step)
+        await self.send_blob(source, iter([BulkRequest(kind="state")]))
+
+    async def serve_state(self, requester: str) -> None:
+        snapshot = await self.run_compute(self.replica.state.clone)
+        fp = await self.run_compute(snapshot.param_fingerprint)
+        chunks = checkpoint.state_chunks(snapshot, node=self.node)
+        await self.send_blob(requester, split("state", snapshot.step, fp, chunks))
+
+    async def serve_aggregate(self, requester: str, step: int, key: str) -> None:
+        held = self.aggregates.get((step, key))
+        if held is None:
+            refusal = BulkRefusal(kind="aggregate", step=step, key=key, reason="not held")
+            await self.send_blob(requester, iter([refusal]))
+            return
+        payload = memoryview(held.numpy()).cast("B")
+        await self.send_blob(requester, split("aggregate", step, key, payload))
+
+    # -- inbound bulk ---------------------------------------------------------------------------
+
+    def _on_frame(self, frame: Frame) -> None:
+        message = self.codec.decode(frame)
+        if message is None:
+            return
+        sender = frame.header.sender
+        assert self.group is not None
+        if isinstance(message, BulkRequest):
+            if message.kind == "state":
+                self.group.create_task(self.serve_state(sender))
+            else:
+                self.group.create_task(self.serve_aggregate(sender, message.step, message.key))
+        elif isinstance(message, BulkRefusal):
+            key = (message.step, message.key)
+            if self.aggregate_waiters.pop(key, None) is not None:
+                self.channel.send(
+                    ipc.AggregateMissing(step=message.step, missing=[], agg_fp=message.key, reason=message.reason)
+                )
+        elif message.kind == "state":
+            self._on_state_chunk(sender, message)
+        else:
+            self._on_blob_chunk(sender, message)
+
+    def _on_blob_chunk(self, sender: str, chunk: BulkChunk) -> None:
+        step = self.replica.step
+        if chunk.kind == "contribution" and not step <= chunk.step <= step + AHEAD_STEPS:
+            self.drops.drop("stale_step", sender)
+            return
+        try:
+            blob = self.assembler.feed(sender, chunk)
+        except AssemblyError as error:
+            self.drops.drop(error.reason, sender)
+            return
+        if blob is None:
+            return
+        if len(blob) != self.replica.model.parameter_count * 4:
+            self.drops.drop("wrong_tensor_size", sender)
+            return
+        tensor = torch.frombuffer(blob, dtype=torch.float32)
+        if chunk.kind == "contribution":
+            self.contributions.setdefault(chunk.step, {})[sender] = tensor
+            self.channel.send(ipc.ContributionArrived(step=chunk.step, sender=sender))
+        elif chunk.kind == "aggregate":
+            assert self.group is not None
+            self.group.create_task(self._verify_aggregate(sender, chunk.step, chunk.key, tensor))
+
+    async def _verify_aggregate(self, sender: str, step: int, key: str, tensor: torch.Tensor) -> None:
+        if (step, key) not in self.aggregate_waiters:
+            self.drops.drop("unrequested_aggregate", sender)
+            return
+        actual = await self.run_compute(fingerprint_hex, tensor)
+        del self.aggregate_waiters[(step, key)]
+        if actual != key:
+            self.drops.drop("aggregate_fingerprint_mismatch", sender)
+            self.channel.send(ipc.AggregateMissing(step=step, missing=[], agg_fp=key, reason="fingerprint mismatch"))
+            return
+        self.aggregates[(step, key)] = tensor
+        self.channel.send(ipc.AggregateHeld(step=step, agg_fp=key, contributors=[]))
+
+    def _on_state_chunk(self, sender: str, chunk: BulkChunk) -> None:
+        if self.state_pull is None or self.state_pull[0] != sender:
+            self.drops.drop("unrequested_state", sender)
+            return
+        source, assembler = self.state_pull
+        try:
+            assembler.feed(chunk.data)
+        except checkpoint.CheckpointError as error:
+            self.state_pull = None
+            self.channel.send(ipc.StateFailed(source=source, reason=error.reason))
+            return
+        if chunk.last:
+            self.state_pull = None
+            assert self.group is not None
+            self.group.create_task(self._install_state(source, assembler, chunk.key))
+
+    async def _install_state(self, source: str, assembler: checkpoint.StateAssembler, claimed_fp: str) -> None:
+        try:
+            state = await self.run_compute(assembler.finish)  # verifies hashes and fingerprint
+        except checkpoint.CheckpointError as error:
+            self.log(history.RejoinDone, source=source, param_fp="", verified=False)
+            self.channel.send(ipc.StateFailed(source=source, reason=error.reason))
+            return
+        fp = state.param_fingerprint()
+        if fp != claimed_fp:
+            self.channel.send(ipc.StateFailed(source=source, reason="fingerprint differs from offer"))
+            return
+        self.replica = Replica(self.config.training, self.node, state)
+        self._param_fp_cache = (state.step, fp)
+        self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
+        self.log(
+            history.RejoinDone, step=state.step, source=source, param_fp=fp,
+            nbytes=assembler.received_bytes, verified=True,
+        )
+        self.channel.send(
+            ipc.StateInstalled(step=state.step, param_fp=fp, source=source, nbytes=assembler.received_bytes)
+        )
+
+
+async def worker_main(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    channel = await ipc.IpcChannel.from_socket(sock, ipc.ToWorker)
+    init = await channel.receive(timeout_s=30)
+    if not isinstance(init, ipc.WorkerInit):
+        raise ipc.IpcError(f"first message must be init, got {type(init).__name__}")
+    overrides = json.loads(init.overrides_json)
+    config = load(Path(init.config_toml_path), overrides)
+    configure_torch(config.training.threads)
+    worker = Worker(config, init, channel)
+    try:
+        await worker.serve(init)
+    except* ipc.IpcError:
+        return 3  # the control process is gone: the node dies as a whole
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m swarmshake.reference_node.runtime.worker FD NICE", file=sys.stderr)
+        return 64
+    _die_with_parent()
+    os.nice(int(argv[1]))
+    return asyncio.run(worker_main(int(argv[0])))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Combining the contributions of one step into the aggregate gradient.
+
+Deterministic given the contributor set: contributions are stacked in the order
+of their node ids (plain string order), so every replica and the replay build the
+same ``[k, d]`` matrix and run the same ops on it.  The robust rules go through
+``swarmshake.kernels`` (a CUDA kernel on GPU tensors, the torch reference on
+CPU), so the aggregation the node runs is the one the kernels' tests check.
+
+Non-finite values (NaN, inf) count as outliers: the plain mean drops every
+contribution holding one (a mean has no other way to ignore them); median and
+trimmed mean exclude them per coordinate and Krum puts such a peer at infinite
+distance (see ``kernels``).  Krum returns the selected contribution; multi-Krum
+the mean of the ``m`` selected ones, in node-id order.  An aggregate that is
+still not finite is refused (``AggregationError``), never applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from swarmshake import kernels
+from swarmshake.reference_node.training.config import TrainingConfig
+
+
+class AggregationError(ValueError):
+    """The contributions of a step cannot be aggregated under the configured rule."""
+
+
+def ordered(contributions: Mapping[str, torch.Tensor]) -> tuple[list[str], torch.Tensor]:
+    """Contributor ids in aggregation order and the stacked ``[k, d]`` matrix."""
+    if not contributions:
+        raise AggregationError("no contributions to aggregate")
+    names = sorted(contributions)
+    first = contributions[names[0]]
+    for name in names:
+        tensor = contributions[name]
+        if tensor.dim() != 1 or tensor.shape != first.shape or tensor.dtype != first.dtype:
+            raise AggregationError(
+                f"contribution of {name!r} is {tensor.dtype} {tuple(tensor.shape)}, expected "
+                f"a flat {first.dtype} tensor of {first.numel()} elements"
+            )
+    return names, torch.stack([contributions[name] for name in names])
+
+
+def aggregate(config: TrainingConfig, contributions: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The aggregate gradient of one step under ``config.aggregation``."""
+    names, stacked = ordered(contributions)
+    count = len(names)
+    try:
+        config.check_cluster(count)
+    except ValueError as error:
+        raise AggregationError(f"{count} contributors ({', '.join(names)}): {error}") from None
+    rule = config.aggregation
+    f = config.byzantine_f
+    if rule == "mean":
+        result = finite_mean(stacked)
+    elif rule == "median":
+        result = kernels.coordinate_median(stacked)
+    elif rule == "trimmed_mean":
+        result = kernels.trimmed_mean(stacked, f)
+    elif rule in ("krum", "multi_krum"):
+        m = 1 if rule == "krum" else config.multi_krum_m
+        selected = sorted(int(index) for index in kernels.krum_select(stacked, f, m=m))
+        result = finite_mean(stacked[selected])
+    else:
+        raise AggregationError(f"unknown aggregation rule {rule!r}")
+    bad = int((~torch.isfinite(result)).sum())
+    if bad:
+        # More outliers than the rule tolerates at some coordinate: applying it would
+        # poison every replica, so the step cannot be committed with this set.
+        raise AggregationError(
+            f"{rule} of {count} contributors ({', '.join(names)}) has {bad} non-finite "
+            f"coordinates: more than byzantine_f={f} contributions are bad there"
+        )
+    return result
+
+
+def finite_mean(stacked: torch.Tensor) -> torch.Tensor:
+    """Mean of the rows that hold only finite values, summed in row order.
+
+    Summed row by row rather than with ``stacked.mean(0)``: an element-wise add has
+    one rounding order whatever the thread count or SIMD width, a reduction kernel
+    does not promise that.
+    """
+    finite_rows = torch.isfinite(stacked).all(dim=1)
+    kept = [index for index in range(stacked.shape[0]) if bool(finite_rows[index])]
+    if not kept:
+        raise AggregationError("every contribution holds NaN or inf; nothing left to average")
+    total = stacked[kept[0]].clone()
+    for index in kept[1:]:
+        total.add_(stacked[index])
+    return total.div_(len(kept))

@@ -1,0 +1,47 @@
+"""A replica's whole training state: flat parameters, optimizer buffers, counters.
+
+This is what a checkpoint stores and what rejoin state transfer streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from swarmshake.kernels import fingerprint_hex
+
+
+@dataclass
+class TrainingState:
+    """``step`` is the next step to run: the state holds steps ``0..step-1`` applied."""
+
+    step: int
+    params: torch.Tensor  # flat, contiguous, float32
+    optimizer: str  # "sgd" | "adam"
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    update_count: int = 0  # updates applied (Adam's bias correction)
+
+    def __post_init__(self) -> None:
+        if self.step < 0 or self.update_count < 0:
+            raise ValueError(f"step and update_count must be >= 0, got {self.step}, {self.update_count}")
+        for name, tensor in {"params": self.params, **self.buffers}.items():
+            if tensor.dtype != torch.float32 or tensor.dim() != 1 or not tensor.is_contiguous():
+                raise ValueError(
+                    f"{name} must be a flat contiguous float32 tensor, got "
+                    f"{tensor.dtype} {tuple(tensor.shape)}"
+                )
+            if tensor.numel() != self.params.numel():
+                raise ValueError(f"{name} has {tensor.numel()} elements, params {self.params.numel()}")
+
+    def param_fingerprint(self) -> str:
+        return fingerprint_hex(self.params)
+
+    def clone(self) -> TrainingState:
+        return TrainingState(
+            step=self.step,
+            params=self.params.clone(),
+            optimizer=self.optimizer,
+            buffers={name: tensor.clone() for name, tensor in self.buffers.items()},
+            update_count=self.update_count,
+        )

@@ -1,0 +1,230 @@
+------------------------------ MODULE Detector ------------------------------
+(***************************************************************************)
+(* Failure detection with suspicion, incarnations, refutation and          *)
+(* confirmation (SWIM-style), in discrete time.  Mirrors the detector      *)
+(* core: heartbeats every HeartbeatPeriod ticks; a peer silent for more    *)
+(* than SuspectAfter ticks is suspected (the suspicion is sent to it); a   *)
+(* suspected node refutes by raising its incarnation; a suspicion that     *)
+(* stands ConfirmAfter ticks without a refutation confirms the peer dead.  *)
+(* Views carry an epoch that rises on every change of the live set.        *)
+(*                                                                         *)
+(* Time: one Tick is one unit; a message within the envelope is delivered  *)
+(* within MaxDelay ticks (Tick is disabled while a message is due), and a  *)
+(* live process handles every due event before the next Tick (Δ_proc = 1). *)
+(* Environment: Crash, Restart (a new incarnation) and Lose (a message     *)
+(* lost or cut by a partition: it leaves the envelope, so S4 is no longer  *)
+(* demanded, exactly as the S4 checker answers "unknown" outside it).      *)
+(*                                                                         *)
+(* Fairness (what the implementation assumes): time advances (WF Tick);    *)
+(* a live node eventually takes each enabled protocol step (WF on          *)
+(* heartbeat, delivery, suspect, confirm).  Crash/Restart/Lose: no         *)
+(* fairness.  Bugs (bugs.py names) switch on the known mistakes.           *)
+(***************************************************************************)
+EXTENDS Naturals, FiniteSets
+
+CONSTANTS
+    Nodes,            \* node ids
+    HeartbeatPeriod,  \* ticks between two heartbeats of a node
+    MaxDelay,         \* Δ: ticks within which the envelope delivers a message
+    SuspectAfter,     \* silence (ticks) after which a peer is suspected
+    ConfirmAfter,     \* ticks an unrefuted suspicion stands before "dead"
+    MaxCrashes,       \* crashes the environment may inject
+    AllowLoss,        \* may the environment lose messages (leave the envelope)?
+    MaxIncarnation,   \* bound on incarnations (state constraint, for TLC only)
+    MaxEpoch,         \* bound on view epochs (state constraint, for TLC only)
+    Bugs              \* switched-on known bugs, by their bugs.py names
+
+ASSUME HeartbeatPeriod >= 1 /\ MaxDelay >= 1 /\ SuspectAfter >= HeartbeatPeriod
+ASSUME Bugs \subseteq {"eager-dead", "no-refute"}
+
+VARIABLES
+    up,        \* up[n]: the process runs
+    inc,       \* inc[n]: n's own incarnation (persisted across restarts)
+    bornInc,   \* bornInc[n]: first incarnation of n's current life (ghost)
+    beatIn,    \* beatIn[n]: ticks until n's next heartbeat
+    silence,   \* silence[n][p]: ticks since n last heard p (capped)
+    view,      \* view[n][p]: [status, inc, age] n's opinion of p
+    epoch,     \* epoch[n]: n's view epoch (rises when its live set changes)
+    msgs,      \* in flight: [type |-> "hb"|"suspect", from, to, inc, age]
+    crashes,   \* crashes injected so far
+    lossy      \* TRUE once a message was lost (the run left the envelope)
+
+vars == <<up, inc, bornInc, beatIn, silence, view, epoch, msgs, crashes, lossy>>
+
+Bug(name) == name \in Bugs
+Cap(x, c) == IF x > c THEN c ELSE x
+SilenceCap == SuspectAfter + 1
+Peers(n) == Nodes \ {n}
+
+Alive(n) == {p \in Peers(n) : view[n][p].status # "dead"}
+
+\* A change of n's live set moves it to a new epoch.
+NewEpoch(n, newView) ==
+    epoch' = [epoch EXCEPT ![n] =
+        IF {p \in Peers(n) : newView[p].status # "dead"} = Alive(n) THEN @ ELSE @ + 1]
+
+Init ==
+    /\ up = [n \in Nodes |-> TRUE]
+    /\ inc = [n \in Nodes |-> 0]
+    /\ bornInc = [n \in Nodes |-> 0]
+    /\ beatIn = [n \in Nodes |-> 0]
+    /\ silence = [n \in Nodes |-> [p \in Nodes |-> 0]]
+    /\ view = [n \in Nodes |-> [p \in Nodes |-> [status |-> "alive", inc |-> 0, age |-> 0]]]
+    /\ epoch = [n \in Nodes |-> 0]
+    /\ msgs = {}
+    /\ crashes = 0
+    /\ lossy = FALSE
+
+-----------------------------------------------------------------------------
+(* Protocol steps of a live node. *)
+
+Heartbeat(n) ==
+    /\ up[n] /\ beatIn[n] = 0
+    /\ msgs' = msgs \cup {[type |-> "hb", from |-> n, to |-> p, inc |-> inc[n], age |-> 0] : p \in Peers(n)}
+    /\ beatIn' = [beatIn EXCEPT ![n] = HeartbeatPeriod]
+    /\ UNCHANGED <<up, inc, bornInc, silence, view, epoch, crashes, lossy>>
+
+\* n hears p's heartbeat at incarnation i.  A higher incarnation clears a
+\* suspicion or a death (a refutation, or p restarted); the same incarnation
+\* only resets the silence: a suspicion at i stands until p refutes (SWIM).
+ReceiveHeartbeat(m) ==
+    LET n == m.to
+        p == m.from
+        known == view[n][p]
+        refutes == m.inc > known.inc
+        ignored == Bug("no-refute") /\ known.status = "suspect"
+        newEntry == IF refutes /\ ~ignored
+                    THEN [status |-> "alive", inc |-> m.inc, age |-> 0]
+                    ELSE known
+        newView == [view[n] EXCEPT ![p] = newEntry]
+    IN  /\ m \in msgs /\ m.type = "hb" /\ up[n]
+        /\ msgs' = msgs \ {m}
+        /\ silence' = IF m.inc >= known.inc
+                      THEN [silence EXCEPT ![n][p] = 0] ELSE silence
+        /\ view' = [view EXCEPT ![n] = newView]
+        /\ NewEpoch(n, newView)
+        /\ UNCHANGED <<up, inc, bornInc, beatIn, crashes, lossy>>
+
+\* p learns it is suspected at its current incarnation: it refutes by raising
+\* the incarnation and announcing it at once.
+ReceiveSuspicion(m) ==
+    LET p == m.to IN
+    /\ m \in msgs /\ m.type = "suspect" /\ up[p]
+    /\ IF m.inc = inc[p]
+       THEN /\ inc' = [inc EXCEPT ![p] = @ + 1]
+            /\ msgs' = (msgs \ {m}) \cup
+                 {[type |-> "hb", from |-> p, to |-> q, inc |-> inc[p] + 1, age |-> 0] : q \in Peers(p)}
+       ELSE /\ msgs' = msgs \ {m}
+            /\ UNCHANGED inc
+    /\ UNCHANGED <<up, bornInc, beatIn, silence, view, epoch, crashes, lossy>>
+
+\* Deliveries to a stopped process vanish (the socket is gone).
+DropAtStopped(m) ==
+    /\ m \in msgs /\ ~up[m.to]
+    /\ msgs' = msgs \ {m}
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, epoch, crashes, lossy>>
+
+Suspect(n, p) ==
+    /\ up[n] /\ n # p
+    /\ view[n][p].status = "alive"
+    /\ IF Bug("eager-dead")
+       THEN \* the mistake: dead on the first missed heartbeat, no suspicion phase
+            /\ silence[n][p] > HeartbeatPeriod
+            /\ LET newView == [view[n] EXCEPT ![p] = [@ EXCEPT !.status = "dead", !.age = 0]]
+               IN /\ view' = [view EXCEPT ![n] = newView]
+                  /\ NewEpoch(n, newView)
+            /\ UNCHANGED msgs
+       ELSE /\ silence[n][p] > SuspectAfter
+            /\ view' = [view EXCEPT ![n][p] = [@ EXCEPT !.status = "suspect", !.age = 0]]
+            /\ msgs' = msgs \cup {[type |-> "suspect", from |-> n, to |-> p, inc |-> view[n][p].inc, age |-> 0]}
+            /\ UNCHANGED epoch
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, crashes, lossy>>
+
+Confirm(n, p) ==
+    /\ up[n] /\ n # p
+    /\ view[n][p].status = "suspect" /\ view[n][p].age >= ConfirmAfter
+    /\ LET newView == [view[n] EXCEPT ![p] = [@ EXCEPT !.status = "dead", !.age = 0]]
+       IN /\ view' = [view EXCEPT ![n] = newView]
+          /\ NewEpoch(n, newView)
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, msgs, crashes, lossy>>
+
+\* One unit of time.  Disabled while a live node owes a heartbeat or a message
+\* is due (age = MaxDelay): that is the bounded-delay envelope.
+Tick ==
+    /\ \A n \in Nodes : up[n] => beatIn[n] > 0
+    /\ \A m \in msgs : m.age < MaxDelay
+    /\ beatIn' = [n \in Nodes |-> IF up[n] THEN beatIn[n] - 1 ELSE beatIn[n]]
+    /\ silence' = [n \in Nodes |-> [p \in Nodes |-> Cap(silence[n][p] + 1, SilenceCap)]]
+    /\ view' = [n \in Nodes |-> [p \in Nodes |->
+                   [view[n][p] EXCEPT !.age = Cap(@ + 1, ConfirmAfter)]]]
+    /\ msgs' = {[m EXCEPT !.age = @ + 1] : m \in msgs}
+    /\ UNCHANGED <<up, inc, bornInc, epoch, crashes, lossy>>
+
+-----------------------------------------------------------------------------
+(* Environment. *)
+
+Crash(n) ==
+    /\ up[n] /\ crashes < MaxCrashes
+    /\ up' = [up EXCEPT ![n] = FALSE]
+    /\ crashes' = crashes + 1
+    /\ UNCHANGED <<inc, bornInc, beatIn, silence, view, epoch, msgs, lossy>>
+
+\* A restart is a new life with a new incarnation and a fresh view.
+Restart(n) ==
+    /\ ~up[n]
+    /\ up' = [up EXCEPT ![n] = TRUE]
+    /\ inc' = [inc EXCEPT ![n] = @ + 1]
+    /\ bornInc' = [bornInc EXCEPT ![n] = inc[n] + 1]
+    /\ beatIn' = [beatIn EXCEPT ![n] = 0]
+    /\ silence' = [silence EXCEPT ![n] = [p \in Nodes |-> 0]]
+    /\ view' = [view EXCEPT ![n] = [p \in Nodes |-> [view[n][p] EXCEPT !.status = "alive", !.age = 0]]]
+    /\ epoch' = [epoch EXCEPT ![n] = @ + 1]
+    /\ UNCHANGED <<msgs, crashes, lossy>>
+
+Lose(m) ==
+    /\ AllowLoss /\ m \in msgs
+    /\ msgs' = msgs \ {m}
+    /\ lossy' = TRUE
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, epoch, crashes>>
+
+-----------------------------------------------------------------------------
+Protocol ==
+    \/ \E n \in Nodes : Heartbeat(n)
+    \/ \E m \in msgs : ReceiveHeartbeat(m) \/ ReceiveSuspicion(m) \/ DropAtStopped(m)
+    \/ \E n, p \in Nodes : Suspect(n, p) \/ Confirm(n, p)
+
+Environment ==
+    \/ \E n \in Nodes : Crash(n) \/ Restart(n)
+    \/ \E m \in msgs : Lose(m)
+
+Next == Protocol \/ Tick \/ Environment
+
+Fairness ==
+    /\ WF_vars(Tick)
+    /\ \A n \in Nodes : WF_vars(Heartbeat(n))
+    /\ WF_vars(\E m \in msgs : ReceiveHeartbeat(m) \/ ReceiveSuspicion(m) \/ DropAtStopped(m))
+    /\ \A n, p \in Nodes : WF_vars(Suspect(n, p)) /\ WF_vars(Confirm(n, p))
+
+Spec == Init /\ [][Next]_vars /\ Fairness
+
+\* For TLC only: incarnations and epochs rise without bound in an infinite run.
+Bounds == /\ \A n \in Nodes : inc[n] <= MaxIncarnation /\ epoch[n] <= MaxEpoch
+
+-----------------------------------------------------------------------------
+(* Properties. *)
+
+TypeOK ==
+    /\ up \in [Nodes -> BOOLEAN]
+    /\ \A n, p \in Nodes : view[n][p].status \in {"alive", "suspect", "dead"}
+
+\* S4 detector accuracy: within the envelope, no node is declared dead at an
+\* incarnation of a life that is still running.
+S4 == ~lossy =>
+        \A n, p \in Nodes :
+            (n # p /\ view[n][p].status = "dead" /\ up[p]) => view[n][p].inc < bornInc[p]
+
+\* L1 completeness: a crashed node is eventually declared dead by every node
+\* that stays up (the bound D is the number of Ticks: SuspectAfter + ConfirmAfter + MaxDelay).
+L1 == \A n, p \in Nodes :
+        n # p => (~up[p] ~> (view[n][p].status = "dead" \/ ~up[n] \/ up[p]))
+=============================================================================

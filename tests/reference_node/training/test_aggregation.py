@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarmshake.kernels import fingerprint_hex
+from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
+from swarmshake.reference_node.training.byzantine import ByzantineBehaviour, corrupt_gradient
+from swarmshake.reference_node.training.config import TrainingConfig
+
+RULES = ["mean", "median", "trimmed_mean", "krum", "multi_krum"]
+
+
+def honest(count: int, size: int = 1000, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    center = torch.randn(size, generator=gen)
+    return {f"n{i}": center + 0.1 * torch.randn(size, generator=gen) for i in range(1, count + 1)}
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_result_depends_on_the_contributor_set_not_its_order(rule: str) -> None:
+    config = TrainingConfig(aggregation=rule, byzantine_f=1)  # type: ignore[arg-type]
+    contributions = honest(5)
+    forward = aggregate(config, contributions)
+    backward = aggregate(config, dict(reversed(list(contributions.items()))))
+    assert fingerprint_hex(forward) == fingerprint_hex(backward)
+
+
+def test_mean_is_the_mean() -> None:
+    contributions = honest(4)
+    result = aggregate(TrainingConfig(aggregation="mean"), contributions)
+    expected = torch.stack(list(contributions.values())).double().mean(0).float()
+    assert torch.allclose(result, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["median", "trimmed_mean", "krum", "multi_krum"])
+@pytest.mark.parametrize("mode", ["sign_flip", "scaled", "random_bits", "gaussian_noise"])
+def test_robust_rules_stay_near_the_honest_mean_with_one_bad_node(rule: str, mode: str) -> None:
+    config = TrainingConfig(aggregation=rule, byzantine_f=1)  # type: ignore[arg-type]
+    contributions = honest(5)
+    honest_mean = torch.stack(list(contributions.values())).mean(0)
+    behaviour = ByzantineBehaviour(mode=mode, noise_std=100.0)  # type: ignore[arg-type]
+    contributions["n3"] = corrupt_gradient(contributions["n3"], behaviour, step=4, node="n3")
+    result = aggregate(config, contributions)
+    assert torch.isfinite(result).all()
+    # honest values spread 0.1 around the center; an attacker's pull would be ~10..1e38
+    assert float((result - honest_mean).abs().max()) < 0.5
+
+
+def test_mean_drops_non_finite_contributions_whole() -> None:
+    contributions = honest(4)
+    poisoned = contributions["n2"].clone()
+    poisoned[17] = float("nan")
+    contributions["n2"] = poisoned
+    result = aggregate(TrainingConfig(aggregation="mean"), contributions)
+    others = torch.stack([contributions[n] for n in ("n1", "n3", "n4")])
+    assert torch.allclose(result, others.mean(0), atol=1e-6)
+
+
+def test_all_non_finite_is_refused_not_applied() -> None:
+    contributions = {name: torch.full((8,), float("inf")) for name in ("n1", "n2", "n3")}
+    with pytest.raises(AggregationError, match="NaN or inf"):
+        aggregate(TrainingConfig(aggregation="mean"), contributions)
+    with pytest.raises(AggregationError, match="non-finite coordinates"):
+        aggregate(TrainingConfig(aggregation="median", byzantine_f=1), contributions)
+
+
+def test_krum_selects_an_honest_contribution() -> None:
+    contributions = honest(5)
+    contributions["n2"] = contributions["n2"] * -10
+    result = aggregate(TrainingConfig(aggregation="krum", byzantine_f=1), contributions)
+    assert any(torch.equal(result, contributions[n]) for n in ("n1", "n3", "n4", "n5"))
+
+
+def test_too_few_contributors_for_krum_is_a_clear_error() -> None:
+    with pytest.raises(AggregationError, match=r"4 contributors \(n1, n2, n3, n4\).*2f\+3=5"):
+        aggregate(TrainingConfig(aggregation="krum", byzantine_f=1), honest(4))
+
+
+def test_mismatched_shapes_are_refused() -> None:
+    contributions = honest(3)
+    contributions["n2"] = contributions["n2"][:10]
+    with pytest.raises(AggregationError, match="n2"):
+        aggregate(TrainingConfig(), contributions)

@@ -1,0 +1,300 @@
+"""The history checkers on hand-built histories: a valid run and each way to break it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from swarmshake.chaos.commands import verify as verify_command
+from swarmshake.reference_node.protocol.history import (
+    HARNESS,
+    Accept,
+    Commit,
+    DeclareDead,
+    EventBase,
+    Fault,
+    History,
+    RejoinDone,
+    Start,
+    write_history,
+)
+from swarmshake.verify.checkers import PROPERTIES, Bounds, Verdict, check_history
+
+NODES = ["n0", "n1", "n2"]
+BOUNDS = Bounds(detection_s=1.0, recovery_s=5.0, rejoin_s=5.0)
+
+
+@dataclass
+class Run:
+    """A hand-built history: three voters committing one step a second."""
+
+    events: list[EventBase] = field(default_factory=list)
+
+    def start(self, node: str, t: float, incarnation: int = 0) -> None:
+        self.events.append(
+            Start(t_wall=t, t_mono=t, node=node, incarnation=incarnation, config={"voters": NODES})
+        )
+
+    def fault(self, op: str, target: list[str], t: float, phase: str = "inject", **params) -> None:
+        self.events.append(
+            Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=target, params=params, phase=phase)
+        )
+
+    def accept(self, node: str, step: int, t: float, value: str, holds_bytes: bool = True) -> None:
+        self.events.append(
+            Accept(
+                t_wall=t, t_mono=t, node=node, step=step, ballot=[1, 0], value_fp=value,
+                contributors=NODES, holds_bytes=holds_bytes,
+            )
+        )
+
+    def commit(self, node: str, step: int, t: float, value: str | None = None, param: str | None = None) -> None:
+        self.events.append(
+            Commit(
+                t_wall=t, t_mono=t, node=node, step=step, value_fp=value or f"a{step:04x}",
+                contributors=NODES, param_fp=param or f"f{step:04x}", voters=NODES,
+            )
+        )
+
+    def declare(self, node: str, peer: str, t: float, incarnation: int = 0) -> None:
+        self.events.append(
+            DeclareDead(t_wall=t, t_mono=t, node=node, peer=peer, peer_incarnation=incarnation)
+        )
+
+    def steps(self, first: int, last: int, nodes: list[str] = NODES, skew: float = 0.0) -> None:
+        """Steps ``first..last`` (step s commits at t = s + 0.5) on ``nodes``."""
+        for step in range(first, last + 1):
+            t = step + 0.5 + skew
+            for node in nodes:
+                self.accept(node, step, t - 0.1, f"a{step:04x}")
+            for node in nodes:
+                self.commit(node, step, t)
+
+    def check(self) -> Verdict:
+        return check_history(History.from_events(self.events), BOUNDS)
+
+
+def healthy(last_step: int = 30) -> Run:
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, last_step)
+    return run
+
+
+def statuses(verdict: Verdict) -> dict[str, str]:
+    return {name: result.status for name, result in verdict.results.items()}
+
+
+def test_healthy_run_is_valid_for_every_property():
+    verdict = healthy().check()
+    assert statuses(verdict) == {p: "valid" for p in PROPERTIES}
+    assert verdict.status == "valid"
+
+
+def test_s1_two_fingerprints_for_one_step_is_invalid_with_both_commits_as_evidence():
+    run = healthy()
+    run.commit("n2", 12, 12.6, param="deadbeef")
+    verdict = run.check()
+    assert verdict.results["S1"].status == "invalid"
+    kinds = {(ref.node, ref.kind, ref.step) for ref in verdict.results["S1"].evidence}
+    assert ("n2", "commit", 12) in kinds and len(kinds) == 2
+
+
+def test_s2_a_step_committed_twice_with_different_values_is_invalid():
+    run = healthy()
+    run.commit("n1", 7, 7.7, value="b0b0")
+    assert run.check().results["S2"].status == "invalid"
+
+
+def test_s2_a_commit_that_no_surviving_node_holds_is_invalid():
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 5)
+    # step 6: n1 and n2 vote without holding the bytes; only n0 applies, then n0 crashes
+    for node in ("n1", "n2"):
+        run.accept(node, 6, 6.4, "a0006", holds_bytes=False)
+    run.accept("n0", 6, 6.4, "a0006")
+    run.commit("n0", 6, 6.5)
+    run.fault("crash", ["n0"], 6.6)
+    verdict = run.check()
+    assert verdict.results["S2"].status == "invalid"
+    assert "held by no node" in verdict.results["S2"].message
+
+
+def test_s2_a_crash_of_one_holder_out_of_three_is_fine():
+    run = healthy(10)
+    run.fault("crash", ["n0"], 10.6)
+    assert run.check().results["S2"].status == "valid"
+
+
+def test_s3_a_commit_accepted_by_a_minority_of_configured_voters_is_invalid():
+    run = healthy(10)
+    run.accept("n0", 11, 11.4, "a000b")
+    run.commit("n0", 11, 11.5)
+    verdict = run.check()
+    assert verdict.results["S3"].status == "invalid"
+    assert "1 accepts of 3" in verdict.results["S3"].message
+
+
+def test_s4_declaring_a_live_node_dead_is_invalid():
+    run = healthy()
+    run.declare("n0", "n2", 15.0)
+    verdict = run.check()
+    assert verdict.results["S4"].status == "invalid"
+    assert verdict.results["S4"].evidence[0].kind == "declare_dead"
+
+
+def test_s4_outside_the_latency_envelope_is_unknown_not_invalid():
+    run = healthy()
+    run.fault("latency", ["n2"], 14.0, delay_ms=400.0, jitter_ms=100.0)
+    run.declare("n0", "n2", 15.0)
+    run.fault("latency", ["n2"], 16.0, phase="heal")
+    assert run.check().results["S4"].status == "unknown"
+
+
+def test_s4_declaring_a_paused_or_crashed_node_dead_is_fine():
+    run = healthy(10)
+    run.fault("pause", ["n2"], 10.6)
+    run.declare("n0", "n2", 11.0)
+    run.declare("n1", "n2", 11.0)
+    run.fault("pause", ["n2"], 20.0, phase="heal")
+    assert run.check().results["S4"].status == "valid"
+
+
+def test_s4_an_earlier_incarnation_declared_dead_after_a_restart_is_fine():
+    run = healthy(10)
+    run.fault("crash", ["n2"], 10.6)
+    run.start("n2", 10.8, incarnation=1)
+    run.declare("n0", "n2", 12.0, incarnation=0)
+    assert run.check().results["S4"].status == "valid"
+
+
+def crash_run(declarers: list[str], at: float = 10.6) -> Run:
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 10)
+    run.fault("crash", ["n2"], at)
+    for node in declarers:
+        run.declare(node, "n2", at + 0.3)
+    run.steps(11, 30, nodes=["n0", "n1"])
+    return run
+
+
+def test_l1_every_live_node_declaring_the_crashed_one_within_d_is_valid():
+    verdict = crash_run(["n0", "n1"]).check()
+    assert verdict.results["L1"].status == "valid"
+    assert "slowest 300 ms" in verdict.results["L1"].message
+
+
+def test_l1_a_live_node_that_never_declares_the_crash_is_invalid():
+    verdict = crash_run(["n0"]).check()
+    assert verdict.results["L1"].status == "invalid"
+    assert "n1 did not declare n2" in verdict.results["L1"].message
+
+
+def test_l1_a_miss_cut_by_the_end_of_the_run_is_unknown():
+    run = healthy(10)
+    run.fault("crash", ["n2"], run.events[-1].t_mono + 0.1)
+    assert run.check().results["L1"].status == "unknown"
+
+
+def test_l2_a_stall_with_a_live_connected_majority_is_invalid():
+    run = healthy(10)
+    run.fault("crash", ["n2"], 10.6)
+    run.declare("n0", "n2", 10.8)
+    run.declare("n1", "n2", 10.8)
+    run.steps(30, 31, nodes=["n0", "n1"])  # 20 s without a commit, R = 5 s
+    verdict = run.check()
+    assert verdict.results["L2"].status == "invalid"
+
+
+def test_l2_a_stall_during_a_partition_is_not_held_against_progress():
+    run = healthy(10)
+    run.fault("partition", ["*"], 10.6, grouping="halves")
+    run.fault("partition", ["*"], 25.0, phase="heal")
+    run.steps(26, 40)
+    assert run.check().results["L2"].status == "valid"
+
+
+def restart_run(rejoin_fp: str | None) -> Run:
+    run = crash_run(["n0", "n1"])
+    run.start("n2", 15.0, incarnation=1)
+    if rejoin_fp is not None:
+        run.events.append(
+            RejoinDone(t_wall=16, t_mono=16.0, node="n2", step=15, source="n0", param_fp=rejoin_fp)
+        )
+    return run
+
+
+def test_l3_a_restarted_node_reaching_the_majority_fingerprint_is_valid():
+    verdict = restart_run("f000f").check()
+    assert statuses(verdict) == {p: "valid" for p in PROPERTIES}
+
+
+def test_l3_a_restarted_node_that_never_catches_up_is_invalid():
+    assert restart_run(None).check().results["L3"].status == "invalid"
+
+
+def test_l3_a_rejoin_with_a_stale_fingerprint_breaks_l3_and_s1():
+    verdict = restart_run("0000stale").check()
+    assert verdict.results["L3"].status == "invalid"
+    assert verdict.results["S1"].status == "invalid"
+
+
+def test_a_malformed_history_gives_unknown_never_valid():
+    history = History(events=[None])  # type: ignore[list-item]  # not an event at all
+    verdict = check_history(history, BOUNDS)
+    assert verdict.status == "unknown"
+    assert all(result.status == "unknown" for result in verdict.results.values())
+
+
+def test_an_empty_history_is_unknown():
+    assert check_history(History(events=[]), BOUNDS).status == "unknown"
+
+
+def test_bounds_reject_non_positive_values():
+    import msgspec
+
+    with pytest.raises(msgspec.ValidationError, match="detection_s"):
+        msgspec.convert({"detection_s": 0}, Bounds)
+
+
+def write_run(tmp_path, run: Run):
+    by_node: dict[str, list[EventBase]] = {}
+    for event in run.events:
+        by_node.setdefault(event.node, []).append(event)
+    for node, events in by_node.items():
+        write_history(tmp_path / "events" / f"{node}.jsonl", events)
+    return tmp_path
+
+
+def test_verify_command_exit_codes_and_verdict_json(tmp_path, capsys):
+    valid_dir = write_run(tmp_path / "ok", healthy())
+    assert verify_command.main([str(valid_dir), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["status"] == "valid" and set(document["results"]) == set(PROPERTIES)
+    assert json.loads((valid_dir / "verdict.json").read_text())["status"] == "valid"
+
+    broken = healthy()
+    broken.declare("n0", "n2", 15.0)
+    assert verify_command.main([str(write_run(tmp_path / "bad", broken))]) == 1
+
+    cut = healthy(10)
+    cut.fault("crash", ["n2"], cut.events[-1].t_mono + 0.1)
+    assert verify_command.main([str(write_run(tmp_path / "cut", cut))]) == 2
+
+
+def test_verify_command_bad_input_is_a_usage_error(tmp_path):
+    from swarmshake.chaos.commands._args import UsageError
+
+    with pytest.raises(UsageError, match="not a directory"):
+        verify_command.main([str(tmp_path / "missing")])
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "n0.jsonl").write_text('{"kind": "nope"}\n{"kind": "start"}\n')
+    with pytest.raises(UsageError, match="n0.jsonl:1"):
+        verify_command.main([str(tmp_path)])

@@ -1,0 +1,132 @@
+"""S4 detector accuracy and L1 completeness, judged against the harness's ground truth.
+
+- S4: a ``declare_dead`` of peer *P* is a false positive when *P*'s process that the
+  declaration names (``peer_incarnation`` ≥ the incarnation it started with) was alive
+  — up and not paused — for the whole ``D`` before the declaration.  If *P* or the
+  declaring node was outside the latency/clock/CPU envelope in that window the
+  verdict is ``unknown`` (DESIGN: leaving the envelope makes S4 undecidable, not false).
+  A node alive for less than ``D`` (just resumed or restarted) may still be declared
+  dead on the silence that came before; that is not a false positive.
+- L1: after each crash, every node alive and inside the envelope for the whole
+  ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
+  the crashed node came back inside that window.  A miss during an envelope exit, or
+  a window cut by the end of the run, is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from swarmshake.reference_node.protocol.history import DeclareDead, History
+from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
+from swarmshake.verify.checkers.timeline import Timeline
+
+
+def false_positive_refs(
+    history: History, timeline: Timeline, bounds: Bounds
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``(false_positives, undecidable)`` as ``(history index, explanation)`` lists."""
+    window = bounds.detection_s
+    false_positives: list[tuple[int, str]] = []
+    undecidable: list[tuple[int, str]] = []
+    for index, event in enumerate(history.events):
+        if not isinstance(event, DeclareDead):
+            continue
+        peer = timeline.nodes.get(event.peer)
+        if peer is None:
+            continue
+        current = peer.process_at(event.t_mono)
+        if current is None:
+            continue  # the peer's process is down: a correct declaration
+        process, start_incarnation = current
+        if event.peer_incarnation < start_incarnation:
+            continue  # names an earlier, dead process of the peer
+        if not peer.alive_throughout(event.t_mono - window, event.t_mono):
+            continue
+        explanation = (
+            f"{event.node} declared {event.peer} (incarnation {event.peer_incarnation}) dead "
+            f"while it was alive since t={max(process.start, event.t_mono - window):.3f}"
+        )
+        low = event.t_mono - window
+        if timeline.out_of_envelope(event.peer, low, event.t_mono) or timeline.out_of_envelope(
+            event.node, low, event.t_mono
+        ):
+            undecidable.append((index, explanation + " (outside the declared envelope)"))
+        else:
+            false_positives.append((index, explanation))
+    return false_positives, undecidable
+
+
+def check_s4(history: History, timeline: Timeline, bounds: Bounds) -> PropertyResult:
+    findings = Findings("S4")
+    findings.checked = sum(1 for _ in history.of_kind(DeclareDead))
+    false_positives, undecidable = false_positive_refs(history, timeline, bounds)
+    for index, explanation in false_positives:
+        findings.invalid(explanation, EventRef.of(index, history.events[index], "false positive"))
+    for index, explanation in undecidable:
+        findings.unknown(explanation, EventRef.of(index, history.events[index]))
+    return findings.result(f"{findings.checked} declarations, none of a live node")
+
+
+def detection_delays_s(
+    history: History, timeline: Timeline, bounds: Bounds
+) -> tuple[list[float], list[tuple[str, str, float, int, str]]]:
+    """Per (crash, observer): seconds until the observer declared the crashed node dead.
+
+    Returns ``(delays, misses)``; a miss is ``(observer, crashed, t_crash, crash index,
+    "late"|"unknown")``.  Observers are the nodes alive for the whole ``[crash, crash +
+    D]``; crashes whose node came back within ``D`` are skipped.
+    """
+    declared: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for event in history.of_kind(DeclareDead):
+        declared[(event.node, event.peer)].append(event.t_mono)
+    bound = bounds.detection_s
+    delays: list[float] = []
+    misses: list[tuple[str, str, float, int, str]] = []
+    for crashed, t_crash, crash_index in timeline.crashes:
+        crashed_timeline = timeline.nodes[crashed]
+        # the process that died: the last one that started before the crash
+        starts = [p.start for p in crashed_timeline.processes]
+        position = bisect.bisect_right(starts, t_crash) - 1
+        process_start = starts[position] if position >= 0 else float("-inf")
+        came_back = position + 1 < len(starts) and starts[position + 1] <= t_crash + bound
+        if came_back:
+            continue
+        run_cut = t_crash + bound > timeline.end_t
+        for observer, observer_timeline in timeline.nodes.items():
+            if observer == crashed:
+                continue
+            end = min(t_crash + bound, timeline.end_t)
+            if not observer_timeline.alive_throughout(t_crash, end):
+                continue
+            times = declared.get((observer, crashed), [])
+            first = bisect.bisect_left(times, process_start)
+            if first < len(times) and times[first] <= t_crash + bound:
+                delays.append(max(times[first] - t_crash, 0.0))
+                continue
+            undecidable = run_cut or timeline.out_of_envelope(observer, t_crash, end) or (
+                timeline.out_of_envelope(crashed, process_start, t_crash)
+            )
+            misses.append((observer, crashed, t_crash, crash_index, "unknown" if undecidable else "late"))
+    return delays, misses
+
+
+def check_l1(history: History, timeline: Timeline, bounds: Bounds) -> PropertyResult:
+    findings = Findings("L1")
+    delays, misses = detection_delays_s(history, timeline, bounds)
+    findings.checked = len(delays) + len(misses)
+    for observer, crashed, t_crash, crash_index, kind in misses:
+        message = (
+            f"{observer} did not declare {crashed} dead within D={bounds.detection_s}s of its "
+            f"crash at t={t_crash:.3f}"
+        )
+        ref = EventRef.of(crash_index, history.events[crash_index], f"crash of {crashed}")
+        if kind == "late":
+            findings.invalid(message, ref)
+        else:
+            findings.unknown(message + " (run ended or envelope left)", ref)
+    worst = max(delays, default=0.0)
+    return findings.result(
+        f"{len(delays)} detections of {len(timeline.crashes)} crashes, slowest {worst * 1000:.0f} ms"
+    )

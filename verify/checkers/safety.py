@@ -1,0 +1,180 @@
+"""S1 agreement, S2 durability and S3 no split brain (DESIGN definitions).
+
+- S1: every ``commit`` (and every ``rejoin_done``, which claims to hold a committed
+  state) of step *s* carries the same ``param_fp``.
+- S2: a committed step is never lost while fewer than a majority of the configured
+  voters are down: (a) no later commit of the same step with another value; (b) at
+  every crash, some node that is not down still holds the step (it committed or
+  rejoined at a step ≥ it, or accepted its value holding the bytes) unless a majority
+  is down.
+- S3: a value commits only after a majority of the *configured* voters (not of a
+  detector view) logged ``accept`` for it at one ballot.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from swarmshake.reference_node.protocol.history import (
+    Accept,
+    Commit,
+    ConfigChange,
+    History,
+    RejoinDone,
+    Start,
+)
+from swarmshake.verify.checkers.model import EventRef, Findings, PropertyResult
+from swarmshake.verify.checkers.timeline import Timeline
+
+
+class Membership:
+    """The configured voters by step: the initial set, then committed config changes."""
+
+    def __init__(self, history: History):
+        initial: list[str] | None = None
+        for event in history.of_kind(Start):
+            voters = event.config.get("voters") if isinstance(event.config, dict) else None
+            if isinstance(voters, list) and voters:
+                initial = sorted(str(v) for v in voters)
+                break
+        self.initial = initial if initial is not None else history.nodes()
+        changes = sorted(
+            ((event.step, sorted(event.voters)) for event in history.of_kind(ConfigChange)),
+            key=lambda item: item[0],
+        )
+        self.changes = changes
+
+    def voters_at(self, step: int) -> list[str]:
+        voters = self.initial
+        for change_step, change_voters in self.changes:
+            if change_step < step:  # a change committed at s governs the steps after s
+                voters = change_voters
+            else:
+                break
+        return voters
+
+
+def majority(count: int) -> int:
+    return count // 2 + 1
+
+
+def check_s1(history: History, timeline: Timeline) -> PropertyResult:
+    findings = Findings("S1")
+    first_by_step: dict[int, tuple[int, str]] = {}
+    reported: set[int] = set()
+    for index, event in enumerate(history.events):
+        if not isinstance(event, Commit | RejoinDone) or event.step < 0:
+            continue
+        findings.checked += 1
+        fingerprint = event.param_fp
+        if event.step not in first_by_step:
+            first_by_step[event.step] = (index, fingerprint)
+            continue
+        first_index, first_fp = first_by_step[event.step]
+        if fingerprint != first_fp and event.step not in reported:
+            reported.add(event.step)
+            first = history.events[first_index]
+            findings.invalid(
+                f"step {event.step}: {first.node} holds param_fp {first_fp[:12]} but "
+                f"{event.node} holds {fingerprint[:12]}",
+                EventRef.of(first_index, first, f"param_fp {first_fp}"),
+                EventRef.of(index, event, f"param_fp {fingerprint}"),
+            )
+    return findings.result(f"{len(first_by_step)} committed steps, one fingerprint each")
+
+
+def check_s3(history: History, membership: Membership) -> PropertyResult:
+    findings = Findings("S3")
+    # (step, value) -> ballot -> [(index, node)] of accepts, in history order
+    accepts: dict[tuple[int, str], dict[tuple[int, ...], list[tuple[int, str]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    judged: set[tuple[int, str]] = set()
+    for index, event in enumerate(history.events):
+        if isinstance(event, Accept):
+            accepts[(event.step, event.value_fp)][tuple(event.ballot)].append((index, event.node))
+            continue
+        if not isinstance(event, Commit) or (event.step, event.value_fp) in judged:
+            continue
+        key = (event.step, event.value_fp)
+        judged.add(key)
+        findings.checked += 1
+        voters = set(membership.voters_at(event.step))
+        needed = majority(len(voters))
+        best: list[tuple[int, str]] = []
+        for ballot_accepts in accepts.get(key, {}).values():
+            distinct = {node: i for i, node in ballot_accepts if node in voters}
+            if len(distinct) > len(best):
+                best = [(i, node) for node, i in distinct.items()]
+        if len(best) < needed:
+            refs = [EventRef.of(index, event, f"value_fp {event.value_fp}")]
+            refs += [EventRef.of(i, history.events[i], "accept") for i, _ in best]
+            findings.invalid(
+                f"step {event.step} committed by {event.node} with {len(best)} accepts of "
+                f"{len(voters)} configured voters at one ballot; a majority is {needed}",
+                *refs,
+            )
+    return findings.result(f"{len(judged)} committed values, each accepted by a majority")
+
+
+def check_s2(history: History, timeline: Timeline, membership: Membership) -> PropertyResult:
+    findings = Findings("S2")
+    committed_value: dict[int, tuple[int, str]] = {}  # step -> (index, value_fp)
+    reported_overwrite: set[int] = set()
+    held_step: dict[str, int] = {}  # node -> highest step its current process holds
+    byte_accepts: dict[int, set[str]] = defaultdict(set)  # step -> nodes holding its bytes
+    top_step = -1
+    top_index = -1
+    down: set[str] = set()
+    crash_index = {index for _, _, index in timeline.crashes}
+    crashes_at: dict[int, list[str]] = defaultdict(list)
+    for name, _, index in timeline.crashes:
+        crashes_at[index].append(name)
+    lost_reported = False
+    for index, event in enumerate(history.events):
+        if isinstance(event, Start):
+            down.discard(event.node)
+            held_step[event.node] = -1
+        elif isinstance(event, Accept) and event.holds_bytes:
+            byte_accepts[event.step].add(event.node)
+        elif isinstance(event, Commit | RejoinDone) and event.step >= 0:
+            held_step[event.node] = max(held_step.get(event.node, -1), event.step)
+            if isinstance(event, Commit):
+                findings.checked += 1
+                first = committed_value.setdefault(event.step, (index, event.value_fp))
+                if first[1] != event.value_fp and event.step not in reported_overwrite:
+                    reported_overwrite.add(event.step)
+                    findings.invalid(
+                        f"step {event.step} committed twice with different values: "
+                        f"{first[1][:12]} then {event.value_fp[:12]} (the first was lost)",
+                        EventRef.of(first[0], history.events[first[0]], "first commit"),
+                        EventRef.of(index, event, "overwriting commit"),
+                    )
+                if event.step > top_step:
+                    top_step, top_index = event.step, index
+        if index in crash_index:
+            for name in crashes_at[index]:
+                down.add(name)
+                held_step[name] = -1
+                for holders_of_step in byte_accepts.values():
+                    holders_of_step.discard(name)  # bytes live in memory: a crash loses them
+                byte_accepts_for_top = byte_accepts.get(top_step, set())
+                if top_step < 0 or lost_reported:
+                    continue
+                voters = membership.voters_at(top_step)
+                holders = [
+                    node
+                    for node in voters
+                    if node not in down
+                    and (held_step.get(node, -1) >= top_step or node in byte_accepts_for_top)
+                ]
+                down_voters = sum(node in down for node in voters)
+                if not holders and down_voters < majority(len(voters)):
+                    lost_reported = True
+                    findings.invalid(
+                        f"committed step {top_step} is held by no node that is up after "
+                        f"{name} crashed, with only {down_voters} of {len(voters)} voters down",
+                        EventRef.of(top_index, history.events[top_index], "commit"),
+                        EventRef.of(index, history.events[index], f"crash of {name}"),
+                    )
+    return findings.result(f"{len(committed_value)} committed steps, none lost")

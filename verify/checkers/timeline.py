@@ -1,0 +1,217 @@
+"""Ground truth of a run from the harness's ``fault`` events and the nodes' ``start``s.
+
+The checkers never trust a node about itself: whether a node was up, paused or cut
+off comes from what the harness did (DESIGN: fault events ``{op, target, params,
+phase}``) and from ``start`` events (a process exists from its ``start`` on).
+
+- A node is *up* from a ``start`` until a ``crash``/``restart`` inject or a ``stop``.
+- A node is *paused* from a ``pause`` inject until its heal (or a ``resume`` inject).
+- *Alive* (S4's word) = up and not paused.
+- *Out of envelope* windows: partitions, black holes, bandwidth limits, latency above
+  the declared envelope, CPU throttling, clock drift beyond the bound or an offset
+  jump: while a node is in one (and for D after it ends, since the detector reacts to
+  silence that began inside it), a detector decision about it is not held against S4
+  and a missed deadline in L1/L2/L3 makes the verdict ``unknown``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+from swarmshake.reference_node.protocol.history import (
+    HARNESS,
+    EventBase,
+    Fault,
+    History,
+    Start,
+    Stop,
+)
+from swarmshake.verify.checkers.model import Bounds
+
+# Ops that take a node down (its process dies) and the ops that pause it.
+DOWN_OPS = frozenset({"crash", "restart"})
+PAUSE_OPS = frozenset({"pause"})
+# Network ops whose window always leaves the envelope; latency/clock/cpu are judged by params.
+NETWORK_OPS = frozenset(
+    {"partition", "blackhole", "bandwidth", "reset_peer", "slicer", "limit_data", "slow_close", "netem"}
+)
+ALL_NODES = "*"
+
+
+@dataclass
+class Interval:
+    start: float
+    end: float = math.inf
+    start_index: int = -1
+
+    def covers(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+    def overlaps(self, low: float, high: float) -> bool:
+        return self.start < high and low < self.end
+
+
+@dataclass
+class NodeTimeline:
+    """One node's ground truth: process lifetimes and pauses, each a sorted interval list."""
+
+    processes: list[Interval] = field(default_factory=list)  # up: start .. crash/stop
+    process_incarnations: list[int] = field(default_factory=list)
+    pauses: list[Interval] = field(default_factory=list)
+
+    def up_at(self, t: float) -> Interval | None:
+        starts = [p.start for p in self.processes]
+        position = bisect.bisect_right(starts, t) - 1
+        if position >= 0 and self.processes[position].covers(t):
+            return self.processes[position]
+        return None
+
+    def process_at(self, t: float) -> tuple[Interval, int] | None:
+        starts = [p.start for p in self.processes]
+        position = bisect.bisect_right(starts, t) - 1
+        if position >= 0 and self.processes[position].covers(t):
+            return self.processes[position], self.process_incarnations[position]
+        return None
+
+    def paused_during(self, low: float, high: float) -> bool:
+        return any(p.overlaps(low, high) for p in self.pauses)
+
+    def alive_at(self, t: float) -> bool:
+        return self.up_at(t) is not None and not any(p.covers(t) for p in self.pauses)
+
+    def alive_throughout(self, low: float, high: float) -> bool:
+        process = self.up_at(low)
+        return (
+            process is not None
+            and process.end >= high
+            and not self.paused_during(low, high + 1e-12)
+        )
+
+
+@dataclass
+class Timeline:
+    nodes: dict[str, NodeTimeline]
+    envelope_exits: list[tuple[Interval, frozenset[str] | None]]  # None: every node
+    crashes: list[tuple[str, float, int]]  # (node, t, history index) of each process death
+    end_t: float
+
+    def out_of_envelope(self, node: str | None, low: float, high: float) -> bool:
+        """Whether ``node`` (or any node when None) was outside the declared envelope
+        during ``[low, high]``."""
+        for interval, affected in self.envelope_exits:
+            if interval.overlaps(low, high) and (
+                affected is None or node is None or node in affected
+            ):
+                return True
+        return False
+
+    def any_fault_during(self, low: float, high: float) -> bool:
+        return self.out_of_envelope(None, low, high)
+
+    def alive_count(self, t: float) -> int:
+        return sum(timeline.alive_at(t) for timeline in self.nodes.values())
+
+
+def build_timeline(history: History, bounds: Bounds) -> Timeline:
+    nodes: dict[str, NodeTimeline] = {name: NodeTimeline() for name in history.nodes()}
+    open_windows: dict[str, list[tuple[Interval, frozenset[str] | None]]] = {}
+    exits: list[tuple[Interval, frozenset[str] | None]] = []
+    crashes: list[tuple[str, float, int]] = []
+    first_seen: dict[str, float] = {}
+    end_t = history.events[-1].t_mono if history.events else 0.0
+    grace = bounds.detection_s
+
+    def close(op: str, t: float) -> None:
+        for interval, affected in open_windows.pop(op, []):
+            interval.end = t + grace
+            exits.append((interval, affected))
+
+    for index, event in enumerate(history.events):
+        if event.node != HARNESS:
+            first_seen.setdefault(event.node, event.t_mono)
+        if isinstance(event, Start):
+            timeline = nodes.setdefault(event.node, NodeTimeline())
+            if timeline.processes and timeline.processes[-1].end == math.inf:
+                timeline.processes[-1].end = event.t_mono  # a start implies the old one died
+            timeline.processes.append(Interval(event.t_mono, start_index=index))
+            timeline.process_incarnations.append(event.incarnation)
+        elif isinstance(event, Stop):
+            _end_process(nodes.get(event.node), event.t_mono)
+        elif isinstance(event, Fault):
+            _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
+    for op in list(open_windows):
+        close(op, math.inf)
+    # A node that logged events but no start (a history cut at the front) is up from its
+    # first event: absent evidence of a start is not evidence of death.
+    for name, timeline in nodes.items():
+        if not timeline.processes and name in first_seen:
+            timeline.processes.append(Interval(first_seen[name]))
+            timeline.process_incarnations.append(0)
+    return Timeline(nodes=nodes, envelope_exits=exits, crashes=crashes, end_t=end_t)
+
+
+def _end_process(timeline: NodeTimeline | None, t: float) -> bool:
+    if timeline and timeline.processes and timeline.processes[-1].end == math.inf:
+        timeline.processes[-1].end = t
+        return True
+    return False
+
+
+def _targets(event: Fault, nodes: dict[str, NodeTimeline]) -> list[str]:
+    if ALL_NODES in event.target:
+        return sorted(nodes)
+    return list(event.target)
+
+
+def _apply_fault(event, index, nodes, open_windows, close, crashes, bounds) -> None:  # noqa: ANN001
+    op, t = event.op, event.t_mono
+    if op in DOWN_OPS and event.phase == "inject":
+        for name in _targets(event, nodes):
+            if _end_process(nodes.setdefault(name, NodeTimeline()), t):
+                crashes.append((name, t, index))
+        return
+    if op in PAUSE_OPS or op == "resume":
+        healing = event.phase == "heal" or op == "resume"
+        for name in _targets(event, nodes):
+            pauses = nodes.setdefault(name, NodeTimeline()).pauses
+            if healing:
+                if pauses and pauses[-1].end == math.inf:
+                    pauses[-1].end = t
+            elif not pauses or pauses[-1].end != math.inf:
+                pauses.append(Interval(t, start_index=index))
+        return
+    affected: frozenset[str] | None = (
+        None if ALL_NODES in event.target or not event.target else frozenset(event.target)
+    )
+    if event.phase == "heal":
+        if op == "heal":  # a heal of everything network-related
+            for key in list(open_windows):
+                close(key, t)
+        else:
+            close(op, t)
+        return
+    if _leaves_envelope(event, bounds):
+        open_windows.setdefault(op, []).append((Interval(t, start_index=index), affected))
+    elif op == "clock_skew":
+        close(op, t)  # a zero skew ends an earlier one
+
+
+def _leaves_envelope(event: Fault, bounds: Bounds) -> bool:
+    op, params = event.op, event.params
+    if op in NETWORK_OPS:
+        return True
+    if op == "latency":
+        worst = float(params.get("delay_ms", 0.0)) + float(params.get("jitter_ms", 0.0))
+        return worst > bounds.latency_ms_max
+    if op == "cpu_throttle":
+        return float(params.get("cpu_fraction", 1.0)) < 1.0
+    if op == "clock_skew":
+        drift = abs(float(params.get("drift_ppm", 0.0)))
+        return drift > bounds.drift_ppm_max or float(params.get("offset_ms", 0.0)) != 0.0
+    return False
+
+
+def is_harness(event: EventBase) -> bool:
+    return event.node == HARNESS
