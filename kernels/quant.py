@@ -50,7 +50,8 @@ def reference_quantize_int8(x: torch.Tensor, block: int = 256) -> tuple[torch.Te
     v = v.reshape(nb, block)
     finite = torch.isfinite(v).all(dim=1)
     amax = torch.where(torch.isfinite(v), v.abs(), torch.zeros_like(v)).amax(dim=1) if nb else v.new_zeros(0)
-    scale = amax / 127.0
+    # a tensor divisor, not a Python scalar: torch on CUDA turns x / scalar into x * (1 / scalar)
+    scale = amax / torch.full_like(amax, 127.0)
     ok = finite & (scale != 0)
     safe = torch.where(ok, scale, torch.ones_like(scale))
     q = torch.round(v / safe[:, None]).clamp_(-127, 127)

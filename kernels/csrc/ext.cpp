@@ -51,17 +51,22 @@ at::Tensor krum_distances(const at::Tensor& x) {
   c10::cuda::CUDAGuard guard(x.device());
   const int R = (k + 7) / 8;
   const int rows = 8 * R;
-  const int C = R <= 4 ? 128 : 64;
+  const int C = R == 1 ? 256 : (R <= 4 ? 128 : 64);   // as KrumC / KrumW in krum.cu
+  const int W = R == 1 ? 8 : (R == 2 ? 4 : 1);
   const int64_t nchunks = (d + C - 1) / C;
   const int grid = (int)std::max<int64_t>(1, std::min<int64_t>(nchunks, 4096));
-  auto partial = at::zeros({grid, rows, rows}, x.options().dtype(at::kFloat));
+  auto partial = at::zeros({(int64_t)grid * W, rows, rows}, x.options().dtype(at::kFloat));
   if (d > 0) {
     launch_krum_any(x.data_ptr(), partial.data_ptr<float>(), k, d, grid, dtype_code(x),
                     at::cuda::getCurrentCUDAStream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   auto D = partial.sum(0, false, at::kDouble).slice(0, 0, k).slice(1, 0, k).triu(1);
-  return D + D.t();
+  D = D + D.t();
+  // a non-finite peer (or an overflowing sum) is at distance +inf; the diagonal stays 0
+  D = at::where(at::isfinite(D), D, at::full({}, INFINITY, D.options()));
+  D.fill_diagonal_(0.0);
+  return D;
 }
 
 void fingerprint_sum(const at::Tensor& bytes, at::Tensor& out, int64_t slot) {
@@ -74,7 +79,7 @@ void fingerprint_sum(const at::Tensor& bytes, at::Tensor& out, int64_t slot) {
   c10::cuda::CUDAGuard guard(bytes.device());
   const int64_t n = bytes.numel() / 4;
   launch_fingerprint(reinterpret_cast<const int32_t*>(bytes.data_ptr()), n,
-                     reinterpret_cast<unsigned long long*>(out.data_ptr<int64_t>() + slot), sm_count(bytes) * 8,
+                     reinterpret_cast<unsigned long long*>(out.data_ptr<int64_t>() + slot), sm_count(bytes) * 6,
                      at::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -1,8 +1,8 @@
 // Fingerprint sum H = sum_i M[i / 4096] * T[i % 4096] * w[i]  (mod 2^64), see
 // kernels/fingerprint.py for the definition. w[i] are the little-endian int32 words
 // of the tensor's bytes, sign-extended. A CTA of 256 threads walks 4096-word blocks
-// (grid-stride); thread t owns words 4t + 1024r + e (r, e < 4) of every block, so it
-// computes its 16 keys T once and reads its words as four 16-byte loads per block.
+// (grid-stride); thread t owns words 4t + 1024r + e (r, e < 4) of every block and
+// reads them as four 16-byte loads per block.
 // The modular sum is order-independent, so the CTA partials are added with atomics.
 #include "common.cuh"
 
@@ -21,48 +21,62 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
   return z;
 }
 
+// Keys T[0..4095] live in shared memory (32 KB, computed once per CTA). Thread t owns
+// words 4t + 1024r + e (r, e < 4) of each block; a loop trip handles UNROLL blocks so
+// that 4 * UNROLL 16-byte loads are in flight per thread.
+constexpr int FP_UNROLL = 2;
+
 __global__ void __launch_bounds__(256) fingerprint_kernel(const int32_t* __restrict__ w, int64_t n,
                                                           unsigned long long* __restrict__ out) {
+  __shared__ uint64_t keys[4096];
+  __shared__ uint64_t red[8];
   const int t = threadIdx.x;
-  uint64_t key[16];
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint64_t j = (uint64_t)(4 * t + 1024 * r + e);
-      key[r * 4 + e] = splitmix64(FP_SEED_T + (j + 1) * FP_GOLDEN) | 1ull;
-    }
+  for (int j = t; j < 4096; j += 256) keys[j] = splitmix64(FP_SEED_T + (uint64_t)(j + 1) * FP_GOLDEN) | 1ull;
+  __syncthreads();
   const int64_t nblocks = (n + 4095) / 4096;
+  const int64_t nfull = n / 4096;
   uint64_t acc = 0;
-  for (int64_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
-    const int32_t* blk = w + b * 4096;
-    int32_t v[16];
-    if ((b + 1) * 4096 <= n) {
+  int64_t b = blockIdx.x;
+  // full blocks, FP_UNROLL at a time
+  for (; b + (int64_t)(FP_UNROLL - 1) * gridDim.x < nfull; b += (int64_t)FP_UNROLL * gridDim.x) {
+    int4 v[FP_UNROLL][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int4 q = __ldcs(reinterpret_cast<const int4*>(blk + 4 * t + 1024 * r));
-        v[r * 4 + 0] = q.x; v[r * 4 + 1] = q.y; v[r * 4 + 2] = q.z; v[r * 4 + 3] = q.w;
-      }
-    } else {
-      const int64_t rem = n - b * 4096;
+    for (int u = 0; u < FP_UNROLL; ++u)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
+        v[u][r] = __ldcs(reinterpret_cast<const int4*>(w + (b + (int64_t)u * gridDim.x) * 4096 + 4 * t + 1024 * r));
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = 4 * t + 1024 * r + e;
-          v[r * 4 + e] = j < rem ? blk[j] : 0;
-        }
+    for (int u = 0; u < FP_UNROLL; ++u) {
+      uint64_t inner = 0;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const ulonglong2 k01 = *reinterpret_cast<const ulonglong2*>(&keys[4 * t + 1024 * r]);
+        const ulonglong2 k23 = *reinterpret_cast<const ulonglong2*>(&keys[4 * t + 1024 * r + 2]);
+        inner += (uint64_t)(int64_t)v[u][r].x * k01.x + (uint64_t)(int64_t)v[u][r].y * k01.y +
+                 (uint64_t)(int64_t)v[u][r].z * k23.x + (uint64_t)(int64_t)v[u][r].w * k23.y;
+      }
+      const uint64_t bb = (uint64_t)(b + (int64_t)u * gridDim.x);
+      acc += (splitmix64(FP_SEED_M + (bb + 1) * FP_GOLDEN) | 1ull) * inner;
     }
+  }
+  // the rest, one block at a time (the last one may be partial)
+  for (; b < nblocks; b += gridDim.x) {
+    const int32_t* blk = w + b * 4096;
+    const int64_t rem = n - b * 4096;
     uint64_t inner = 0;
 #pragma unroll
-    for (int q = 0; q < 16; ++q) inner += (uint64_t)(int64_t)v[q] * key[q];
-    const uint64_t m = splitmix64(FP_SEED_M + (uint64_t)(b + 1) * FP_GOLDEN) | 1ull;
-    acc += m * inner;
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = 4 * t + 1024 * r + e;
+        const int32_t x = j < rem ? blk[j] : 0;
+        inner += (uint64_t)(int64_t)x * keys[j];
+      }
+    acc += (splitmix64(FP_SEED_M + (uint64_t)(b + 1) * FP_GOLDEN) | 1ull) * inner;
   }
   // CTA reduction (mod 2^64; any order gives the same bits)
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  __shared__ uint64_t red[8];
   if ((t & 31) == 0) red[t >> 5] = acc;
   __syncthreads();
   if (t == 0) {

@@ -12,7 +12,9 @@
 
 namespace swarmshake {
 
-template <int R> struct KrumC { static constexpr int value = R <= 4 ? 128 : 64; };  // coordinates per chunk
+// coordinates per chunk, and warps sharing one pair block (each takes every W-th strip)
+template <int R> struct KrumC { static constexpr int value = R == 1 ? 256 : (R <= 4 ? 128 : 64); };
+template <int R> struct KrumW { static constexpr int value = R == 1 ? 8 : (R == 2 ? 4 : 1); };
 
 template <typename T, int R, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) krum_kernel(const T* __restrict__ x, float* __restrict__ partial,
@@ -24,9 +26,12 @@ __global__ void __launch_bounds__(WARPS * 32) krum_kernel(const T* __restrict__ 
   constexpr int PER = (TILE + NT - 1) / NT;  // tile elements each thread stages
   __shared__ float tile[2][ROWS][KRUM_C];
 
+  constexpr int W = KrumW<R>::value;
+  constexpr int PB = R * (R + 1) / 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int sg = warp / PB;  // strip group (W > 1 only when all pair blocks fit one CTA)
   // pair block of this warp: enumerate (I, J), I <= J < R, row-major
-  const int pb = blockIdx.y * WARPS + warp;
+  const int pb = blockIdx.y * (WARPS / W) + warp % (WARPS / W);
   int I = 0, J = 0;
   {
     int p = pb;
@@ -79,7 +84,7 @@ __global__ void __launch_bounds__(WARPS * 32) krum_kernel(const T* __restrict__ 
     if (next < nchunks) load_chunk(next);
     if (active) {
 #pragma unroll
-      for (int s = 0; s < KRUM_C / 32; ++s) {
+      for (int s = sg; s < KRUM_C / 32; s += W) {
         const int col = s * 32 + lane;
         float a[8], b[8];
 #pragma unroll
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(WARPS * 32) krum_kernel(const T* __restrict__ 
       acc[p][q] = v;
     }
   if (lane == 0) {
-    float* P = partial + (int64_t)blockIdx.x * ROWS * ROWS;
+    float* P = partial + ((int64_t)blockIdx.x * W + sg) * ROWS * ROWS;
 #pragma unroll
     for (int p = 0; p < 8; ++p)
 #pragma unroll
@@ -136,7 +141,7 @@ template <typename T, int R>
 int launch_krum_r(const T* x, float* partial, int k, int64_t d, int grid, cudaStream_t stream) {
   constexpr int P = R * (R + 1) / 2;
   constexpr int G = P > 32 ? 2 : 1;
-  constexpr int WARPS = (P + G - 1) / G;
+  constexpr int WARPS = ((P + G - 1) / G) * KrumW<R>::value;
   constexpr int C = KrumC<R>::value;
   const int64_t nchunks = (d + C - 1) / C;
   if (grid > nchunks) grid = (int)nchunks;
