@@ -60,7 +60,8 @@ doctor: setup
 constraints:
 	( echo "# Pinned versions of every dependency: the host venv and the node image install exactly these."; \
 	  echo "# Regenerate with \`make constraints\` after changing pyproject.toml."; \
-	  .venv/bin/pip freeze --exclude-editable | grep -v '^swarmshake' ) > constraints.txt
+	  .venv/bin/pip freeze --exclude-editable | grep -v '^swarmshake' \
+	  | sed -E 's|^([A-Za-z0-9_.-]+) @ file://.*/[A-Za-z0-9_.]+-([0-9][^-]*)-.*|\1==\2|' ) > constraints.txt
 
 clean:
 	$(SWARMSHAKE) down --all || true

@@ -165,7 +165,7 @@ def build_deps(client: docker.DockerClient, wheelhouse: Path) -> str:
                 conf={
                     "Env": ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                     "Labels": {LABEL: "1"},
-                    "WorkingDir": "/opt/swarmshake",
+                    "WorkingDir": "/data",
                 },
             )
         finally:
@@ -182,10 +182,13 @@ def build_node(client: docker.DockerClient, wheelhouse: Path) -> str:
     dockerfile = (
         f"FROM {deps}\n"
         f"LABEL {LABEL}=1\n"
-        "COPY . /opt/swarmshake\n"
+        "COPY . /tmp/swarmshake-src\n"
         # --no-deps: every dependency is in the deps layer; only the code changes here.
+        # The source is removed after the install: a checkout in the working directory
+        # would shadow the installed ``swarmshake`` namespace mapping.
         "RUN /opt/venv/bin/pip install -q --no-deps --no-index --no-build-isolation "
-        "--no-cache-dir /opt/swarmshake && rm -rf /opt/swarmshake/build\n"
+        "--no-cache-dir /tmp/swarmshake-src && rm -rf /tmp/swarmshake-src\n"
+        "WORKDIR /data\n"
         'ENTRYPOINT ["/opt/venv/bin/python", "-m", "swarmshake.reference_node"]\n'
     )
     buffer = io.BytesIO()

@@ -38,7 +38,6 @@ from pathlib import Path
 import msgspec
 import torch
 
-from swarmshake.kernels import fingerprint_hex
 from swarmshake.reference_node.training.optimizer import BUFFER_NAMES
 from swarmshake.reference_node.training.state import TrainingState
 
@@ -228,17 +227,32 @@ def _check_header(header: CheckpointHeader) -> None:
         )
 
 
-def _state_from_payload(header: CheckpointHeader, payload: bytearray) -> TrainingState:
-    """Verify ``payload`` against ``header`` and wrap it as tensors (no copy)."""
-    if len(payload) != header.payload_nbytes:
+def _new_payload(nbytes: int) -> tuple[torch.Tensor, memoryview]:
+    """An uninitialised, aligned byte tensor and a writable view of it (no memset of
+    hundreds of MB, and float32 views of it are aligned)."""
+    payload = torch.empty(nbytes, dtype=torch.uint8)
+    return payload, memoryview(payload.numpy())
+
+
+def _state_from_payload(
+    header: CheckpointHeader, payload: torch.Tensor, payload_sha256: str | None = None
+) -> TrainingState:
+    """Verify ``payload`` against ``header`` and wrap it as tensors (no copy).
+
+    ``payload_sha256`` is the digest already computed while the bytes arrived (one
+    pass over memory instead of two); ``None`` hashes here.
+    """
+    if payload.numel() != header.payload_nbytes:
         raise CheckpointError(
-            f"truncated: payload has {len(payload)} of {header.payload_nbytes} bytes"
+            f"truncated: payload has {payload.numel()} of {header.payload_nbytes} bytes"
         )
-    if hashlib.sha256(payload).hexdigest() != header.payload_sha256:
+    if payload_sha256 is None:
+        payload_sha256 = hashlib.sha256(memoryview(payload.numpy())).hexdigest()
+    if payload_sha256 != header.payload_sha256:
         raise CheckpointError("payload checksum mismatch (corrupt payload)")
     count = header.param_count
     tensors = [
-        torch.frombuffer(payload, dtype=torch.float32, offset=4 * count * index, count=count)
+        payload[4 * count * index : 4 * count * (index + 1)].view(torch.float32)
         for index in range(1 + len(header.buffers))
     ]
     state = TrainingState(
@@ -265,8 +279,12 @@ class StateAssembler:
         self.max_payload_bytes = max_payload_bytes
         self.header: CheckpointHeader | None = None
         self._prefix = bytearray()
-        self._payload: bytearray | None = None
+        self._payload: torch.Tensor | None = None
+        self._view: memoryview | None = None
         self._filled = 0
+        # Hashed as chunks arrive, while they are in cache; hashlib releases the GIL
+        # on large updates, so a receiving thread overlaps hashing with socket reads.
+        self._digest = hashlib.sha256()
 
     @property
     def received_bytes(self) -> int:
@@ -287,26 +305,30 @@ class StateAssembler:
                     f"payload of {self.header.payload_nbytes} bytes exceeds the "
                     f"{self.max_payload_bytes} this receiver accepts"
                 )
-            self._payload = bytearray(self.header.payload_nbytes)
+            self._payload, self._view = _new_payload(self.header.payload_nbytes)
             rest = memoryview(self._prefix)[prefix_len:]
             leftover = bytes(rest)
             rest.release()
             del self._prefix[prefix_len:]
             view = memoryview(leftover)
+        assert self._view is not None
         end = self._filled + view.nbytes
-        if end > len(self._payload):
-            raise CheckpointError(f"stream longer than its header says ({end} > {len(self._payload)})")
-        self._payload[self._filled : end] = view
+        if end > self._view.nbytes:
+            raise CheckpointError(
+                f"stream longer than its header says ({end} > {self._view.nbytes})"
+            )
+        self._view[self._filled : end] = view
+        self._digest.update(view)
         self._filled = end
 
     def finish(self) -> TrainingState:
         if self.header is None or self._payload is None:
             raise CheckpointError(f"truncated: stream ended after {len(self._prefix)} header bytes")
-        if self._filled != len(self._payload):
+        if self._filled != self._payload.numel():
             raise CheckpointError(
-                f"truncated: payload has {self._filled} of {len(self._payload)} bytes"
+                f"truncated: payload has {self._filled} of {self._payload.numel()} bytes"
             )
-        return _state_from_payload(self.header, self._payload)
+        return _state_from_payload(self.header, self._payload, self._digest.hexdigest())
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -366,7 +388,9 @@ def _fsync_directory(folder: Path) -> None:
         os.close(descriptor)
 
 
-def read_checkpoint(path: str | os.PathLike[str], *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> TrainingState:
+def read_checkpoint(
+    path: str | os.PathLike[str], *, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+) -> TrainingState:
     """Load and verify one checkpoint file; raises ``CheckpointError`` with the reason."""
     path = Path(path)
     try:
@@ -386,22 +410,29 @@ def read_checkpoint(path: str | os.PathLike[str], *, max_payload_bytes: int = MA
                 raise CheckpointError(f"truncated: file has {size} of {expected_size} bytes")
             if size > expected_size:
                 raise CheckpointError(f"file has {size - expected_size} bytes past its payload")
-            payload = bytearray(header.payload_nbytes)
+            payload, view = _new_payload(header.payload_nbytes)
             handle.seek(prefix_len)
-            view = memoryview(payload)
+            digest = hashlib.sha256()
             filled = 0
-            while filled < len(payload):  # readinto may return short counts
-                count = handle.readinto(view[filled:])
+            while filled < view.nbytes:  # chunked: each chunk is hashed while in cache
+                piece = view[filled : filled + DEFAULT_CHUNK_BYTES]
+                count = handle.readinto(piece)
                 if not count:
-                    raise CheckpointError(f"truncated: read {filled} of {len(payload)} payload bytes")
+                    raise CheckpointError(
+                        f"truncated: read {filled} of {view.nbytes} payload bytes"
+                    )
+                digest.update(piece[:count])
                 filled += count
+                piece.release()
             view.release()
     except OSError as error:
         raise CheckpointError(f"unreadable: {error.strerror or error}") from None
     match = CHECKPOINT_NAME.match(path.name)
     if match and int(match.group(1)) != header.step:
-        raise CheckpointError(f"file name says step {int(match.group(1))}, header says {header.step}")
-    return _state_from_payload(header, payload)
+        raise CheckpointError(
+            f"file name says step {int(match.group(1))}, header says {header.step}"
+        )
+    return _state_from_payload(header, payload, digest.hexdigest())
 
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
@@ -461,11 +492,12 @@ def prune(directory: str | os.PathLike[str], keep: int = DEFAULT_KEEP) -> list[P
     return removed
 
 
-def file_chunks(path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[bytes]:
+def file_chunks(
+    path: str | os.PathLike[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[bytes]:
     """A checkpoint file as state-transfer chunks (the receiver verifies, not the sender)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
             yield chunk
-

@@ -6,7 +6,7 @@
 (* than SuspectAfter ticks is suspected (the suspicion is sent to it); a   *)
 (* suspected node refutes by raising its incarnation; a suspicion that     *)
 (* stands ConfirmAfter ticks without a refutation confirms the peer dead.  *)
-(* Views carry an epoch that rises on every change of the live set.        *)
+(* (View epochs are modelled in Membership.tla.)                          *)
 (*                                                                         *)
 (* Time: one Tick is one unit; a message within the envelope is delivered  *)
 (* within MaxDelay ticks (Tick is disabled while a message is due), and a  *)
@@ -31,7 +31,6 @@ CONSTANTS
     MaxCrashes,       \* crashes the environment may inject
     AllowLoss,        \* may the environment lose messages (leave the envelope)?
     MaxIncarnation,   \* bound on incarnations (state constraint, for TLC only)
-    MaxEpoch,         \* bound on view epochs (state constraint, for TLC only)
     Bugs              \* switched-on known bugs, by their bugs.py names
 
 ASSUME HeartbeatPeriod >= 1 /\ MaxDelay >= 1 /\ SuspectAfter >= HeartbeatPeriod
@@ -44,12 +43,11 @@ VARIABLES
     beatIn,    \* beatIn[n]: ticks until n's next heartbeat
     silence,   \* silence[n][p]: ticks since n last heard p (capped)
     view,      \* view[n][p]: [status, inc, age] n's opinion of p
-    epoch,     \* epoch[n]: n's view epoch (rises when its live set changes)
     msgs,      \* in flight: [type |-> "hb"|"suspect", from, to, inc, age]
     crashes,   \* crashes injected so far
     lossy      \* TRUE once a message was lost (the run left the envelope)
 
-vars == <<up, inc, bornInc, beatIn, silence, view, epoch, msgs, crashes, lossy>>
+vars == <<up, inc, bornInc, beatIn, silence, view, msgs, crashes, lossy>>
 
 Bug(name) == name \in Bugs
 Cap(x, c) == IF x > c THEN c ELSE x
@@ -58,11 +56,6 @@ Peers(n) == Nodes \ {n}
 
 Alive(n) == {p \in Peers(n) : view[n][p].status # "dead"}
 
-\* A change of n's live set moves it to a new epoch.
-NewEpoch(n, newView) ==
-    epoch' = [epoch EXCEPT ![n] =
-        IF {p \in Peers(n) : newView[p].status # "dead"} = Alive(n) THEN @ ELSE @ + 1]
-
 Init ==
     /\ up = [n \in Nodes |-> TRUE]
     /\ inc = [n \in Nodes |-> 0]
@@ -70,7 +63,6 @@ Init ==
     /\ beatIn = [n \in Nodes |-> 0]
     /\ silence = [n \in Nodes |-> [p \in Nodes |-> 0]]
     /\ view = [n \in Nodes |-> [p \in Nodes |-> [status |-> "alive", inc |-> 0, age |-> 0]]]
-    /\ epoch = [n \in Nodes |-> 0]
     /\ msgs = {}
     /\ crashes = 0
     /\ lossy = FALSE
@@ -82,7 +74,7 @@ Heartbeat(n) ==
     /\ up[n] /\ beatIn[n] = 0
     /\ msgs' = msgs \cup {[type |-> "hb", from |-> n, to |-> p, inc |-> inc[n], age |-> 0] : p \in Peers(n)}
     /\ beatIn' = [beatIn EXCEPT ![n] = HeartbeatPeriod]
-    /\ UNCHANGED <<up, inc, bornInc, silence, view, epoch, crashes, lossy>>
+    /\ UNCHANGED <<up, inc, bornInc, silence, view, crashes, lossy>>
 
 \* n hears p's heartbeat at incarnation i.  A higher incarnation clears a
 \* suspicion or a death (a refutation, or p restarted); the same incarnation
@@ -102,7 +94,6 @@ ReceiveHeartbeat(m) ==
         /\ silence' = IF m.inc >= known.inc
                       THEN [silence EXCEPT ![n][p] = 0] ELSE silence
         /\ view' = [view EXCEPT ![n] = newView]
-        /\ NewEpoch(n, newView)
         /\ UNCHANGED <<up, inc, bornInc, beatIn, crashes, lossy>>
 
 \* p learns it is suspected at its current incarnation: it refutes by raising
@@ -116,13 +107,13 @@ ReceiveSuspicion(m) ==
                  {[type |-> "hb", from |-> p, to |-> q, inc |-> inc[p] + 1, age |-> 0] : q \in Peers(p)}
        ELSE /\ msgs' = msgs \ {m}
             /\ UNCHANGED inc
-    /\ UNCHANGED <<up, bornInc, beatIn, silence, view, epoch, crashes, lossy>>
+    /\ UNCHANGED <<up, bornInc, beatIn, silence, view, crashes, lossy>>
 
 \* Deliveries to a stopped process vanish (the socket is gone).
 DropAtStopped(m) ==
     /\ m \in msgs /\ ~up[m.to]
     /\ msgs' = msgs \ {m}
-    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, epoch, crashes, lossy>>
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, crashes, lossy>>
 
 Suspect(n, p) ==
     /\ up[n] /\ n # p
@@ -132,12 +123,10 @@ Suspect(n, p) ==
             /\ silence[n][p] > HeartbeatPeriod
             /\ LET newView == [view[n] EXCEPT ![p] = [@ EXCEPT !.status = "dead", !.age = 0]]
                IN /\ view' = [view EXCEPT ![n] = newView]
-                  /\ NewEpoch(n, newView)
             /\ UNCHANGED msgs
        ELSE /\ silence[n][p] > SuspectAfter
             /\ view' = [view EXCEPT ![n][p] = [@ EXCEPT !.status = "suspect", !.age = 0]]
             /\ msgs' = msgs \cup {[type |-> "suspect", from |-> n, to |-> p, inc |-> view[n][p].inc, age |-> 0]}
-            /\ UNCHANGED epoch
     /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, crashes, lossy>>
 
 Confirm(n, p) ==
@@ -145,7 +134,6 @@ Confirm(n, p) ==
     /\ view[n][p].status = "suspect" /\ view[n][p].age >= ConfirmAfter
     /\ LET newView == [view[n] EXCEPT ![p] = [@ EXCEPT !.status = "dead", !.age = 0]]
        IN /\ view' = [view EXCEPT ![n] = newView]
-          /\ NewEpoch(n, newView)
     /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, msgs, crashes, lossy>>
 
 \* One unit of time.  Disabled while a live node owes a heartbeat or a message
@@ -158,7 +146,7 @@ Tick ==
     /\ view' = [n \in Nodes |-> [p \in Nodes |->
                    [view[n][p] EXCEPT !.age = Cap(@ + 1, ConfirmAfter)]]]
     /\ msgs' = {[m EXCEPT !.age = @ + 1] : m \in msgs}
-    /\ UNCHANGED <<up, inc, bornInc, epoch, crashes, lossy>>
+    /\ UNCHANGED <<up, inc, bornInc, crashes, lossy>>
 
 -----------------------------------------------------------------------------
 (* Environment. *)
@@ -167,7 +155,7 @@ Crash(n) ==
     /\ up[n] /\ crashes < MaxCrashes
     /\ up' = [up EXCEPT ![n] = FALSE]
     /\ crashes' = crashes + 1
-    /\ UNCHANGED <<inc, bornInc, beatIn, silence, view, epoch, msgs, lossy>>
+    /\ UNCHANGED <<inc, bornInc, beatIn, silence, view, msgs, lossy>>
 
 \* A restart is a new life with a new incarnation and a fresh view.
 Restart(n) ==
@@ -178,14 +166,13 @@ Restart(n) ==
     /\ beatIn' = [beatIn EXCEPT ![n] = 0]
     /\ silence' = [silence EXCEPT ![n] = [p \in Nodes |-> 0]]
     /\ view' = [view EXCEPT ![n] = [p \in Nodes |-> [view[n][p] EXCEPT !.status = "alive", !.age = 0]]]
-    /\ epoch' = [epoch EXCEPT ![n] = @ + 1]
     /\ UNCHANGED <<msgs, crashes, lossy>>
 
 Lose(m) ==
     /\ AllowLoss /\ m \in msgs
     /\ msgs' = msgs \ {m}
     /\ lossy' = TRUE
-    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, epoch, crashes>>
+    /\ UNCHANGED <<up, inc, bornInc, beatIn, silence, view, crashes>>
 
 -----------------------------------------------------------------------------
 Protocol ==
@@ -207,8 +194,8 @@ Fairness ==
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 
-\* For TLC only: incarnations and epochs rise without bound in an infinite run.
-Bounds == /\ \A n \in Nodes : inc[n] <= MaxIncarnation /\ epoch[n] <= MaxEpoch
+\* For TLC only: incarnations rise without bound in an infinite run.
+Bounds == \A n \in Nodes : inc[n] <= MaxIncarnation
 
 -----------------------------------------------------------------------------
 (* Properties. *)

@@ -91,7 +91,9 @@ def losses_from_history(history: History) -> dict[int, float]:
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
     for event in history.of_kind(TrainStep):
         assert isinstance(event, TrainStep)
-        by_step[event.step][event.node] = event.loss  # the latest incarnation's wins
+        # JSON has no NaN/inf: msgspec writes a non-finite loss as null (a diverged node)
+        loss = math.nan if event.loss is None else event.loss
+        by_step[event.step][event.node] = loss  # the latest incarnation's wins
     curve = {}
     for step, losses in by_step.items():
         chosen = contributors.get(step)

@@ -29,8 +29,10 @@ from swarmshake.kernels import fingerprint_hex
 from swarmshake.reference_node.protocol.history import (
     ByzantineSwitch,
     Commit,
+    EventBase,
     History,
     Start,
+    TrainStep,
 )
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.byzantine import ByzantineBehaviour, ByzantineSchedule
@@ -40,6 +42,7 @@ from swarmshake.reference_node.training.environment import (
     configure_torch,
     environment_facts,
 )
+from swarmshake.reference_node.training.local_cluster import LocalRun
 from swarmshake.reference_node.training.model import FlatMLP
 from swarmshake.reference_node.training.step import (
     ContributionSource,
@@ -113,7 +116,9 @@ def committed_log(history: History) -> list[CommittedStep]:
     last = max(steps)
     missing = [step for step in range(last + 1) if step not in steps]
     if missing:
-        raise LogError(f"no node logged the commit of step {missing[0]} ({len(missing)} steps missing)")
+        raise LogError(
+            f"no node logged the commit of step {missing[0]} ({len(missing)} steps missing)"
+        )
     if last + 1 > MAX_REPLAY_STEPS:
         raise LogError(f"{last + 1} steps exceed the replay limit {MAX_REPLAY_STEPS}")
     return [steps[step] for step in range(last + 1)]
@@ -215,7 +220,9 @@ def replay_log(
     model = FlatMLP(config)
     state = initial_state(config)
     nodes = sorted({node for entry in log for node in entry.contributors} | set(schedule.nodes()))
-    sources: Mapping[str, ContributionSource] = {node: ContributionSource(model, node) for node in nodes}
+    sources: Mapping[str, ContributionSource] = {
+        node: ContributionSource(model, node) for node in nodes
+    }
     replayed_fps: list[str] = []
     first: Divergence | None = None
     for entry in log:
@@ -225,7 +232,10 @@ def replay_log(
             if switch is not None:
                 source.set_behaviour(switch)
             source.observe(state.params, step)
-        sent = {node: sources[node].contribution(state.params, step).gradient for node in entry.contributors}
+        sent = {
+            node: sources[node].contribution(state.params, step).gradient
+            for node in entry.contributors
+        }
         try:
             combined = aggregate(config, sent)
         except AggregationError as error:
@@ -271,12 +281,20 @@ def _first_mismatch(entry: CommittedStep, value_fp: str, param_fp: str) -> Diver
     for node in sorted(entry.value_fps):
         if entry.value_fps[node] != value_fp:
             return Divergence(
-                step=entry.step, node=node, what="value_fp", replayed=value_fp, logged=entry.value_fps[node]
+                step=entry.step,
+                node=node,
+                what="value_fp",
+                replayed=value_fp,
+                logged=entry.value_fps[node],
             )
     for node in sorted(entry.param_fps):
         if entry.param_fps[node] != param_fp:
             return Divergence(
-                step=entry.step, node=node, what="param_fp", replayed=param_fp, logged=entry.param_fps[node]
+                step=entry.step,
+                node=node,
+                what="param_fp",
+                replayed=param_fp,
+                logged=entry.param_fps[node],
             )
     return None
 
@@ -297,3 +315,75 @@ def _final_replicas(log: list[CommittedStep], replayed_fps: list[str]) -> list[R
         )
         for node, (step, fp) in sorted(last.items())
     ]
+
+
+def history_of_local_run(
+    run: LocalRun,
+    config: TrainingConfig,
+    schedule: ByzantineSchedule | None = None,
+    *,
+    with_config: bool = True,
+) -> History:
+    """The events each simulated node of ``run`` would have logged (a known-good log).
+
+    For tests and benchmarks of the replay and convergence checks: nodes that ran in
+    one process (``training.local_cluster``) get the history real nodes write.
+
+    Each node logs ``start`` (with the training config and environment facts),
+    then per step its ``train_step`` loss, any ``byzantine`` switch, and its
+    ``commit`` with the value and parameter fingerprints it computed itself.
+    """
+    facts = environment_facts(config.seed)
+    nodes = sorted(run.replicas)
+    events: list[EventBase] = []
+    clock = iter(float(tick) for tick in range(1, 10**9))
+    for node in nodes:
+        t = next(clock)
+        events.append(
+            Start(
+                t_wall=t,
+                t_mono=t,
+                node=node,
+                seed=facts.seed,
+                torch_version=facts.torch_version,
+                threads=facts.threads,
+                cpu_flags=facts.cpu_flags,
+                config={"training": config.to_dict()} if with_config else {},
+            )
+        )
+    for record in run.records:
+        for node in nodes:
+            behaviour = schedule.switch_at(node, record.step) if schedule else None
+            if behaviour is not None:
+                t = next(clock)
+                events.append(
+                    ByzantineSwitch(
+                        t_wall=t,
+                        t_mono=t,
+                        node=node,
+                        step=record.step,
+                        mode=behaviour.mode,
+                        seed=behaviour.seed,
+                        magnitude=behaviour.magnitude,
+                        noise_std=behaviour.noise_std,
+                    )
+                )
+            t = next(clock)
+            events.append(
+                TrainStep(t_wall=t, t_mono=t, node=node, step=record.step, loss=record.losses[node])
+            )
+        for node, param_fp in record.param_fps.items():
+            t = next(clock)
+            events.append(
+                Commit(
+                    t_wall=t,
+                    t_mono=t,
+                    node=node,
+                    step=record.step,
+                    value_fp=record.value_fp,
+                    contributors=record.contributors,
+                    param_fp=param_fp,
+                    voters=nodes,
+                )
+            )
+    return History.from_events(events)

@@ -142,6 +142,7 @@ class Simulation:
         # Sends after a disturbance have all arrived after the worst delay plus a beat.
         self.settle_s = (profile.delay_ms + profile.jitter_ms) / 1000 + self.detector_config.heartbeat_interval_s
         self.handled_events = 0
+        self.window_gaps = self.detector_config.window_gaps
         self.config_extra: dict[str, Any] = {}
 
     # --- the loop -----------------------------------------------------------------------
@@ -357,25 +358,66 @@ class Simulation:
         local = clock.local(t)
         if detector.started:
             for sender, stream in self.streams_to[proc.name].items():
-                stream.materialise(t, self.network)
-                due = stream.take_due(t, read_at if read_at is not None else None)
-                if not due:
-                    continue
-                start = 0
-                for index in range(1, len(due) + 1):
-                    if index == len(due) or due[index][1] != due[start][1]:
-                        times = tuple(
-                            arrival if clock.identity else clock.peek_local(arrival)
-                            for arrival, _ in due[start:index]
-                        )
-                        if read_at is not None:
-                            times = tuple(max(x, clock.peek_local(read_at)) for x in times)
-                        batch = HeartbeatsArrived(peer=sender, incarnation=due[start][1], arrival_times=times)
-                        self._apply_detector(proc, t, detector.handle(batch, local))
-                        start = index
+                self._deliver_stream(proc, detector, stream, t, local, read_at)
         if event is not None:
             self._apply_detector(proc, t, detector.handle(event, local))
         self._schedule_look(proc, t)
+
+    def _deliver_stream(
+        self,
+        proc: NodeProcess,
+        detector: FailureDetector,
+        stream: HeartbeatStream,
+        t: float,
+        local: float,
+        read_at: float | None,
+    ) -> None:
+        clock = proc.clock
+        sender = stream.sender
+        elided = 0
+        gap_bound = 0.0
+        if read_at is None and stream.delivered_gen == proc.gen and not stream.pending:
+            gap_bound = self._elision_gap_bound(stream, t, clock)
+            if gap_bound and detector.known_incarnation.get(sender) == stream.incarnation:
+                if sender in detector.targets:
+                    elided = stream.elide(t, self.network, self.window_gaps + 1)
+        stream.materialise(t, self.network)
+        due = stream.take_due(t)
+        if not due:
+            return
+        stream.delivered_gen = proc.gen
+        start = 0
+        for index in range(1, len(due) + 1):
+            if index < len(due) and due[index][1] == due[start][1]:
+                continue
+            if clock.identity:
+                times = tuple(arrival for arrival, _ in due[start:index])
+            else:
+                times = tuple(clock.peek_local(arrival) for arrival, _ in due[start:index])
+            if read_at is not None:
+                floor = clock.peek_local(read_at)
+                times = tuple(x if x >= floor else floor for x in times)
+            batch = HeartbeatsArrived(
+                peer=sender,
+                incarnation=due[start][1],
+                arrival_times=times,
+                elided_count=elided if start == 0 else 0,
+                elided_max_gap_s=gap_bound if start == 0 and elided else 0.0,
+            )
+            self._apply_detector(proc, t, detector.handle(batch, local))
+            start = index
+
+    def _elision_gap_bound(self, stream: HeartbeatStream, t: float, clock: NodeClock) -> float:
+        """The largest gap between two arrivals of this stream as the receiver's clock
+        measures it, when that provably stays within the suspicion floor; else 0."""
+        if not self._healthy(stream, t):
+            return 0.0
+        low, high = self.network.delay_bounds(stream.sender, stream.receiver)
+        interval = stream.interval_true()
+        if interval + low < high:
+            return 0.0  # arrivals could overtake a skipped one: FIFO would be guessed
+        bound = (interval + high - low) * (clock.rate if not clock.identity else 1.0)
+        return bound if bound <= self.floor_s else 0.0
 
     def _apply_detector(self, proc: NodeProcess, t: float, actions: list) -> None:
         clock = proc.clock

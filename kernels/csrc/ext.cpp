@@ -7,6 +7,7 @@ void launch_robust_f32(const void*, void*, int, int64_t, int, int, cudaStream_t)
 void launch_robust_bf16(const void*, void*, int, int64_t, int, int, cudaStream_t);
 void launch_robust_f16(const void*, void*, int, int64_t, int, int, cudaStream_t);
 void launch_krum_any(const void*, float*, int, int64_t, int, int, cudaStream_t);
+void krum_config(int k, int dtype, int* C, int* W, int* rows, int* resident);
 void launch_fingerprint(const int32_t*, int64_t, unsigned long long*, int, cudaStream_t);
 void launch_quant(const void*, int8_t*, float*, int64_t, int, int, int, cudaStream_t);
 void launch_dequant(const int8_t*, const float*, void*, int64_t, int, int, int, cudaStream_t);
@@ -43,18 +44,23 @@ at::Tensor robust_reduce(const at::Tensor& x, int64_t op, int64_t trim) {
   return out;
 }
 
-at::Tensor krum_distances(const at::Tensor& x) {
-  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.is_contiguous(), "krum_distances: x must be a contiguous CUDA [k, d]");
-  const int k = (int)x.size(0);
+at::Tensor krum_distances(const at::Tensor& x_in) {
+  TORCH_CHECK(x_in.is_cuda() && x_in.dim() == 2 && x_in.is_contiguous(),
+              "krum_distances: x must be a contiguous CUDA [k, d]");
+  const int k = (int)x_in.size(0);
   TORCH_CHECK(k >= 1 && k <= 64, "krum_distances: 1 <= k <= 64, got ", k);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  // 16-byte pieces need d % 8 == 0 and an aligned base: pad with zeros (adds nothing)
+  at::Tensor x = x_in;
+  const int64_t pad = (8 - x_in.size(1) % 8) % 8;
+  if (pad || reinterpret_cast<uintptr_t>(x_in.data_ptr()) % 16) x = at::constant_pad_nd(x_in, {0, pad});
   const int64_t d = x.size(1);
-  c10::cuda::CUDAGuard guard(x.device());
-  const int R = (k + 7) / 8;
-  const int rows = 8 * R;
-  const int C = R == 1 ? 256 : (R <= 4 ? 128 : 64);   // as KrumC / KrumW in krum.cu
-  const int W = R == 1 ? 8 : (R == 2 ? 4 : 1);
+  int C = 0, W = 0, rows = 0, resident = 0;
+  krum_config(k, dtype_code(x), &C, &W, &rows, &resident);
   const int64_t nchunks = (d + C - 1) / C;
-  const int grid = (int)std::max<int64_t>(1, std::min<int64_t>(nchunks, 4096));
+  // four waves of resident CTAs: long enough runs per CTA to hide the pipeline's fill,
+  // short enough fp32 sums per thread (at most ~1000 terms at d = 32M, k = 32)
+  const int grid = (int)std::max<int64_t>(1, std::min<int64_t>(nchunks, 4 * (int64_t)resident));
   auto partial = at::zeros({(int64_t)grid * W, rows, rows}, x.options().dtype(at::kFloat));
   if (d > 0) {
     launch_krum_any(x.data_ptr(), partial.data_ptr<float>(), k, d, grid, dtype_code(x),

@@ -24,7 +24,7 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
 // Keys T[0..4095] live in shared memory (32 KB, computed once per CTA). Thread t owns
 // words 4t + 1024r + e (r, e < 4) of each block; a loop trip handles UNROLL blocks so
 // that 4 * UNROLL 16-byte loads are in flight per thread.
-constexpr int FP_UNROLL = 2;
+constexpr int FP_UNROLL = 4;
 
 __global__ void __launch_bounds__(256) fingerprint_kernel(const int32_t* __restrict__ w, int64_t n,
                                                           unsigned long long* __restrict__ out) {

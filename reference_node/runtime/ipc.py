@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Annotated, Literal
 
 import msgspec
 
@@ -98,6 +97,10 @@ class Shutdown(_Msg, tag="shutdown"):
     pass
 
 
+class Ping(_Msg, tag="ping"):
+    """Keeps the worker's silence deadline from firing while the control is idle."""
+
+
 ToWorker = (
     WorkerInit
     | UpdatePeers
@@ -110,6 +113,7 @@ ToWorker = (
     | SetBehaviour
     | Infer
     | Shutdown
+    | Ping
 )
 
 
@@ -208,8 +212,6 @@ FromWorker = (
     | WorkerReport
 )
 
-Direction = Literal["to_worker", "from_worker"]
-Payload = Annotated[bytes, msgspec.Meta(max_length=MAX_IPC_BYTES)]
 
 
 class IpcError(Exception):

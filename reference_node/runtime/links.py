@@ -107,6 +107,7 @@ class LinkStats:
     queue_rejected: int = 0
     inbound_refused: int = 0
     handler_timeouts: int = 0
+    not_connected_dropped: int = 0
     per_peer_connected: dict[str, bool] = field(default_factory=dict)
 
 
@@ -388,8 +389,15 @@ class PeerLinks:
             self._task_group.create_task(link.run(), name=f"dial-{peer}-{self.channel.name}")
         return link
 
-    def send_nowait(self, peer: str, payload: bytes) -> bool:
-        return self.link(peer).send_nowait(payload)
+    def send_nowait(self, peer: str, payload: bytes, *, only_if_connected: bool = False) -> bool:
+        """Queue ``payload`` for ``peer``.  ``only_if_connected`` drops it while the link is
+        down: a heartbeat queued during an outage would arrive as a burst that says
+        nothing about the peer's liveness now."""
+        link = self.link(peer)
+        if only_if_connected and not link.connected:
+            self.stats.not_connected_dropped += 1
+            return False
+        return link.send_nowait(payload)
 
     async def send(self, peer: str, payload: bytes, timeout_s: float) -> None:
         await self.link(peer).send(payload, timeout_s)

@@ -1,9 +1,9 @@
 """The node's worker process: training steps, bulk tensor I/O, aggregation, checkpoints.
 
-Started by the control process (``node.py``) as ``python -m
-swarmshake.reference_node.runtime.worker FD`` with one end of a socketpair; runs
-niced (DESIGN.md: so heartbeats on the control process win the CPU) and dies with
-its parent (``PR_SET_PDEATHSIG`` plus EOF on the socketpair).
+Started by the control process (``node.py``) through ``worker_entry`` with one
+end of a socketpair; runs niced (DESIGN.md: so heartbeats on the control process
+win the CPU) and dies with its parent (``PR_SET_PDEATHSIG`` plus EOF on the
+socketpair).
 
 Its asyncio loop owns the bulk listener and diallers (decoding and HMAC of large
 frames happen here, never on the control loop).  Tensor math runs on one compute
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import json
 import os
-import signal
 import socket
-import sys
 import time
 from pathlib import Path
 
+import msgspec
 import torch
 
 from swarmshake.kernels import fingerprint_hex
@@ -54,15 +52,6 @@ KEEP_AGGREGATE_STEPS = 4
 # Contributions are accepted for the current step and this many ahead (peers run
 # at most one step ahead of a node that is applying its commit).
 AHEAD_STEPS = 2
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL us when the control process dies (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: EOF on the socketpair still ends the worker
 
 
 class Worker:
@@ -216,6 +205,8 @@ class Worker:
                 await self.set_behaviour(message)
             case ipc.Infer():
                 await self.infer(message)
+            case ipc.Ping():
+                pass
             case ipc.UpdatePeers():
                 for peer, (host, port) in message.peers.items():
                     self.book.set_harness(peer, PeerAddress(host=host, control_port=0, bulk_port=port))
@@ -297,10 +288,8 @@ class Worker:
             await self.write_checkpoint()
 
     async def set_behaviour(self, message: ipc.SetBehaviour) -> None:
-        behaviour = message.behaviour
-        import msgspec
-
-        behaviour = msgspec.structs.replace(behaviour, since_step=self.replica.step)
+        # A switch takes effect at the current step boundary (replay switches there too).
+        behaviour = msgspec.structs.replace(message.behaviour, since_step=self.replica.step)
         self.replica.set_behaviour(behaviour)
         self.log(
             history.ByzantineSwitch,
@@ -467,22 +456,13 @@ async def worker_main(fd: int) -> int:
     config = load(Path(init.config_toml_path), overrides)
     configure_torch(config.training.threads)
     worker = Worker(config, init, channel)
+    code = 0
     try:
         await worker.serve(init)
     except* ipc.IpcError:
-        return 3  # the control process is gone: the node dies as a whole
-    return 0
+        code = 3  # the control process is gone: the node dies as a whole
+    return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m swarmshake.reference_node.runtime.worker FD NICE", file=sys.stderr)
-        return 64
-    _die_with_parent()
-    os.nice(int(argv[1]))
-    return asyncio.run(worker_main(int(argv[0])))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run(fd: int) -> int:
+    return asyncio.run(worker_main(fd))

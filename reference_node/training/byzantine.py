@@ -76,9 +76,9 @@ def corrupt_gradient(
         return stale_gradient.clone()
     if mode == "random_bits":
         gen = generator(behaviour.seed, "byzantine-bits", node, step)
-        bits = torch.randint(
-            -(2**31), 2**31, honest.shape, generator=gen, dtype=torch.int64
-        ).to(torch.int32)
+        bits = torch.randint(-(2**31), 2**31, honest.shape, generator=gen, dtype=torch.int64).to(
+            torch.int32
+        )
         return bits.view(torch.float32).clone()
     raise ValueError(f"unknown byzantine mode {mode!r}; known: {', '.join(BYZANTINE_MODES)}")
 

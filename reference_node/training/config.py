@@ -62,7 +62,9 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             _require(1 <= value <= MAX_DIM, name, f"must be in 1..{MAX_DIM}, got {value}")
         _require(len(self.hidden) >= 1, "hidden", "needs at least one hidden layer width")
         for width in self.hidden:
-            _require(1 <= width <= MAX_DIM, "hidden", f"widths must be in 1..{MAX_DIM}, got {width}")
+            _require(
+                1 <= width <= MAX_DIM, "hidden", f"widths must be in 1..{MAX_DIM}, got {width}"
+            )
         _require(
             self.parameter_count() <= MAX_PARAMETERS,
             "hidden",

@@ -60,7 +60,7 @@ def cpu_flags(cpuinfo_path: Path = CPUINFO_PATH) -> str:
 def environment_facts(seed: int) -> EnvironmentFacts:
     return EnvironmentFacts(
         seed=seed,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),  # a str subclass that msgspec cannot encode
         threads=torch.get_num_threads(),
         cpu_flags=cpu_flags(),
         machine=platform.machine(),

@@ -79,13 +79,17 @@ def run_local_cluster(
     schedule = byzantine or ByzantineSchedule()
     unknown_byzantine = set(schedule.nodes()) - set(names)
     if unknown_byzantine:
-        raise ValueError(f"byzantine schedule names {sorted(unknown_byzantine)}, not nodes of the run")
+        raise ValueError(
+            f"byzantine schedule names {sorted(unknown_byzantine)}, not nodes of the run"
+        )
     run = LocalRun(replicas=replicas)
     for step in range(steps):
         contributors = sorted(set(contributors_at(step))) if contributors_at else names
         unknown = set(contributors) - set(names)
         if unknown:
-            raise ValueError(f"step {step}: contributors {sorted(unknown)} are not nodes of the run")
+            raise ValueError(
+                f"step {step}: contributors {sorted(unknown)} are not nodes of the run"
+            )
         sent = {}
         losses = {}
         for name in names:

@@ -24,7 +24,9 @@ class TrainingState:
 
     def __post_init__(self) -> None:
         if self.step < 0 or self.update_count < 0:
-            raise ValueError(f"step and update_count must be >= 0, got {self.step}, {self.update_count}")
+            raise ValueError(
+                f"step and update_count must be >= 0, got {self.step}, {self.update_count}"
+            )
         for name, tensor in {"params": self.params, **self.buffers}.items():
             if tensor.dtype != torch.float32 or tensor.dim() != 1 or not tensor.is_contiguous():
                 raise ValueError(
@@ -32,7 +34,9 @@ class TrainingState:
                     f"{tensor.dtype} {tuple(tensor.shape)}"
                 )
             if tensor.numel() != self.params.numel():
-                raise ValueError(f"{name} has {tensor.numel()} elements, params {self.params.numel()}")
+                raise ValueError(
+                    f"{name} has {tensor.numel()} elements, params {self.params.numel()}"
+                )
 
     def param_fingerprint(self) -> str:
         return fingerprint_hex(self.params)

@@ -59,12 +59,16 @@ def local_gradient(
     return gradient.contiguous(), float(loss.detach())
 
 
-def apply_committed(config: TrainingConfig, state: TrainingState, step: int, aggregate: torch.Tensor) -> str:
+def apply_committed(
+    config: TrainingConfig, state: TrainingState, step: int, aggregate: torch.Tensor
+) -> str:
     """Apply the committed aggregate of ``step`` to ``state``; returns the new ``param_fp``."""
     if step != state.step:
         raise ValueError(f"cannot apply step {step} to a state at step {state.step}")
     if state.optimizer != config.optimizer:
-        raise ValueError(f"state holds {state.optimizer!r} buffers, config says {config.optimizer!r}")
+        raise ValueError(
+            f"state holds {state.optimizer!r} buffers, config says {config.optimizer!r}"
+        )
     apply_update(config, state.params, state.buffers, state.update_count, aggregate)
     state.update_count += 1
     state.step += 1
@@ -92,7 +96,11 @@ class ContributionSource:
         """Called at every step boundary, contributor or not: a stale node freezes the
         honest gradient of ``since_step`` here, whether or not it was committed."""
         behaviour = self.behaviour
-        if behaviour.mode == "stale" and step == behaviour.since_step and self._stale_gradient is None:
+        if (
+            behaviour.mode == "stale"
+            and step == behaviour.since_step
+            and self._stale_gradient is None
+        ):
             self._stale_gradient, _ = local_gradient(self.model, params, step, self.node)
 
     def contribution(self, params: torch.Tensor, step: int) -> LocalGradient:

@@ -6,6 +6,7 @@ used on this machine, `make image` records why and these tests skip with that re
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from pathlib import Path
@@ -64,7 +65,8 @@ def docker_client():
 def node_image(docker_client):
     import docker.errors
 
-    tag = node_tag()
+    # SWARMSHAKE_NODE_IMAGE pins an image explicitly (a tree being edited while tests run).
+    tag = os.environ.get("SWARMSHAKE_NODE_IMAGE") or node_tag()
     try:
         docker_client.images.get(tag)
     except docker.errors.ImageNotFound:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from swarmshake.kernels import fingerprint_hex
-from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
+from swarmshake.reference_node.training.aggregation import AggregationError, aggregate, all_finite
 from swarmshake.reference_node.training.byzantine import ByzantineBehaviour, corrupt_gradient
 from swarmshake.reference_node.training.config import TrainingConfig
 
@@ -82,3 +84,27 @@ def test_mismatched_shapes_are_refused() -> None:
     contributions["n2"] = contributions["n2"][:10]
     with pytest.raises(AggregationError, match="n2"):
         aggregate(TrainingConfig(), contributions)
+
+
+@pytest.mark.parametrize(
+    ("value", "finite"),
+    [
+        (0.0, True),
+        (-0.0, True),
+        (3.4e38, True),
+        (1e-45, True),
+        (math.nan, False),
+        (math.inf, False),
+        (-math.inf, False),
+    ],
+)
+def test_all_finite(value: float, finite: bool) -> None:
+    tensor = torch.ones(1001)
+    tensor[500] = value
+    assert all_finite(tensor) is finite
+
+
+def test_a_finite_sum_that_overflows_is_refused() -> None:
+    huge = {name: torch.full((4,), 3.0e38) for name in ("n1", "n2")}
+    with pytest.raises(AggregationError, match="non-finite coordinates"):
+        aggregate(TrainingConfig(aggregation="mean"), huge)

@@ -16,8 +16,12 @@ GRADIENT = torch.linspace(-1, 1, 4096)
 
 
 def test_sign_flip_and_scaled() -> None:
-    flipped = corrupt_gradient(GRADIENT, ByzantineBehaviour(mode="sign_flip", magnitude=3.0), step=0, node="n1")
-    scaled = corrupt_gradient(GRADIENT, ByzantineBehaviour(mode="scaled", magnitude=3.0), step=0, node="n1")
+    flipped = corrupt_gradient(
+        GRADIENT, ByzantineBehaviour(mode="sign_flip", magnitude=3.0), step=0, node="n1"
+    )
+    scaled = corrupt_gradient(
+        GRADIENT, ByzantineBehaviour(mode="scaled", magnitude=3.0), step=0, node="n1"
+    )
     assert torch.equal(flipped, GRADIENT * -3.0)
     assert torch.equal(scaled, GRADIENT * 3.0)
 
@@ -29,17 +33,26 @@ def test_random_modes_are_reproducible_and_vary_by_step_node_and_seed(mode: str)
     again = corrupt_gradient(GRADIENT, behaviour, step=3, node="n1")
     assert torch.equal(first.view(torch.int32), again.view(torch.int32))  # NaN-safe equality
     for step, node, seed in ((4, "n1", 5), (3, "n2", 5), (3, "n1", 6)):
-        other = corrupt_gradient(GRADIENT, ByzantineBehaviour(mode=mode, seed=seed), step=step, node=node)  # type: ignore[arg-type]
+        other = corrupt_gradient(
+            GRADIENT, ByzantineBehaviour(mode=mode, seed=seed), step=step, node=node
+        )  # type: ignore[arg-type]
         assert not torch.equal(first.view(torch.int32), other.view(torch.int32))
 
 
 def test_gaussian_noise_has_the_configured_spread() -> None:
-    noisy = corrupt_gradient(torch.zeros(100_000), ByzantineBehaviour(mode="gaussian_noise", noise_std=2.0), step=0, node="n1")
+    noisy = corrupt_gradient(
+        torch.zeros(100_000),
+        ByzantineBehaviour(mode="gaussian_noise", noise_std=2.0),
+        step=0,
+        node="n1",
+    )
     assert float(noisy.std()) == pytest.approx(2.0, rel=0.02)
 
 
 def test_random_bits_produce_non_finite_values() -> None:
-    bits = corrupt_gradient(torch.zeros(100_000), ByzantineBehaviour(mode="random_bits"), step=0, node="n1")
+    bits = corrupt_gradient(
+        torch.zeros(100_000), ByzantineBehaviour(mode="random_bits"), step=0, node="n1"
+    )
     assert not torch.isfinite(bits).all()
 
 
@@ -75,6 +88,13 @@ def test_schedule_rejects_two_behaviours_at_one_step() -> None:
 
 
 def test_every_mode_is_known_and_bad_parameters_are_refused() -> None:
-    assert set(BYZANTINE_MODES) == {"honest", "sign_flip", "scaled", "gaussian_noise", "stale", "random_bits"}
+    assert set(BYZANTINE_MODES) == {
+        "honest",
+        "sign_flip",
+        "scaled",
+        "gaussian_noise",
+        "stale",
+        "random_bits",
+    }
     with pytest.raises(ValueError, match="noise_std"):
         ByzantineBehaviour(mode="gaussian_noise", noise_std=-1.0)

@@ -20,7 +20,9 @@ STEPS = 300
 SIGN_FLIP_N3 = ByzantineSchedule({"n3": [ByzantineBehaviour(mode="sign_flip", since_step=0)]})
 
 
-def curve(config: TrainingConfig, schedule: ByzantineSchedule | None) -> tuple[dict[int, float], str | None]:
+def curve(
+    config: TrainingConfig, schedule: ByzantineSchedule | None
+) -> tuple[dict[int, float], str | None]:
     run = run_local_cluster(config, NODES, STEPS, byzantine=schedule, shared_replica=True)
     return dict(enumerate(run.mean_losses())), run.failure
 
@@ -33,8 +35,12 @@ def baseline() -> dict[int, float]:
 
 
 @pytest.mark.parametrize("rule", ["median", "trimmed_mean"])
-def test_robust_rules_converge_despite_a_sign_flipped_node(rule: str, baseline: dict[int, float]) -> None:
-    config = TrainingConfig(seed=7, hidden=[64, 64], batch_per_node=16, aggregation=rule, byzantine_f=1)  # type: ignore[arg-type]
+def test_robust_rules_converge_despite_a_sign_flipped_node(
+    rule: str, baseline: dict[int, float]
+) -> None:
+    config = TrainingConfig(
+        seed=7, hidden=[64, 64], batch_per_node=16, aggregation=rule, byzantine_f=1
+    )  # type: ignore[arg-type]
     losses, failure = curve(config, SIGN_FLIP_N3)
     assert failure is None
     result = compare_curves(losses, baseline)
@@ -48,4 +54,8 @@ def test_plain_mean_does_not_converge_with_a_sign_flipped_node(baseline: dict[in
     result = compare_curves(losses, baseline)
     assert result.status == "invalid", result.message
     # it diverges: the loss ends above where it started (or training broke down)
-    assert failure is not None or not math.isfinite(result.final_loss) or result.final_loss > result.initial_loss
+    assert (
+        failure is not None
+        or not math.isfinite(result.final_loss)
+        or result.final_loss > result.initial_loss
+    )

@@ -24,7 +24,9 @@ def evaluation_loss(config: TrainingConfig, params: torch.Tensor) -> float:
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_baseline_training_converges_in_seconds(optimizer: str) -> None:
     rate = 0.05 if optimizer == "sgd" else 0.003
-    config = TrainingConfig(seed=7, hidden=[64, 64], batch_per_node=16, optimizer=optimizer, learning_rate=rate)  # type: ignore[arg-type]
+    config = TrainingConfig(
+        seed=7, hidden=[64, 64], batch_per_node=16, optimizer=optimizer, learning_rate=rate
+    )  # type: ignore[arg-type]
     start = time.perf_counter()
     run = run_local_cluster(config, NODES, 300, shared_replica=True)
     elapsed_s = time.perf_counter() - start
@@ -39,7 +41,9 @@ def test_baseline_training_converges_in_seconds(optimizer: str) -> None:
     assert elapsed_s < 30
 
 
-def test_gradient_is_flat_float32_and_matches_autograd_on_a_module(small_config: TrainingConfig) -> None:
+def test_gradient_is_flat_float32_and_matches_autograd_on_a_module(
+    small_config: TrainingConfig,
+) -> None:
     replica = Replica(small_config, "n1")
     result = replica.contribution()
     count = small_config.parameter_count()
@@ -59,7 +63,9 @@ def test_gradient_is_flat_float32_and_matches_autograd_on_a_module(small_config:
     assert result.loss == pytest.approx(float(loss.detach()), rel=1e-6)
 
 
-def test_apply_checks_the_step_and_returns_the_new_fingerprint(small_config: TrainingConfig) -> None:
+def test_apply_checks_the_step_and_returns_the_new_fingerprint(
+    small_config: TrainingConfig,
+) -> None:
     replica = Replica(small_config, "n1")
     before = replica.param_fingerprint()
     gradient = replica.contribution().gradient

@@ -1,0 +1,176 @@
+"""The one interface every cluster backend offers, and what a cluster is made of.
+
+A backend owns the processes or containers of one run: the nodes, the MQTT broker
+and the Toxiproxy server with one proxy per directed link and channel plus one per
+node's broker connection.  The nemesis (``chaos/nemesis/``) injects faults only
+through this interface, so a fault op works on every backend that implements the
+handle methods it needs; a backend that cannot do one raises
+:class:`UnsupportedFault` naming the op and the backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swarmshake.chaos.backends.events import EventTail
+from swarmshake.chaos.links import Link
+from swarmshake.reference_node.runtime.mqtt_messages import Command
+
+NODE_MODULE = "swarmshake.reference_node"  # what `python -m` runs for a node
+MAX_NODES = 64  # 64 * 63 * 2 proxies is ~8,000; beyond that one Toxiproxy is the bottleneck
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what was asked; the message says what and why."""
+
+
+class UnsupportedFault(BackendError):
+    """A fault op this backend cannot inject (e.g. ``netem`` on the local backend)."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Everything a backend needs to start one cluster.
+
+    ``node_config`` holds extra node-config sections (``training``, ``detector``,
+    ``step``, …) copied into every node's ``node.toml``; ``node_program`` is a module
+    name run as ``python -m`` (the reference node) or a path to a script (a test's
+    stand-in program speaking the same config).
+    """
+
+    run_id: str
+    run_dir: Path
+    nodes: tuple[str, ...]
+    seed: int = 0
+    node_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bugs: tuple[str, ...] = ()
+    node_program: str = NODE_MODULE
+    run_key_hex: str = field(default_factory=lambda: secrets.token_hex(32))
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.nodes) <= MAX_NODES:
+            raise BackendError(f"a cluster needs 1..{MAX_NODES} nodes, got {len(self.nodes)}")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise BackendError(f"node names repeat: {list(self.nodes)}")
+
+    @property
+    def topic_prefix(self) -> str:
+        return f"swarmshake/{self.run_id}"
+
+    def events_dir(self) -> Path:
+        return self.run_dir / "events"
+
+    def checkpoint_dir(self, node: str) -> Path:
+        return self.run_dir / "checkpoints" / node
+
+
+class NodeHandle(abc.ABC):
+    """One node of a running cluster: the process group or container behind it."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def crash(self) -> None:
+        """SIGKILL the node (control and worker); its volatile state is lost."""
+
+    @abc.abstractmethod
+    async def restart(self) -> None:
+        """Start the node again (killing it first if it runs): a new incarnation."""
+
+    @abc.abstractmethod
+    async def pause(self) -> None:
+        """Freeze every process of the node (SIGSTOP / docker pause)."""
+
+    @abc.abstractmethod
+    async def resume(self) -> None: ...
+
+    @abc.abstractmethod
+    def is_running(self) -> bool:
+        """The node's processes exist and are not stopped for good (paused counts)."""
+
+    @abc.abstractmethod
+    async def set_cpu_fraction(self, fraction: float) -> None:
+        """Give the node ``fraction`` of one CPU's time (1.0 lifts the limit)."""
+
+    @abc.abstractmethod
+    async def set_disk_full(self, full: bool) -> None:
+        """Make checkpoint writes fail with ENOSPC (or stop doing so)."""
+
+    async def stop(self) -> None:
+        """Shut down at the end of a run (SIGTERM, then SIGKILL after a grace)."""
+        await self.crash()
+
+
+class BrokerHandle(abc.ABC):
+    @abc.abstractmethod
+    async def lose(self) -> None:
+        """Stop the broker (broker-loss fault)."""
+
+    @abc.abstractmethod
+    async def restore(self) -> None:
+        """Start the broker again on the same address."""
+
+    @property
+    @abc.abstractmethod
+    def lost(self) -> bool: ...
+
+
+class Backend(abc.ABC):
+    """``await backend.up()`` … ``backend.node("n1")``, ``backend.link("n1", "n2")`` …
+    ``await backend.down()``.  ``down`` is idempotent and safe after a failed ``up``."""
+
+    name: str = "abstract"
+    #: the fault ops this backend can inject (names from ``chaos.faults``)
+    supported_ops: frozenset[str] = frozenset()
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.events = EventTail(spec.events_dir(), spec.nodes)
+
+    @abc.abstractmethod
+    async def up(self) -> None: ...
+
+    @abc.abstractmethod
+    async def down(self) -> None: ...
+
+    @abc.abstractmethod
+    def node(self, name: str) -> NodeHandle: ...
+
+    @abc.abstractmethod
+    def link(self, src: str, dst: str) -> Link:
+        """The directed link ``src → dst`` (both of its channels)."""
+
+    @property
+    @abc.abstractmethod
+    def broker(self) -> BrokerHandle: ...
+
+    @abc.abstractmethod
+    async def send_command(self, node: str, command: Command) -> None:
+        """Publish a harness command to one node over MQTT (clock skew, Byzantine …)."""
+
+    @abc.abstractmethod
+    async def reset_links(self) -> None:
+        """Enable every proxy and remove every toxic (heal of every network fault)."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Addresses and pids/containers, for ``swarmshake status`` and the run record."""
+
+    def links(self) -> list[Link]:
+        nodes = self.spec.nodes
+        return [self.link(a, b) for a in nodes for b in nodes if a != b]
+
+    async def __aenter__(self) -> Backend:
+        try:
+            await self.up()
+        except BaseException:
+            await self.down()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.down()

@@ -1,0 +1,525 @@
+"""The local backend: nodes, Mosquitto and Toxiproxy as child processes on loopback.
+
+The default backend and what ``make demo`` uses: no Docker, no root needed (except
+for the ``disk_full`` fault, which mounts a full tmpfs over a node's checkpoint
+folder).  Nodes are forked from a zygote that has torch imported (``zygote.py``
+says why), each in its own process group, so a crash or pause signals a node's
+control and worker processes together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from swarmshake.chaos.backends import node_config
+from swarmshake.chaos.backends.base import (
+    Backend,
+    BackendError,
+    BrokerHandle,
+    ClusterSpec,
+    NodeHandle,
+    UnsupportedFault,
+)
+from swarmshake.chaos.backends.mqtt_commands import publish_command
+from swarmshake.chaos.cleanup import Registry, process_state, unmount
+from swarmshake.chaos.links import (
+    CHANNELS,
+    Link,
+    broker_proxy_name,
+    proxy_name,
+)
+from swarmshake.chaos.mosquitto import MosquittoBroker
+from swarmshake.chaos.toxiproxy import ToxiproxyServer
+from swarmshake.reference_node.runtime.mqtt_messages import Command
+
+HOST = "127.0.0.1"
+ZYGOTE_READY_TIMEOUT_S = 120.0  # importing torch on a loaded 2-core machine took up to ~20 s
+SPAWN_TIMEOUT_S = 10.0  # a fork answers in milliseconds; past this the zygote is wedged
+EXIT_WAIT_S = 5.0  # a SIGKILLed group is reaped within milliseconds
+STOP_GRACE_S = 3.0  # a node's clean shutdown (flush events, close sockets) takes < 1 s
+PROXY_CREATE_CONCURRENCY = 16  # Toxiproxy serialises proxy creation; more buys nothing
+SIGNAL_EFFECT_TIMEOUT_S = 1.0  # SIGSTOP/SIGCONT take effect within a scheduler tick
+DUTY_PERIOD_S = 0.02  # CPU-throttle duty cycle: short enough not to look like a pause
+DISK_FULL_TMPFS = "64k"  # holds the copied checkpoints' names, not their data
+
+
+def reserve_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct free ports (all bound at once, so none repeats)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.bind((host, 0))
+            sockets.append(probe)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+class Zygote:
+    """Client of ``zygote.py``: asks it to fork nodes and hears when they exit."""
+
+    def __init__(self, registry: Registry | None, log_path: Path):
+        self.registry = registry
+        self.log_path = log_path
+        self.process: asyncio.subprocess.Process | None = None
+        self.exited: dict[int, int] = {}
+        self._waiters: dict[int, asyncio.Future[int]] = {}
+        self._ready: asyncio.Future[dict[str, Any]] | None = None
+        self._next_id = 0
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        with open(self.log_path, "ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "swarmshake.chaos.backends.zygote", "",
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True,  # Ctrl-C is the harness's to handle, not the nodes'
+                limit=1 << 20,
+            )  # fmt: skip
+        if self.registry:
+            self.registry.add_process("zygote", self.process.pid)
+        self._reader = asyncio.create_task(self._read_loop())
+
+    async def wait_ready(self) -> dict[str, Any]:
+        assert self._ready is not None
+        try:
+            async with asyncio.timeout(ZYGOTE_READY_TIMEOUT_S):
+                return await self._ready
+        except TimeoutError:
+            raise BackendError(
+                f"node zygote not ready within {ZYGOTE_READY_TIMEOUT_S}s; log: {self.log_path}"
+            ) from None
+
+    async def _read_loop(self) -> None:
+        assert self.process and self.process.stdout
+        stdout = self.process.stdout
+        while line := await stdout.readline():
+            message = json.loads(line)
+            if message.get("ready") and self._ready and not self._ready.done():
+                self._ready.set_result(message)
+            elif "exited" in message:
+                self.exited[message["exited"]] = message["status"]
+            elif "id" in message:
+                waiter = self._waiters.pop(message["id"], None)
+                if waiter and not waiter.done():
+                    if "pid" in message:
+                        waiter.set_result(message["pid"])
+                    else:
+                        waiter.set_exception(BackendError(f"zygote: {message.get('error')}"))
+        if self._ready and not self._ready.done():
+            self._ready.set_exception(BackendError(f"node zygote exited; log: {self.log_path}"))
+        for waiter in self._waiters.values():
+            if not waiter.done():
+                waiter.set_exception(BackendError("node zygote exited"))
+
+    async def spawn(self, program: str, argv: list[str], log: Path, env: dict[str, str]) -> int:
+        assert self.process and self.process.stdin
+        async with self._lock:
+            self._next_id += 1
+            request_id = self._next_id
+            waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            self._waiters[request_id] = waiter
+            request = {"id": request_id, "program": program, "argv": argv, "log": str(log), "env": env}
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            await self.process.stdin.drain()
+        async with asyncio.timeout(SPAWN_TIMEOUT_S):
+            return await waiter
+
+    def alive(self, pid: int) -> bool:
+        return pid not in self.exited and process_state(pid) not in (None, "Z")
+
+    async def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.stdin:
+            process.stdin.close()  # EOF: the zygote kills its children and exits
+        try:
+            async with asyncio.timeout(EXIT_WAIT_S):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+        if self._reader:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self.registry:
+            self.registry.remove_process("zygote")
+
+
+class LocalNode(NodeHandle):
+    def __init__(self, backend: LocalBackend, name: str, config_path: Path):
+        self.backend = backend
+        self.name = name
+        self.config_path = config_path
+        self.pid: int | None = None
+        self.paused = False
+        self.starts = 0
+        self._throttle: asyncio.Task[None] | None = None
+        self._disk_mount: Path | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.backend.spec.run_dir / "logs" / f"{self.name}.log"
+
+    async def start(self) -> None:
+        spec = self.backend.spec
+        argv = ["--config", str(self.config_path)]
+        for bug in spec.bugs:
+            argv += ["--bug", bug]
+        env = {"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": self.name}
+        self.pid = await self.backend.zygote.spawn(spec.node_program, argv, self.log_path, env)
+        self.starts += 1
+        self.paused = False
+        if self.backend.registry:
+            self.backend.registry.add_process(f"node-{self.name}", self.pid, group=True)
+
+    def is_running(self) -> bool:
+        return self.pid is not None and self.backend.zygote.alive(self.pid)
+
+    def _signal(self, signum: int) -> None:
+        if self.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signum)
+
+    async def _wait_exit(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.is_running():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
+
+    async def crash(self) -> None:
+        await self._stop_throttle()
+        self._signal(signal.SIGKILL)
+        if not await self._wait_exit(EXIT_WAIT_S):
+            raise BackendError(f"{self.name} (pid {self.pid}) survived SIGKILL for {EXIT_WAIT_S}s")
+        self.paused = False
+        if self.backend.registry:
+            self.backend.registry.remove_process(f"node-{self.name}")
+
+    async def stop(self) -> None:
+        await self._stop_throttle()
+        if self.paused:
+            self._signal(signal.SIGCONT)
+        self._signal(signal.SIGTERM)
+        if not await self._wait_exit(STOP_GRACE_S):
+            await self.crash()
+        if self.backend.registry:
+            self.backend.registry.remove_process(f"node-{self.name}")
+        await self.set_disk_full(False)
+
+    async def restart(self) -> None:
+        if self.is_running():
+            await self.crash()
+        await self.start()
+
+    async def _wait_state(self, stopped: bool) -> None:
+        """Signals are delivered asynchronously: return once the kernel shows the effect."""
+        deadline = time.monotonic() + SIGNAL_EFFECT_TIMEOUT_S
+        while self.pid is not None and time.monotonic() < deadline:
+            state = process_state(self.pid)
+            if state is None or state == "Z" or (state == "T") == stopped:
+                return
+            await asyncio.sleep(0.001)
+
+    async def pause(self) -> None:
+        await self._stop_throttle()
+        self._signal(signal.SIGSTOP)
+        self.paused = True
+        await self._wait_state(stopped=True)
+
+    async def resume(self) -> None:
+        await self._stop_throttle()
+        self._signal(signal.SIGCONT)
+        self.paused = False
+        await self._wait_state(stopped=False)
+
+    async def set_cpu_fraction(self, fraction: float) -> None:
+        """A SIGSTOP/SIGCONT duty cycle: runs ``fraction`` of every 20 ms.
+
+        Why not cgroups: they need root and a writable cgroup tree, which CI
+        containers often lack; the duty cycle works for any user, and at 20 ms it
+        stays far below the detector's suspicion timeout, so the node is slow, not
+        paused.  (The Docker backend uses ``docker update --cpus``.)
+        """
+        await self._stop_throttle()
+        if fraction >= 1.0:
+            return
+
+        async def duty() -> None:
+            try:
+                while True:
+                    self._signal(signal.SIGCONT)
+                    await asyncio.sleep(DUTY_PERIOD_S * fraction)
+                    self._signal(signal.SIGSTOP)
+                    await asyncio.sleep(DUTY_PERIOD_S * (1.0 - fraction))
+            finally:
+                if not self.paused:
+                    self._signal(signal.SIGCONT)
+
+        self._throttle = asyncio.create_task(duty())
+
+    async def _stop_throttle(self) -> None:
+        task, self._throttle = self._throttle, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def set_disk_full(self, full: bool) -> None:
+        """Mount a full tmpfs over the checkpoint folder (existing files copied in)."""
+        folder = self.backend.spec.checkpoint_dir(self.name)
+        if not full:
+            mount, self._disk_mount = self._disk_mount, None
+            if mount is not None:
+                await asyncio.to_thread(unmount, str(mount))
+                if self.backend.registry:
+                    self.backend.registry.remove_mount(mount)
+            return
+        if self._disk_mount is not None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(_mount_full_tmpfs, folder)
+        self._disk_mount = folder
+        if self.backend.registry:
+            self.backend.registry.add_mount(folder)
+
+
+def _mount_full_tmpfs(folder: Path) -> None:
+    staging = folder.with_name(folder.name + ".before-disk-full")
+    subprocess.run(["rm", "-rf", str(staging)], check=False, timeout=30)
+    subprocess.run(["cp", "-a", str(folder), str(staging)], check=True, timeout=60)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_FULL_TMPFS}", "tmpfs", str(folder)],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        raise UnsupportedFault(
+            "disk_full on the local backend mounts a tmpfs and needs root (CAP_SYS_ADMIN): "
+            f"{mounted.stderr.strip()}"
+        )
+    # Keep the newest checkpoints readable where they fit, then fill what is left.
+    subprocess.run(f"cp -a {staging}/. {folder}/ 2>/dev/null", shell=True, timeout=60, check=False)
+    subprocess.run(["dd", "if=/dev/zero", f"of={folder}/.disk-full-filler", "bs=4k"],
+                   capture_output=True, timeout=30, check=False)  # fmt: skip
+    subprocess.run(["rm", "-rf", str(staging)], check=False, timeout=30)
+
+
+class LocalBroker(BrokerHandle):
+    def __init__(self, backend: LocalBackend, port: int):
+        self.backend = backend
+        self.port = port
+        self.process: MosquittoBroker | None = None
+        self._lost = False
+
+    async def start(self) -> None:
+        workdir = self.backend.spec.run_dir / "broker"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.process = MosquittoBroker(host=HOST, port=self.port, workdir=workdir)
+        await self.process.start()
+        if self.backend.registry and self.process.pid:
+            self.backend.registry.add_process("mosquitto", self.process.pid)
+
+    async def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            await process.stop()
+        if self.backend.registry:
+            self.backend.registry.remove_process("mosquitto")
+
+    async def lose(self) -> None:
+        if self.process and self.process.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)  # a lost broker says no goodbye
+        await self.stop()
+        self._lost = True
+
+    async def restore(self) -> None:
+        if self._lost:
+            await self.start()
+            self._lost = False
+
+    @property
+    def lost(self) -> bool:
+        return self._lost
+
+
+class LocalBackend(Backend):
+    name = "local"
+    supported_ops = frozenset(
+        {
+            "crash", "restart", "pause", "resume", "cpu_throttle", "disk_full",
+            "checkpoint_corrupt", "clock_skew", "byzantine", "churn", "broker_loss",
+            "partition", "heal", "latency", "bandwidth", "blackhole", "reset_peer",
+            "slicer", "limit_data", "slow_close",
+        }
+    )  # fmt: skip
+
+    def __init__(self, spec: ClusterSpec, *, registry: Registry | None = None):
+        super().__init__(spec)
+        self.registry = registry
+        self.zygote = Zygote(registry, spec.run_dir / "logs" / "zygote.log")
+        self.toxiproxy: ToxiproxyServer | None = None
+        self._nodes: dict[str, LocalNode] = {}
+        self._links: dict[tuple[str, str], Link] = {}
+        self._broker: LocalBroker | None = None
+        self.node_ports: dict[str, tuple[int, int, int]] = {}
+        self.timings: dict[str, float] = {}
+        self.incidents: list[dict[str, Any]] = []
+
+    def _incident(self, kind: str, data: dict[str, Any]) -> None:
+        self.incidents.append({"kind": kind, **data})
+
+    async def up(self) -> None:
+        spec = self.spec
+        started = time.monotonic()
+        for folder in ("logs", "events", "checkpoints", "nodes"):
+            (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
+        # The zygote's torch import is the slow part: start it first, overlap the rest.
+        await self.zygote.start()
+        ports = reserve_ports(3 * len(spec.nodes) + 1)
+        self._broker = LocalBroker(self, ports.pop())
+        for name in spec.nodes:
+            self.node_ports[name] = (ports.pop(), ports.pop(), ports.pop())
+        self.toxiproxy = ToxiproxyServer(
+            host=HOST,
+            log_path=spec.run_dir / "logs" / "toxiproxy.log",
+            on_incident=self._incident,
+        )
+        await asyncio.gather(self._broker.start(), self.toxiproxy.start())
+        if self.registry and self.toxiproxy.pid:
+            self.registry.add_process("toxiproxy", self.toxiproxy.pid)
+        listeners = await self._create_proxies()
+        self.timings["infrastructure_s"] = time.monotonic() - started
+        for name in spec.nodes:
+            control, bulk, http = self.node_ports[name]
+            peers = {
+                peer: node_config.Endpoint(
+                    HOST, listeners[proxy_name(name, peer, "control")],
+                    listeners[proxy_name(name, peer, "bulk")],
+                )
+                for peer in spec.nodes if peer != name
+            }  # fmt: skip
+            raw = node_config.build(
+                spec, name, listen_host=HOST, control_port=control, bulk_port=bulk,
+                http_port=http, peers=peers, broker_host=HOST,
+                broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
+            )  # fmt: skip
+            path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
+            self._nodes[name] = LocalNode(self, name, path)
+        await self.zygote.wait_ready()
+        self.timings["zygote_ready_s"] = time.monotonic() - started
+        await asyncio.gather(*(node.start() for node in self._nodes.values()))
+        self.timings["nodes_spawned_s"] = time.monotonic() - started
+
+    async def _create_proxies(self) -> dict[str, int]:
+        assert self.toxiproxy is not None and self._broker is not None
+        wanted: list[tuple[str, int]] = []
+        for src in self.spec.nodes:
+            wanted.append((broker_proxy_name(src), self._broker.port))
+            for dst in self.spec.nodes:
+                if src == dst:
+                    continue
+                control, bulk, _ = self.node_ports[dst]
+                for channel, port in zip(CHANNELS, (control, bulk), strict=True):
+                    wanted.append((proxy_name(src, dst, channel), port))
+        gate = asyncio.Semaphore(PROXY_CREATE_CONCURRENCY)
+        toxiproxy = self.toxiproxy
+
+        async def create(name: str, port: int) -> tuple[str, int]:
+            async with gate:
+                proxy = await toxiproxy.create_proxy(name, f"{HOST}:0", f"{HOST}:{port}")
+                return name, proxy.listen_port
+
+        listeners = dict(await asyncio.gather(*(create(n, p) for n, p in wanted)))
+        for src in self.spec.nodes:
+            for dst in self.spec.nodes:
+                if src != dst:
+                    self._links[(src, dst)] = Link(toxiproxy, src, dst)
+        return listeners
+
+    async def down(self) -> None:
+        errors: list[str] = []
+        stop_nodes = [node.stop() for node in self._nodes.values() if node.pid is not None]
+        for result in await asyncio.gather(*stop_nodes, return_exceptions=True):
+            if isinstance(result, BaseException):
+                errors.append(repr(result))
+        await self.zygote.stop()
+        if self._broker is not None:
+            await self._broker.stop()
+        if self.toxiproxy is not None:
+            await self.toxiproxy.stop()
+            if self.registry:
+                self.registry.remove_process("toxiproxy")
+            self.toxiproxy = None
+        if errors:
+            raise BackendError(f"down: {'; '.join(errors)}")
+
+    def node(self, name: str) -> LocalNode:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
+
+    def link(self, src: str, dst: str) -> Link:
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            raise BackendError(f"no link {src}→{dst} in this cluster") from None
+
+    @property
+    def broker(self) -> LocalBroker:
+        if self._broker is None:
+            raise BackendError("the cluster is not up")
+        return self._broker
+
+    async def send_command(self, node: str, command: Command) -> None:
+        if self.broker.lost:
+            raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
+        await publish_command(HOST, self.broker.port, self.spec.topic_prefix, node, command)
+
+    async def reset_links(self) -> None:
+        if self.toxiproxy is not None:
+            await self.toxiproxy.reset()
+        for link in self._links.values():
+            link.cut_now = False
+            link.toxics.clear()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "toxiproxy": self.toxiproxy.url if self.toxiproxy else None,
+            "broker": f"{HOST}:{self._broker.port}" if self._broker else None,
+            "nodes": {
+                name: {
+                    "pid": node.pid,
+                    "running": node.is_running(),
+                    "paused": node.paused,
+                    "control_port": self.node_ports[name][0],
+                    "bulk_port": self.node_ports[name][1],
+                    "http_port": self.node_ports[name][2],
+                    "log": str(node.log_path),
+                }
+                for name, node in self._nodes.items()
+            },
+            "incidents": self.incidents,
+        }

@@ -1,0 +1,151 @@
+"""The recovery matrix: which fault each cell injects, on which node, when.
+
+Every fault type is one function ``(nodes, rng, timing) -> [ScheduleEntry]`` built
+from the fault catalog (``chaos/faults.py``), so a cell is an ordinary scenario that
+any backend can run.  The victim is drawn from the trial's seed, never ``n1`` (on
+real backends ``n1`` often proposes first; a crash there and a crash elsewhere are
+different cells, and "crash inside the aggregation round" covers the proposer case
+on purpose).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from swarmshake.chaos import faults as F
+from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState
+
+
+@dataclass(frozen=True)
+class Timing:
+    fault_window_s: tuple[float, float]  # the fault fires at a seeded moment in this range
+    hold_s: float  # how long a healable fault lasts before its heal
+    duration_s: float  # the fault phase of the scenario
+    quiesce_s: float  # after the heal: room for rejoin and L2/L3
+
+
+QUICK_TIMING = Timing(fault_window_s=(1.0, 2.0), hold_s=2.0, duration_s=4.0, quiesce_s=4.0)
+FULL_TIMING = Timing(fault_window_s=(2.0, 5.0), hold_s=4.0, duration_s=10.0, quiesce_s=8.0)
+
+Builder = Callable[[list[str], random.Random, Timing], list[F.ScheduleEntry]]
+
+
+def _victim(nodes: list[str], rng: random.Random) -> str:
+    return rng.choice(nodes[1:] if len(nodes) > 1 else nodes)
+
+
+def _at(rng: random.Random, timing: Timing) -> float:
+    low, high = timing.fault_window_s
+    return round(rng.uniform(low, high), 3)
+
+
+def _timed(op: F.FaultOp, rng: random.Random, timing: Timing, *, heal: bool = True) -> list[F.ScheduleEntry]:
+    return [F.ScheduleEntry(op=op, at_s=_at(rng, timing), heal_after_s=timing.hold_s if heal else None)]
+
+
+def crash(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    return _timed(F.Crash(nodes=[_victim(nodes, rng)]), rng, timing, heal=False)
+
+
+def crash_in_aggregation(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    """Killed as it logs its gradient send: where peers wait longest for a contribution."""
+    victim = _victim(nodes, rng)
+    trigger = F.OnEvent(node=victim, kind="agg_send", step_at_least=3 + rng.randrange(3))
+    return [F.ScheduleEntry(op=F.Crash(nodes=[victim]), when=trigger)]
+
+
+def pause(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    return _timed(F.Pause(nodes=[_victim(nodes, rng)]), rng, timing)
+
+
+def partition_minority(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    minority = rng.sample(nodes[1:], k=max(1, (len(nodes) - 1) // 2))
+    return _timed(F.Partition(grouping="isolate", nodes=sorted(minority)), rng, timing)
+
+
+def partition_majority(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    """Split so that no side holds a majority: every side stalls until the heal."""
+    shuffled = list(nodes)
+    rng.shuffle(shuffled)
+    parts = 2 if len(nodes) % 2 == 0 else 3
+    groups = [sorted(shuffled[i::parts]) for i in range(parts)]
+    return _timed(F.Partition(grouping="groups", groups=groups), rng, timing)
+
+
+def blackhole(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    victim = _victim(nodes, rng)
+    return _timed(F.Blackhole(src=[victim], dst=[F.ALL]), rng, timing)
+
+
+def latency_spike(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    victim = _victim(nodes, rng)
+    return _timed(F.Latency(src=[victim], dst=[F.ALL], delay_ms=250.0, jitter_ms=50.0), rng, timing)
+
+
+def straggler(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    return _timed(F.CpuThrottle(nodes=[_victim(nodes, rng)], cpu_fraction=0.2), rng, timing)
+
+
+def broker_loss(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    return _timed(F.BrokerLoss(), rng, timing)
+
+
+def byzantine(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    return _timed(F.Byzantine(nodes=[_victim(nodes, rng)], mode="sign_flip"), rng, timing)
+
+
+def restart(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    """Crash, then start again after ``hold_s``: the rejoin cell."""
+    return _timed(F.Crash(nodes=[_victim(nodes, rng)]), rng, timing)
+
+
+FAULT_TYPES: dict[str, Builder] = {
+    "crash": crash,
+    "crash_in_aggregation": crash_in_aggregation,
+    "pause": pause,
+    "partition_minority": partition_minority,
+    "partition_majority": partition_majority,
+    "blackhole": blackhole,
+    "latency_spike": latency_spike,
+    "straggler": straggler,
+    "broker_loss": broker_loss,
+    "byzantine": byzantine,
+    "restart": restart,
+}
+
+# What each backend can inject (the harness's and simulator's supported sets), and the
+# cluster sizes of its cells: 4, 8 and the largest it holds on this kind of machine.
+# (The scenario schema caps a cluster at 64 nodes, chaos/scenario.MAX_NODES.)
+BACKEND_SIZES: dict[str, list[int]] = {"sim": [4, 8, 64], "local": [4, 8, 16], "docker": [4, 8, 16]}
+QUICK_SIZES: dict[str, list[int]] = {"sim": [4, 8], "local": [4], "docker": [4]}
+
+
+@dataclass(frozen=True)
+class Cell:
+    fault: str
+    nodes: int
+    backend: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.fault}/{self.backend}/{self.nodes}"
+
+
+def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Scenario:
+    """The scenario of one trial; its seed fixes the victim, the moment and the run."""
+    seed = (base_seed * 1_000_003 + trial) % (2**63)
+    rng = random.Random(f"{cell.key}/{seed}")
+    names = [f"n{i}" for i in range(1, cell.nodes + 1)]
+    entries = FAULT_TYPES[cell.fault](names, rng, timing)
+    return Scenario(
+        name=f"bench-{cell.fault}-{cell.backend}-{cell.nodes}-t{trial}",
+        description=f"recovery benchmark cell {cell.key}, trial {trial}",
+        seed=seed,
+        cluster=Cluster(nodes=cell.nodes, backend="docker" if cell.backend == "docker" else "local"),
+        steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
+        duration_s=timing.duration_s,
+        quiesce_s=timing.quiesce_s,
+        faults=entries,
+    )

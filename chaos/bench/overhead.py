@@ -1,0 +1,154 @@
+"""``swarmshake bench overhead``: steady-state cost of fault tolerance, one run each.
+
+- **baseline**: ``WORLD`` processes on loopback training the reference node's model
+  with plain ``torch.distributed`` gloo all-reduce (``gloo_worker``);
+- **swarmshake**: the same model, cluster size and seed on the local backend with no
+  faults (the harness, ``chaos/runner``), its steady commit rate read from the
+  history (``reports.recovery.measure_run``).
+
+``overhead = 1 - swarmshake steps/s / baseline steps/s``.  Both sides run one torch
+thread per process (``TrainingConfig.threads``), the fixed CPU budget per node that
+makes the figure comparable across runs of the same machine.  If the harness cannot
+run here, the swarmshake side is reported as not measured with the reason; the
+baseline is still measured.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_VALID, ArgumentParser, UsageError
+from swarmshake.reference_node.training.config import TrainingConfig
+
+BASELINE_TIMEOUT_S = 600  # the whole baseline; a hung gloo rendezvous must not hang CI
+MAX_WORLD = 16  # processes on one machine; beyond this the machine, not gloo, is measured
+MODEL_HIDDEN = {"tiny": [64, 64], "small": [256, 256], "medium": [512, 512, 512, 512]}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def gloo_baseline(config: TrainingConfig, world: int, steps: int, warmup: int = 5) -> dict[str, Any]:
+    """Steps per second of plain gloo data parallelism (rank 0's timing)."""
+    port = _free_port()
+    encoded = msgspec.json.encode(config).decode()
+    with tempfile.TemporaryDirectory(prefix="swarmshake-gloo-") as scratch:
+        out = Path(scratch) / "rank0.json"
+        processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "swarmshake.chaos.bench.gloo_worker",
+                    str(rank),
+                    str(world),
+                    str(port),
+                    str(steps),
+                    str(warmup),
+                    encoded,
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank in range(world)
+        ]
+        failures = []
+        for rank, process in enumerate(processes):
+            try:
+                _, stderr = process.communicate(timeout=BASELINE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                for other in processes:
+                    other.kill()
+                raise RuntimeError(f"gloo baseline rank {rank} did not finish in {BASELINE_TIMEOUT_S}s") from None
+            if process.returncode != 0:
+                failures.append(f"rank {rank} exited {process.returncode}: {stderr.strip()[-400:]}")
+        if failures:
+            raise RuntimeError("; ".join(failures))
+        return json.loads(out.read_text())
+
+
+def swarmshake_steady_rate(config_name: str, world: int, seed: int, duration_s: float, out: Path) -> dict[str, Any]:
+    """Steady commits per second of a fault-free local run (the harness)."""
+    from swarmshake.chaos import runner
+    from swarmshake.chaos.scenario import Cluster, Scenario, resolve
+    from swarmshake.reference_node.protocol.history import History
+    from swarmshake.reports.recovery import measure_run
+
+    scenario = resolve(
+        Scenario(
+            name=f"bench-overhead-{world}",
+            seed=seed,
+            cluster=Cluster(nodes=world, backend="local", model=config_name, training={"threads": 1}),
+            duration_s=duration_s,
+            quiesce_s=0.0,
+        )
+    )
+    result = runner.run_blocking(
+        scenario, runner.RunOptions(out=out, quiet=True, verify=False, reports=False)
+    )
+    history = History.load(result.run_dir)
+    rate = measure_run(history).steady_commits_per_s
+    if rate is None:
+        raise RuntimeError(f"the run committed no steps ({result.status}: {result.message})")
+    return {"steps_per_s": rate, "run_dir": str(result.run_dir), "status": result.status}
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="swarmshake bench overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=4, help="processes / nodes (default 4)")
+    parser.add_argument("--model", choices=sorted(MODEL_HIDDEN), default="tiny")
+    parser.add_argument("--steps", type=int, default=200, help="timed baseline steps")
+    parser.add_argument("--duration", type=float, default=20.0, help="swarmshake fault-free run, s")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline-only", action="store_true", help="skip the swarmshake run")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if not 2 <= args.world <= MAX_WORLD:
+        raise UsageError(f"--world {args.world}: must lie in [2, {MAX_WORLD}]")
+    if not 1 <= args.steps <= 100_000:
+        raise UsageError(f"--steps {args.steps}: must lie in [1, 100000]")
+    config = TrainingConfig(seed=args.seed, hidden=MODEL_HIDDEN[args.model], threads=1)
+    document: dict[str, Any] = {"world": args.world, "model": args.model, "parameters": config.parameter_count()}
+    try:
+        document["baseline"] = gloo_baseline(config, args.world, args.steps)
+    except RuntimeError as error:
+        print(f"swarmshake bench overhead: baseline failed: {error}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    if args.baseline_only:
+        document["swarmshake"] = {"not_measured": "--baseline-only"}
+    else:
+        try:
+            document["swarmshake"] = swarmshake_steady_rate(
+                args.model, args.world, args.seed, args.duration, args.out
+            )
+        except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline
+            document["swarmshake"] = {"not_measured": f"{type(error).__name__}: {error}"}
+    swarm = document["swarmshake"].get("steps_per_s")
+    base = document["baseline"]["steps_per_s"]
+    document["overhead"] = None if swarm is None else round(1.0 - swarm / base, 4)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "overhead.json").write_text(json.dumps(document, indent=2) + "\n")
+    if args.json:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        swarm_text = f"{swarm:.1f} steps/s" if swarm else document["swarmshake"]["not_measured"]
+        print(
+            f"gloo all-reduce ({args.world} processes): {base:.1f} steps/s; swarmshake: {swarm_text}; "
+            f"overhead: {document['overhead']}",
+            file=sys.stderr,
+        )
+    return EXIT_VALID if swarm is not None or args.baseline_only else EXIT_UNKNOWN

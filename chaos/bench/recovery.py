@@ -1,0 +1,203 @@
+"""``swarmshake bench recovery``: the matrix run, its aggregation and its files.
+
+For every cell (fault type × cluster size × backend) it runs ``trials`` scenarios
+(``matrix.trial_scenario``), measures each run's history with
+``swarmshake.reports.recovery.measure_run`` and summarises the cell.  Writes
+``bench.json`` (schema in docs/report-schemas.md), ``bench.html`` and ``bench.md``
+into the output folder, next to one run directory per trial.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from swarmshake.chaos.bench.matrix import FAULT_TYPES, Cell, Timing, trial_scenario
+from swarmshake.chaos.bench.stats import summarize_ms
+from swarmshake.chaos.bench.trials import BackendUnavailable, TrialRunner, default_runner
+from swarmshake.reference_node.protocol.history import History, HistoryError
+from swarmshake.reports.recovery import FaultMeasurement, measure_run
+
+SCHEMA = "swarmshake.bench.recovery/1"
+MAX_TRIALS_PER_CELL = 10_000  # a p99 needs 100; beyond 10k a run is a soak test, not a bench
+MAX_RECORDED_ERRORS = 200  # a broken backend fails every trial; the first few say why
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    trials: int = 0
+    faults: list[FaultMeasurement] = field(default_factory=list)
+    false_positives: int = 0
+    run_dirs: list[str] = field(default_factory=list)
+    failed_trials: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        detection = [f.detection_s for f in self.faults if f.detection_s is not None]
+        recovery = [f.recovery_s for f in self.faults if f.recovery_s is not None]
+        rejoin = [f.rejoin_s for f in self.faults if f.rejoin_s is not None]
+        rejoin_ready = [f.rejoin_from_ready_s for f in self.faults if f.rejoin_from_ready_s is not None]
+        kept = [f.throughput_kept for f in self.faults if f.throughput_kept is not None]
+        return {
+            "backend": self.cell.backend,
+            "nodes": self.cell.nodes,
+            "trials": self.trials,
+            "failed_trials": self.failed_trials,
+            "detection_ms": summarize_ms(detection, self.trials),
+            "recovery_ms": summarize_ms(recovery, self.trials),
+            "rejoin_ms": summarize_ms(rejoin, self.trials),
+            "rejoin_from_ready_ms": summarize_ms(rejoin_ready, self.trials),
+            "throughput_kept": round(statistics.median(kept), 4) if kept else None,
+            "false_positives": self.false_positives,
+            "run_dirs": self.run_dirs,
+        }
+
+
+def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
+    """One fault type over all its cells: the shape ``--json`` prints per fault."""
+    merged = CellResult(cell=cells[0].cell)
+    for result in cells:
+        merged.trials += result.trials
+        merged.failed_trials += result.failed_trials
+        merged.faults += result.faults
+        merged.false_positives += result.false_positives
+    summary = merged.summary()
+    return {
+        "detection_ms": summary["detection_ms"],
+        "recovery_ms": summary["recovery_ms"],
+        "rejoin_ms": summary["rejoin_ms"],
+        "rejoin_from_ready_ms": summary["rejoin_from_ready_ms"],
+        "throughput_kept": summary["throughput_kept"],
+        "false_positives": summary["false_positives"],
+        "trials": summary["trials"],
+        "failed_trials": summary["failed_trials"],
+        "cells": [c.summary() for c in cells],
+    }
+
+
+def measure_trial(run_dir: Path) -> tuple[FaultMeasurement | None, int]:
+    """The trial's fault (its first inject) and the run's false positives."""
+    measurement = measure_run(History.load(run_dir))
+    first = measurement.faults[0] if measurement.faults else None
+    return first, measurement.false_positives
+
+
+def run_matrix(
+    cells: Sequence[Cell],
+    trials: int,
+    out: Path,
+    *,
+    timing: Timing,
+    seed: int = 0,
+    runner: TrialRunner = default_runner,
+    progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> tuple[list[CellResult], list[dict[str, Any]]]:
+    """Run every trial of every cell; returns the results and the trial errors.
+
+    A backend that is unavailable stops the run (every trial would fail the same way);
+    a trial that fails for another reason is recorded and the matrix goes on.
+    """
+    if not 1 <= trials <= MAX_TRIALS_PER_CELL:
+        raise ValueError(f"trials = {trials} must lie in [1, {MAX_TRIALS_PER_CELL}]")
+    results: list[CellResult] = []
+    errors: list[dict[str, Any]] = []
+    for cell in cells:
+        result = CellResult(cell=cell)
+        for trial in range(trials):
+            scenario = trial_scenario(cell, trial, seed, timing)
+            started = time.monotonic()
+            try:
+                run_dir = runner(scenario, cell.backend, out / "runs")
+                fault, false_positives = measure_trial(run_dir)
+            except BackendUnavailable:
+                raise
+            except (OSError, HistoryError, RuntimeError, ValueError) as error:
+                result.failed_trials += 1
+                if len(errors) < MAX_RECORDED_ERRORS:
+                    errors.append({"cell": cell.key, "trial": trial, "error": f"{type(error).__name__}: {error}"})
+                progress(f"{cell.key} trial {trial}: failed: {error}")
+                continue
+            result.trials += 1
+            result.run_dirs.append(str(run_dir))
+            result.false_positives += false_positives
+            if fault is not None:
+                result.faults.append(fault)
+            progress(
+                f"{cell.key} trial {trial}: detection {_ms(fault and fault.detection_s)} "
+                f"recovery {_ms(fault and fault.recovery_s)} rejoin {_ms(fault and fault.rejoin_s)} "
+                f"({time.monotonic() - started:.1f}s)"
+            )
+        results.append(result)
+    return results, errors
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.0f}ms"
+
+
+def results_by_fault(results: Sequence[CellResult]) -> dict[str, Any]:
+    by_fault: dict[str, list[CellResult]] = {}
+    for result in results:
+        by_fault.setdefault(result.cell.fault, []).append(result)
+    return {fault: pooled(cells) for fault, cells in by_fault.items()}
+
+
+def bench_document(
+    results: Sequence[CellResult],
+    errors: Sequence[dict[str, Any]],
+    *,
+    command: str,
+    quick: bool,
+    seed: int,
+    timing: Timing,
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "created": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        "quick": quick,
+        "seed": seed,
+        "backends": sorted({r.cell.backend for r in results}),
+        "timing": {
+            "fault_window_s": list(timing.fault_window_s),
+            "hold_s": timing.hold_s,
+            "duration_s": timing.duration_s,
+            "quiesce_s": timing.quiesce_s,
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "results": results_by_fault(results),
+        "errors": list(errors),
+    }
+
+
+def write_bench_files(document: dict[str, Any], out: Path) -> list[Path]:
+    # Imported here: the HTML renderer pulls in matplotlib, which --json alone never needs.
+    from swarmshake.reports.bench_report import render_bench_html, render_bench_markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bench.json", out / "bench.html", out / "bench.md"]
+    paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n")
+    paths[1].write_text(render_bench_html(document), encoding="utf-8")
+    paths[2].write_text(render_bench_markdown(document), encoding="utf-8")
+    return paths
+
+
+def cells_for(faults: Sequence[str], sizes: Sequence[int], backends: Sequence[str]) -> list[Cell]:
+    unknown = sorted(set(faults) - set(FAULT_TYPES))
+    if unknown:
+        raise ValueError(f"unknown fault type(s) {unknown}; choose from {', '.join(FAULT_TYPES)}")
+    return [Cell(fault, size, backend) for backend in backends for fault in faults for size in sizes]

@@ -1,0 +1,400 @@
+"""Chaos scenarios: YAML files validated against a msgspec schema, errors with file and line.
+
+A scenario names a cluster (nodes, model, aggregation, backend, bug switches), the
+steady-state condition the run waits for, a fault schedule (timed or on-event
+entries, ``chaos/faults.py``) and/or a seeded random generator, how long faults run
+and how long the cluster quiesces afterwards, and the checker bounds (D, R, J …).
+
+Loading is safe and bounded: ``yaml.SafeLoader`` only (no tags that build objects),
+at most ``MAX_SCENARIO_BYTES`` of text, ``MAX_DEPTH`` levels and ``MAX_YAML_NODES``
+nodes counting alias expansions (a "billion laughs" file is refused, not expanded).
+A validation error names the file, the line (msgspec's ``$.path`` mapped back to the
+YAML node's mark), the field and the fix.
+
+``resolve`` turns a scenario into what a run executes: command-line overrides
+applied, the seed fixed, the generator's draws written out as plain schedule
+entries.  The resolved scenario is saved in the run directory, so ``swarmshake run
+runs/<id>/scenario.yaml`` repeats the run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from swarmshake.chaos import faults as F
+from swarmshake.reference_node.protocol.bugs import BUGS
+from swarmshake.reference_node.training.config import TrainingConfig, TrainingConfigError
+from swarmshake.verify.checkers import Bounds
+
+MAX_SCENARIO_BYTES = 256 * 1024  # the largest suite is a few KB; a schedule of 10k entries fits
+MAX_DEPTH = 32  # a scenario nests five levels; deeper input is not a scenario
+MAX_YAML_NODES = 200_000  # counts alias expansions: bounds what msgspec will walk
+MAX_NODES = 64  # chaos/backends/base.MAX_NODES
+MODEL_SIZES: dict[str, list[int]] = {
+    # Hidden widths of the student MLP; CI-sized by default (DESIGN: ~1M params in CI).
+    "tiny": [64, 64],
+    "small": [256, 256],
+    "medium": [512, 512, 512, 512],
+}
+GENERATOR_OPS = (
+    "crash", "pause", "partition", "latency", "blackhole", "clock_skew", "cpu_throttle",
+    "reset_peer", "bandwidth", "slicer", "broker_loss",
+)  # fmt: skip
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; ``str()`` is ``file:line: field: problem; fix: …``."""
+
+
+class Cluster(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    nodes: int = 4
+    backend: Literal["local", "docker"] = "local"
+    model: Literal["tiny", "small", "medium"] = "tiny"
+    aggregation: Literal["mean", "median", "trimmed_mean", "krum", "multi_krum"] | None = None
+    training: dict[str, Any] = {}  # extra TrainingConfig fields (lr, optimizer, byzantine_f …)
+    detector: dict[str, Any] = {}  # DetectorConfig fields, passed to every node
+    step: dict[str, Any] = {}  # StepSection fields (contribution_wait_s, checkpoint_every …)
+    bugs: list[str] = []
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes = {self.nodes} must lie in [1, {MAX_NODES}]")
+        unknown = sorted(set(self.bugs) - set(BUGS))
+        if unknown:
+            raise ValueError(f"unknown bug {unknown}; known: {', '.join(sorted(BUGS))}")
+
+    def training_section(self, seed: int) -> dict[str, Any]:
+        section: dict[str, Any] = {"hidden": MODEL_SIZES[self.model], "seed": seed}
+        if self.aggregation:
+            section["aggregation"] = self.aggregation
+        section.update(self.training)
+        return section
+
+
+class SteadyState(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The cluster is steady once every node has committed a step ≥ ``min_commit_step``
+    (``-1``: once every node has logged ``ready``, for clusters that do not train)."""
+
+    min_commit_step: int = 2
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not -1 <= self.min_commit_step <= 1_000_000:
+            raise ValueError("min_commit_step must lie in [-1, 1000000]")
+        if not 1.0 <= self.timeout_s <= 3600.0:
+            raise ValueError("timeout_s must lie in [1, 3600]")
+
+
+class Generator(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """Seeded random faults: ``rate_per_min`` draws from ``ops``, each healed after
+    ``fault_duration_s``, never more than ``max_concurrent`` at once."""
+
+    ops: list[str]
+    rate_per_min: float = 6.0
+    fault_duration_s: float = 5.0
+    max_concurrent: int = 1
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.ops) - set(GENERATOR_OPS))
+        if not self.ops or unknown:
+            raise ValueError(f"ops {unknown or '[]'}: choose from {', '.join(GENERATOR_OPS)}")
+        if not 0.0 < self.rate_per_min <= 600.0:
+            raise ValueError("rate_per_min must lie in (0, 600]")
+        if not 0.0 < self.fault_duration_s <= 3600.0:
+            raise ValueError("fault_duration_s must lie in (0, 3600]")
+        if not 1 <= self.max_concurrent <= 16:
+            raise ValueError("max_concurrent must lie in [1, 16]")
+
+
+class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    name: str
+    description: str = ""
+    seed: int = 0
+    cluster: Cluster = Cluster()
+    steady_state: SteadyState = SteadyState()
+    # Fault phase: ``at_s`` of every entry counts from the moment steady state is reached.
+    duration_s: float = 30.0
+    # After the fault phase every fault is healed; the cluster then runs this long so
+    # liveness properties (L2, L3) can be observed.
+    quiesce_s: float = 15.0
+    faults: list[F.ScheduleEntry] = []
+    generator: Generator | None = None
+    bounds: Bounds = Bounds()
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
+            raise ValueError("name must be 1-64 characters of [A-Za-z0-9_.-] (it names the run)")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError("seed must lie in [0, 2**63)")
+        if not 0.0 <= self.duration_s <= 86_400.0:
+            raise ValueError("duration_s must lie in [0, 86400]")
+        if not 0.0 <= self.quiesce_s <= 3600.0:
+            raise ValueError("quiesce_s must lie in [0, 3600]")
+        for index, entry in enumerate(self.faults):
+            if entry.at_s is not None and entry.at_s > self.duration_s:
+                raise ValueError(
+                    f"faults[{index}].at_s = {entry.at_s} is after duration_s = {self.duration_s}"
+                )
+        try:
+            TrainingConfig(**self.cluster.training_section(self.seed))
+        except (TrainingConfigError, TypeError, ValueError) as error:
+            raise ValueError(f"cluster.training: {error}") from None
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.cluster.nodes + 1)]
+
+    def schedule(self) -> F.FaultSchedule:
+        return F.FaultSchedule(entries=list(self.faults), seed=self.seed)
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+_HINTS = {
+    "nodes": "a whole number of nodes, 1..64 (e.g. nodes: 4)",
+    "backend": "local or docker",
+    "op": f"one of {', '.join(F.FAULT_OPS)}",
+    "at_s": "seconds after steady state, e.g. at_s: 5",
+    "seed": "a non-negative integer",
+}
+
+
+def _fields_at(path: str, data: Any) -> tuple[str, ...]:
+    """The field names the schema allows at ``path`` (for "did you mean" hints)."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(Scenario)
+    for key, index in _TOKEN.findall(path[1:]):
+        if isinstance(info, msgspec.inspect.UnionType):  # the tagged fault union
+            tag = data.get("op") if isinstance(data, dict) else None
+            info = next((t for t in info.types if getattr(t, "tag", None) == tag), info.types[0])
+        if isinstance(info, msgspec.inspect.StructType) and key:
+            field = next((f for f in info.fields if f.name == key), None)
+            if field is None:
+                break
+            info = field.type
+            data = data.get(key) if isinstance(data, dict) else None
+        elif isinstance(info, msgspec.inspect.ListType) and index:
+            info = info.item_type
+            data = data[int(index)] if isinstance(data, list) and int(index) < len(data) else None
+        else:
+            break
+    if isinstance(info, msgspec.inspect.UnionType):
+        tag = data.get("op") if isinstance(data, dict) else None
+        info = next((t for t in info.types if getattr(t, "tag", None) == tag), info.types[0])
+    if isinstance(info, msgspec.inspect.StructType):
+        return tuple(f.name for f in info.fields)
+    return ()
+
+
+_PATH = re.compile(r"at `(\$[^`]*)`")
+_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _node_at(root: yaml.Node, path: str) -> tuple[yaml.Node, str]:
+    """The deepest YAML node on ``path`` (``$.a.b[2].c``) and the last field name met."""
+    node, field = root, ""
+    for key, index in _TOKEN.findall(path[1:]):
+        if key and isinstance(node, yaml.MappingNode):
+            field = key
+            found = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+            if found is None:
+                return node, field
+            node = found
+        elif index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        else:
+            return node, field
+    return node, field
+
+
+def _key_node(mapping: yaml.Node, key: str) -> yaml.Node | None:
+    if isinstance(mapping, yaml.MappingNode):
+        for k, _ in mapping.value:
+            if getattr(k, "value", None) == key:
+                return k
+    return None
+
+
+def _explain(message: str, root: yaml.Node, source: str, data: Any) -> ScenarioError:
+    match = _PATH.search(message)
+    path = match.group(1) if match else "$"
+    problem = _PATH.sub("", message).rstrip(" -")
+    node, field = _node_at(root, path)
+    unknown = re.search(r"unknown field `([^`]+)`", problem)
+    missing = re.search(r"missing required field `([^`]+)`", problem)
+    if unknown:
+        field = unknown.group(1)
+        node = _key_node(node, field) or node
+        allowed = _fields_at(path, data)
+        close = difflib.get_close_matches(field, allowed, n=1)
+        fix = f"did you mean `{close[0]}`?" if close else (
+            f"remove it; allowed here: {', '.join(allowed)}" if allowed else "remove it"
+        )
+    elif missing:
+        field = missing.group(1)
+        fix = f"add `{field}:` here" + (f" ({_HINTS[field]})" if field in _HINTS else "")
+    elif "Invalid enum value" in problem or "Expected" in problem:
+        fix = _HINTS.get(field, "write a value of the type named")
+    else:
+        fix = "change the value as the message says"
+    line = node.start_mark.line + 1
+    where = path[2:] if path.startswith("$.") else (field or "(top level)")
+    return ScenarioError(f"{source}:{line}: {where or field}: {problem}; fix: {fix}")
+
+
+def _check_shape(root: yaml.Node, source: str) -> None:
+    """Refuse deep nesting and alias bombs before anything is constructed."""
+    count = 0
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise ScenarioError(f"{source}: more than {MAX_YAML_NODES} YAML nodes (aliases expanded); fix: write the schedule out, without nested aliases")
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels; fix: flatten it")
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, depth + 1) for item in node.value)
+
+
+def loads(text: str | bytes, source: str = "<scenario>") -> Scenario:
+    """Parse and validate scenario text; raises :class:`ScenarioError`."""
+    if len(text) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{source}: {len(text)} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ScenarioError(f"{source}: not UTF-8 text ({error}); fix: save the file as UTF-8") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ScenarioError(f"{source}{line}: not valid YAML: {problem}; fix: check indentation and quoting") from None
+    if root is None:
+        raise ScenarioError(f"{source}:1: the file is empty; fix: start with `name: my-suite`")
+    _check_shape(root, source)
+    loader = yaml.SafeLoader(text)
+    try:
+        data = loader.construct_document(root)
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{source}: {error}; fix: only plain YAML (no tags)") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}:1: a scenario is a mapping; fix: start with `name: my-suite`")
+    try:
+        return msgspec.convert(data, Scenario)
+    except msgspec.ValidationError as error:
+        raise _explain(str(error), root, source, data) from None
+
+
+def load(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"{path}: {size} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite")
+        data = path.read_bytes()
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}; fix: check the path") from None
+    return loads(data, str(path))
+
+
+def dumps(scenario: Scenario) -> str:
+    return msgspec.yaml.encode(msgspec.to_builtins(scenario)).decode()
+
+
+# --- resolving ------------------------------------------------------------------------------
+
+
+def resolve(
+    scenario: Scenario,
+    *,
+    seed: int | None = None,
+    nodes: int | None = None,
+    backend: str | None = None,
+    bugs: list[str] | None = None,
+) -> Scenario:
+    """Apply overrides and write the generator's draws out as schedule entries."""
+    cluster = scenario.cluster
+    changes: dict[str, Any] = {}
+    if nodes is not None:
+        changes["nodes"] = nodes
+    if backend is not None:
+        changes["backend"] = backend
+    if bugs:
+        changes["bugs"] = sorted(set(cluster.bugs) | set(bugs))
+    if changes:
+        cluster = msgspec.structs.replace(cluster, **changes)
+    resolved = msgspec.structs.replace(
+        scenario, cluster=cluster, seed=scenario.seed if seed is None else seed
+    )
+    if resolved.generator is not None:
+        drawn = draw(resolved.generator, resolved.node_names, resolved.duration_s, resolved.seed)
+        entries = sorted([*resolved.faults, *drawn], key=lambda e: (e.at_s is None, e.at_s or 0.0))
+        resolved = msgspec.structs.replace(resolved, faults=entries, generator=None)
+    # Re-validate: overrides (e.g. fewer nodes) may break what the file asked for.
+    try:
+        return msgspec.convert(msgspec.to_builtins(resolved), Scenario)
+    except msgspec.ValidationError as error:
+        raise ScenarioError(f"after overrides: {error}; fix: change the override") from None
+
+
+def draw(generator: Generator, nodes: list[str], duration_s: float, seed: int) -> list[F.ScheduleEntry]:
+    """The generator's faults, drawn from ``seed`` (pure: the same inputs, the same list)."""
+    rng = random.Random(seed)
+    entries: list[F.ScheduleEntry] = []
+    busy_until: list[float] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(generator.rate_per_min / 60.0)
+        if t + generator.fault_duration_s > duration_s:
+            return entries
+        busy_until = [end for end in busy_until if end > t]
+        if len(busy_until) >= generator.max_concurrent:
+            continue
+        op = _draw_op(rng.choice(generator.ops), nodes, rng)
+        entries.append(F.ScheduleEntry(op=op, at_s=round(t, 3), heal_after_s=generator.fault_duration_s))
+        busy_until.append(t + generator.fault_duration_s)
+
+
+def _draw_op(name: str, nodes: list[str], rng: random.Random) -> F.FaultOp:
+    one = [rng.choice(nodes)]
+    a, b = rng.sample(nodes, 2) if len(nodes) > 1 else (nodes[0], nodes[0])
+    match name:
+        case "crash":
+            return F.Crash(nodes=one)
+        case "pause":
+            return F.Pause(nodes=one)
+        case "partition":
+            return F.Partition(grouping=rng.choice(["halves", "random_halves", "isolate"]), nodes=one)
+        case "latency":
+            return F.Latency(src=[a], dst=[b], delay_ms=rng.choice([50.0, 100.0, 250.0]), jitter_ms=25.0)
+        case "blackhole":
+            return F.Blackhole(src=[a], dst=[b])
+        case "clock_skew":
+            return F.ClockSkew(nodes=one, offset_ms=rng.choice([-500.0, 500.0]), drift_ppm=rng.choice([0.0, 200.0]))
+        case "cpu_throttle":
+            return F.CpuThrottle(nodes=one, cpu_fraction=rng.choice([0.25, 0.5]))
+        case "reset_peer":
+            return F.ResetPeer(src=[a], dst=[b])
+        case "bandwidth":
+            return F.Bandwidth(src=[a], dst=[b], rate_kbps=rng.choice([64.0, 256.0]))
+        case "slicer":
+            return F.Slicer(src=[a], dst=[b])
+        case _:
+            return F.BrokerLoss()

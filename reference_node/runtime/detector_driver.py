@@ -1,0 +1,192 @@
+"""Asyncio driver of the failure-detector core: heartbeats out, arrivals in, timers.
+
+Turns ``HeartbeatPlan`` into a periodic send task, ``SendGossip`` into control
+frames, ``Suspected``/``DeclaredDead``/... into history events (logged before
+anything else is done about them), received ``Heartbeat``/``Gossip`` messages into
+core events, and the core's ``next_deadline()`` into a ``Tick``.
+
+It also measures what the recovery benchmark reports: every heartbeat gap per
+peer (bounded window) and event-loop lag of the heartbeat sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable
+
+from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol.messages import Gossip, Heartbeat
+from swarmshake.reference_node.runtime.clock import NodeClock
+from swarmshake.reference_node.runtime.events import EventLog
+
+# Heartbeat gaps kept per peer for /status and the benchmark: 20k gaps is over 15
+# minutes at 50 ms, and bounds memory to a few hundred KB per peer.
+GAP_WINDOW = 20_000
+# With no detector timer pending, re-check this often anyway (a bound, not a poll
+# the core depends on: every event that may move the deadline wakes the task).
+IDLE_RECHECK_S = 1.0
+
+
+class DetectorDriver:
+    def __init__(
+        self,
+        core: det.FailureDetector,
+        *,
+        clock: NodeClock,
+        events: EventLog,
+        send: Callable[[str, object], None],
+        send_heartbeat: Callable[[str, object], None],
+        on_action: Callable[[object], None] | None = None,
+    ):
+        self.core = core
+        self.clock = clock
+        self.events = events
+        self._send = send
+        self._send_heartbeat = send_heartbeat
+        self._on_action = on_action
+        self.plan: det.HeartbeatPlan | None = None
+        self._plan_changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.heartbeat_seq = 0
+        self.gaps_s: dict[str, collections.deque[float]] = {}
+        self._last_arrival: dict[str, tuple[int, float]] = {}
+        self.send_lag_max_s = 0.0
+        self.heartbeats_sent = 0
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.apply(self.core.handle(det.Started(), self.clock.now()))
+
+    def on_heartbeat(self, message: Heartbeat) -> None:
+        host_now = self.clock.host_now()
+        previous = self._last_arrival.get(message.sender)
+        # Gaps are measured within one incarnation: the silence of a crash and
+        # restart is detection's business, not a heartbeat gap.
+        if previous is not None and previous[0] == message.incarnation:
+            self.gaps_s.setdefault(message.sender, collections.deque(maxlen=GAP_WINDOW)).append(
+                host_now - previous[1]
+            )
+        self._last_arrival[message.sender] = (message.incarnation, host_now)
+        if message.sender not in self.core.targets:
+            return  # we do not watch this peer (monitor ring); its heartbeat is spare
+        event = det.HeartbeatsArrived(
+            peer=message.sender, incarnation=message.incarnation, arrival_times=(self.clock.now(),)
+        )
+        self.apply(self.core.handle(event, self.clock.now()))
+
+    def on_gossip(self, message: Gossip) -> None:
+        self.apply(self.core.handle(det.GossipReceived(message=message), self.clock.now()))
+
+    def members_changed(self, members: tuple[str, ...]) -> None:
+        self.apply(self.core.handle(det.MembersChanged(members=members), self.clock.now()))
+
+    def leave(self) -> None:
+        self.apply(self.core.handle(det.LeaveRequested(), self.clock.now()))
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def apply(self, actions: list) -> None:
+        for action in actions:
+            match action:
+                case det.HeartbeatPlan():
+                    self.plan = action
+                    self._plan_changed.set()
+                case det.SendGossip():
+                    for peer in action.to:
+                        self._send(peer, action.message)
+                case det.Suspected():
+                    self.events.log(
+                        history.Suspect, peer=action.peer, peer_incarnation=action.peer_incarnation,
+                        reason=action.reason,
+                    )
+                case det.DeclaredDead():
+                    self.events.log(
+                        history.DeclareDead, peer=action.peer, peer_incarnation=action.peer_incarnation,
+                        suspicions=action.suspicions, reason=action.reason,
+                    )
+                case det.DeclaredAlive():
+                    self.events.log(
+                        history.DeclareAlive, peer=action.peer, peer_incarnation=action.peer_incarnation
+                    )
+                case det.Refuted():
+                    self.events.incarnation = action.incarnation
+                    self.events.log(history.Refute, suspected_by=action.suspected_by)
+                case det.SelfDeclaredDead():
+                    self.events.log(
+                        history.DeclareDead, peer=self.core.node, peer_incarnation=action.incarnation,
+                        reason=f"declared dead by {action.declared_by}",
+                    )
+                case det.ViewChanged():
+                    self.events.epoch = action.epoch
+                    self.events.log(history.ViewChange, alive=list(action.alive))
+            if self._on_action is not None:
+                self._on_action(action)
+        self._wake.set()
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    async def heartbeat_loop(self) -> None:
+        """Send heartbeats on the plan's grid (node time), never bunching after a stall."""
+        while True:
+            plan = self.plan
+            if plan is None or not plan.to:
+                self._plan_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_RECHECK_S):
+                        await self._plan_changed.wait()
+                continue
+            self._plan_changed.clear()
+            interval = plan.interval_s
+            next_at = plan.start_at
+            while self.plan is plan:
+                now = self.clock.now()
+                if next_at > now:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.clock.host_delay_s(next_at - now)):
+                            await self._plan_changed.wait()
+                    if self.plan is not plan:
+                        break
+                    now = self.clock.now()
+                self.send_lag_max_s = max(self.send_lag_max_s, now - next_at)
+                self.heartbeat_seq += 1
+                message = Heartbeat(sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq)
+                for peer in plan.to:
+                    self._send_heartbeat(peer, message)
+                self.heartbeats_sent += 1
+                # Next slot on the grid after now: a stalled loop skips slots rather
+                # than sending a burst that would hide the stall from the monitors.
+                missed = int((now - next_at) // interval)
+                next_at += interval * (missed + 1)
+
+    async def timer_loop(self) -> None:
+        while True:
+            deadline = self.core.next_deadline()
+            now = self.clock.now()
+            if deadline is not None and deadline <= now:
+                self.apply(self.core.handle(det.Tick(), now))
+                continue
+            delay = IDLE_RECHECK_S if deadline is None else min(IDLE_RECHECK_S, self.clock.host_delay_s(deadline - now))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+
+    # -- measurements -----------------------------------------------------------------------
+
+    def gap_summary(self) -> dict[str, dict[str, float]]:
+        summary = {}
+        for peer, gaps in self.gaps_s.items():
+            if not gaps:
+                continue
+            ordered = sorted(gaps)
+            summary[peer] = {
+                "count": len(ordered),
+                "p50_ms": 1000 * ordered[len(ordered) // 2],
+                "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+                "max_ms": 1000 * ordered[-1],
+            }
+        return summary

@@ -1,0 +1,47 @@
+"""A node's incarnation: a counter persisted in its data folder, raised at every start.
+
+SWIM-style detectors tell a restarted process from its previous life by a higher
+incarnation, so the counter must survive crashes: it is written atomically (temp
+file, fsync, rename, fsync folder) before the node says anything to a peer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FILE_NAME = "incarnation"
+
+
+def read(data_dir: Path) -> int:
+    path = data_dir / FILE_NAME
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    if not text.isdigit():
+        raise ValueError(f"{path}: not an incarnation number ({text[:20]!r}); delete it to start at 1")
+    return int(text)
+
+
+def store(data_dir: Path, value: int) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / FILE_NAME
+    temporary = data_dir / f".{FILE_NAME}.tmp.{os.getpid()}"
+    with open(temporary, "w") as handle:
+        handle.write(f"{value}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    folder = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def next_incarnation(data_dir: Path) -> int:
+    """Raise and persist the counter; returns this start's incarnation (>= 1)."""
+    value = read(data_dir) + 1
+    store(data_dir, value)
+    return value

@@ -1,0 +1,43 @@
+"""Entry point of the worker process: lowers its priority *before* importing torch.
+
+Importing torch and building the model cost seconds of CPU; done at normal
+priority by several workers at once on a small machine, they starve the control
+processes' heartbeats (the false positives DESIGN.md's split exists to prevent).
+So this module imports nothing heavy: it nices itself, arranges to die with its
+parent, then hands over to ``worker.main``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+USAGE = "usage: python -m swarmshake.reference_node.runtime.worker_entry FD NICE"
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the control process dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: EOF on the socketpair still ends the worker
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[0].isdigit():
+        print(USAGE, file=sys.stderr)
+        return 64
+    _die_with_parent()
+    if os.getppid() == 1:
+        return 3  # the parent died before PDEATHSIG was armed
+    os.nice(int(argv[1]))
+    from swarmshake.reference_node.runtime.worker import run
+
+    return run(int(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

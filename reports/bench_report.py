@@ -1,0 +1,210 @@
+"""``bench.html`` and ``bench.md`` from a recovery benchmark's ``bench.json``.
+
+The HTML is self-contained like ``report.html`` (inline SVG, CSP ``default-src
+'none'``); the Markdown is the table BENCHMARKS.md and CI job summaries hold.  Each
+goal of the reference node (issue 8) is judged against the figure it names; where a
+cell has fewer than 100 trials, p99 is not reported and the goal is judged on the
+maximum instead (stricter), and the table says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from swarmshake.reports import plots
+
+MEASURES = (("detection_ms", "detection"), ("recovery_ms", "recovery"), ("rejoin_ms", "rejoin"))
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    fault: str
+    measure: str
+    statistic: str  # p99 | max
+    limit_ms: float
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal("crash detection p99 ≤ 300 ms", "crash", "detection_ms", "p99", 300.0),
+    Goal("recovery (fault → next commit) p99 ≤ 500 ms", "crash", "recovery_ms", "p99", 500.0),
+    Goal("no recovery cliff: max ≤ 2 s", "crash_in_aggregation", "recovery_ms", "max", 2000.0),
+    Goal("rejoin ≤ 3 s from restart", "restart", "rejoin_ms", "max", 3000.0),
+    Goal("rejoin ≤ 0.5 s from ready", "restart", "rejoin_from_ready_ms", "max", 500.0),
+)
+
+
+def judge_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for goal in GOALS:
+        cell = results.get(goal.fault)
+        figure = None
+        used = goal.statistic
+        if cell is not None:
+            summary = cell.get(goal.measure) or {}
+            figure = summary.get(goal.statistic)
+            if figure is None and goal.statistic == "p99":
+                figure, used = summary.get("max"), "max (fewer than 100 trials)"
+        rows.append(
+            {
+                "goal": goal.text,
+                "fault": goal.fault,
+                "statistic": used,
+                "measured_ms": figure,
+                "met": None if figure is None else figure <= goal.limit_ms,
+            }
+        )
+    false_positives = sum(int(c.get("false_positives", 0)) for c in results.values())
+    rows.append(
+        {
+            "goal": "zero false positives",
+            "fault": "all",
+            "statistic": "count",
+            "measured_ms": None,
+            "measured": false_positives,
+            "met": false_positives == 0 if results else None,
+        }
+    )
+    return rows
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
+def _triple(summary: dict[str, Any] | None) -> str:
+    """``min / p50 / max`` (and ``p99`` where there are enough trials)."""
+    if not summary or summary.get("n", 0) == 0:
+        return "—"
+    text = f"{_fmt(summary['min'])} / {_fmt(summary['p50'])} / {_fmt(summary['max'])}"
+    if summary.get("p99") is not None:
+        text += f" (p99 {_fmt(summary['p99'])})"
+    return text
+
+
+def _kept(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def matrix_rows(document: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for fault, pooled in document.get("results", {}).items():
+        for cell in pooled.get("cells", []):
+            rows.append(
+                {
+                    "fault": fault,
+                    "backend": str(cell["backend"]),
+                    "nodes": str(cell["nodes"]),
+                    "trials": str(cell["trials"]),
+                    "detection": _triple(cell.get("detection_ms")),
+                    "recovery": _triple(cell.get("recovery_ms")),
+                    "rejoin": _triple(cell.get("rejoin_ms")),
+                    "kept": _kept(cell.get("throughput_kept")),
+                    "false_positives": str(cell.get("false_positives", 0)),
+                }
+            )
+    return rows
+
+
+def render_bench_markdown(document: dict[str, Any]) -> str:
+    lines = [
+        "## Recovery benchmark",
+        "",
+        f"`{document.get('command', 'swarmshake bench recovery')}` · {document.get('created', '')} · "
+        f"{document.get('environment', {}).get('cpus', '?')} CPUs",
+        "",
+        "Times in ms as min / median / max over the cell's trials (p99 only with ≥ 100 trials).",
+        "",
+        "| fault | backend | nodes | trials | detection | recovery | rejoin | throughput kept | false positives |",
+        "|---|---|---:|---:|---|---|---|---:|---:|",
+    ]
+    for row in matrix_rows(document):
+        lines.append(
+            f"| {row['fault']} | {row['backend']} | {row['nodes']} | {row['trials']} | {row['detection']} | "
+            f"{row['recovery']} | {row['rejoin']} | {row['kept']} | {row['false_positives']} |"
+        )
+    lines += ["", "| goal | judged on | measured | met |", "|---|---|---:|---|"]
+    for goal in judge_goals(document.get("results", {})):
+        measured = goal.get("measured", _fmt(goal["measured_ms"]))
+        met = {True: "✅", False: "❌", None: "not measured"}[goal["met"]]
+        lines.append(f"| {goal['goal']} | {goal['fault']}: {goal['statistic']} | {measured} | {met} |")
+    errors = document.get("errors", [])
+    if errors:
+        lines += ["", f"{len(errors)} trial(s) failed; first: `{errors[0]['cell']}`: {errors[0]['error']}"]
+    return "\n".join(lines) + "\n"
+
+
+def ranges_svg(results: dict[str, Any]) -> str:
+    """Per fault type, detection/recovery/rejoin as min–max bars with a median dot."""
+    import matplotlib.pyplot as plt
+
+    faults = list(results)
+    with plt.rc_context(plots.RC_PARAMS):
+        figure, axes = plt.subplots(
+            1, len(MEASURES), figsize=(plots.WIDTH_IN, 0.8 + 0.35 * max(len(faults), 1)), sharey=True
+        )
+        for axis, (key, title) in zip(axes, MEASURES, strict=True):
+            for row, fault in enumerate(faults):
+                summary = results[fault].get(key) or {}
+                if not summary.get("n"):
+                    continue
+                line = axis.hlines(row, summary["min"], summary["max"], color="#1e88e5", lw=3)
+                line.set_gid(f"range-{key}-{fault}")
+                axis.plot([summary["p50"]], [row], "o", color="#0d47a1", ms=4)
+            axis.set_title(f"{title} (ms)")
+            axis.set_yticks(range(len(faults)), faults)
+            axis.set_xscale("symlog", linthresh=10)
+            axis.grid(axis="x", color="#eeeeee")
+        return plots.to_svg(figure)
+
+
+_TEMPLATE = jinja2.Environment(
+    loader=jinja2.PackageLoader("swarmshake.reports", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def render_bench_html(document: dict[str, Any]) -> str:
+    results = document.get("results", {})
+    return _TEMPLATE.get_template("bench.html.j2").render(
+        document=document,
+        rows=matrix_rows(document),
+        goals=judge_goals(results),
+        fmt=_fmt,
+        ranges_svg=ranges_svg(results) if results else "",
+        errors=document.get("errors", []),
+    )
+
+
+def compare_cells(
+    old: dict[str, Any], new: dict[str, Any], *, tolerance: float = 0.2, floor_ms: float = 20.0
+) -> list[dict[str, Any]]:
+    """Regressions between two bench results: a median or max that grew by more than
+    ``tolerance`` (relative) and ``floor_ms`` (absolute, below which timer noise rules)."""
+    rows: list[dict[str, Any]] = []
+    for fault in sorted(set(old) & set(new)):
+        for key, _title in MEASURES:
+            before = old[fault].get(key) or {}
+            after = new[fault].get(key) or {}
+            for statistic in ("p50", "max"):
+                a, b = before.get(statistic), after.get(statistic)
+                if a is None or b is None:
+                    continue
+                regressed = b - a > floor_ms and b > a * (1 + tolerance)
+                rows.append(
+                    {
+                        "fault": fault,
+                        "measure": f"{key} {statistic}",
+                        "before": a,
+                        "after": b,
+                        "regressed": regressed,
+                    }
+                )
+    return rows
+

@@ -1,0 +1,265 @@
+"""Recovery measurements of one run, derived from its history alone.
+
+The recovery benchmark and the run report both read these, so a number means the same
+in ``bench.json`` and in ``report.html``, for simulated and real runs alike.  Per
+injected fault (a harness ``fault`` event with ``phase="inject"``):
+
+- **detection**: inject → the moment every *observer* (a node that is not a victim
+  and is up at the inject) has logged ``declare_dead`` of every victim; ``None`` if
+  one never did while the fault lasted (or the fault is not one a detector should
+  see, e.g. a latency spike inside the envelope).
+- **recovery**: inject → the first ``commit`` of a step above the highest step
+  committed before the inject that either leaves every victim out of its
+  contributors, or comes after the heal; for faults that keep the victims in the
+  cluster (latency, straggler, broker loss, Byzantine, clock skew) simply the next
+  commit after the inject.
+- **rejoin**: for a victim that restarts, its ``start`` (or ``ready``) → its first
+  ``rejoin_done``/``commit`` whose ``param_fp`` equals the majority's fingerprint of
+  that step (the most common ``param_fp`` among the step's commits, as L3 reads it).
+- **throughput kept**: committed steps per second during the fault window over the
+  rate in the fault-free stretch before the first fault.
+- **false positives**: ``declare_dead`` of a node alive for the whole detection bound
+  before it (the S4 checker's definition, reused from ``verify``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+
+from swarmshake.reference_node.protocol.history import (
+    Commit,
+    DeclareDead,
+    Fault,
+    History,
+    Ready,
+    RejoinDone,
+    Start,
+)
+from swarmshake.reports.series import ALL_NODES, fault_windows, run_origin
+from swarmshake.verify.checkers import Bounds, build_timeline
+from swarmshake.verify.checkers.detector import false_positive_refs
+
+# Faults after which the victims stay members that should keep contributing: recovery
+# is the next commit, not one without them.
+STAY_IN_OPS = frozenset(
+    {"latency", "cpu_throttle", "broker_loss", "byzantine", "clock_skew", "bandwidth", "netem"}
+)
+# Faults a failure detector is expected to notice (its victims stop answering).
+DETECTABLE_OPS = frozenset({"crash", "restart", "pause", "partition", "blackhole"})
+# Ops that are the second half of another fault, not a fault of their own.
+HEAL_OPS = frozenset({"heal", "resume"})
+
+
+@dataclass(frozen=True)
+class FaultMeasurement:
+    op: str
+    victims: tuple[str, ...]
+    inject_t: float  # seconds since the run's first event
+    inject_index: int
+    detection_s: float | None
+    recovery_s: float | None
+    rejoin_s: float | None  # restart → majority fingerprint
+    rejoin_from_ready_s: float | None  # ready → majority fingerprint
+    throughput_kept: float | None  # fault-window commit rate / steady commit rate
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    faults: list[FaultMeasurement]
+    false_positives: int
+    steady_commits_per_s: float | None
+
+    def to_dict(self) -> dict:
+        return {
+            "faults": [f.to_dict() for f in self.faults],
+            "false_positives": self.false_positives,
+            "steady_commits_per_s": self.steady_commits_per_s,
+        }
+
+
+def victims_of(event: Fault, nodes: list[str]) -> list[str]:
+    """The nodes a fault takes out: its targets, or for a partition every node outside
+    the largest group (the side that can keep a majority)."""
+    if event.op == "partition":
+        groups = event.params.get("groups")
+        if isinstance(groups, list) and groups and all(isinstance(g, list) for g in groups):
+            named = [[str(n) for n in g] for g in groups]
+            rest = sorted(set(nodes) - {n for g in named for n in g})
+            if rest:
+                named.append(rest)
+            largest = max(named, key=len)
+            return sorted(n for g in named if g is not largest for n in g)
+    # "*" (every node) names no victim: a link fault on n3's links to everyone is
+    # written target ["*", "n3"] and takes out n3; a crash of "*" leaves no survivor.
+    return sorted(t for t in event.target if t != ALL_NODES)
+
+
+def _majority_fingerprints(history: History) -> dict[int, str]:
+    by_step: dict[int, Counter[str]] = defaultdict(Counter)
+    for event in history.of_kind(Commit):
+        by_step[event.step][event.param_fp] += 1
+    return {step: counts.most_common(1)[0][0] for step, counts in by_step.items()}
+
+
+def _rate(times: list[float], low: float, high: float) -> float | None:
+    if high - low <= 0:
+        return None
+    count = bisect.bisect_right(times, high) - bisect.bisect_right(times, low)
+    return count / (high - low)
+
+
+def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasurement:
+    """Every injected fault's detection, recovery, rejoin and throughput (module doc)."""
+    bounds = bounds or Bounds()
+    origin = run_origin(history)
+    nodes = history.nodes()
+    events = history.events
+    commits = [(e.t_mono - origin, e) for e in events if isinstance(e, Commit)]
+    rise_times: list[float] = []
+    top = -1
+    for t, commit in commits:
+        if commit.step > top:
+            top = commit.step
+            rise_times.append(t)
+    windows = {w.inject_index: w for w in fault_windows(history)}
+    injects = [
+        (i, e)
+        for i, e in enumerate(events)
+        if isinstance(e, Fault) and e.phase == "inject" and e.op not in HEAL_OPS
+    ]
+    first_fault_t = injects[0][1].t_mono - origin if injects else None
+    steady_end = first_fault_t if first_fault_t is not None else (rise_times[-1] if rise_times else 0)
+    steady_start = rise_times[0] if rise_times else 0.0
+    steady = _rate(rise_times, steady_start, steady_end) if rise_times else None
+    if steady == 0:
+        steady = None
+    fingerprints = _majority_fingerprints(history)
+    measurements: list[FaultMeasurement] = []
+    for index, event in injects:
+        t0 = event.t_mono - origin
+        victims = victims_of(event, nodes)
+        window = windows.get(index)
+        heal_t = window.end if window is not None and window.healed else None
+        window_end = window.end if window is not None else t0
+        measurements.append(
+            FaultMeasurement(
+                op=event.op,
+                victims=tuple(victims),
+                inject_t=t0,
+                inject_index=index,
+                detection_s=_detection(history, origin, t0, victims, heal_t, event.op),
+                recovery_s=_recovery(commits, t0, victims, heal_t, event.op),
+                rejoin_s=_rejoin(history, origin, t0, victims, fingerprints, Start),
+                rejoin_from_ready_s=_rejoin(history, origin, t0, victims, fingerprints, Ready),
+                throughput_kept=(
+                    None
+                    if steady is None or window_end <= t0
+                    else min(1.0, (_rate(rise_times, t0, window_end) or 0.0) / steady)
+                ),
+            )
+        )
+    timeline = build_timeline(history, bounds)
+    false_positives, _undecidable = false_positive_refs(history, timeline, bounds)
+    return RunMeasurement(
+        faults=measurements,
+        false_positives=len(false_positives),
+        steady_commits_per_s=steady,
+    )
+
+
+def _detection(
+    history: History,
+    origin: float,
+    t0: float,
+    victims: list[str],
+    heal_t: float | None,
+    op: str,
+) -> float | None:
+    if op not in DETECTABLE_OPS or not victims:
+        return None
+    victim_set = set(victims)
+    up_at_inject: set[str] = set()
+    down: set[str] = set()
+    for event in history.events:
+        if event.t_mono - origin > t0:
+            break
+        if isinstance(event, Start):
+            up_at_inject.add(event.node)
+            down.discard(event.node)
+        elif isinstance(event, Fault) and event.phase == "inject" and event.op in ("crash", "restart"):
+            down.update(event.target)
+    up_at_inject = ({n for n in history.nodes()} if not up_at_inject else up_at_inject) - down
+    observers = up_at_inject - victim_set
+    if not observers:
+        return None
+    pending = {(o, v) for o in observers for v in victims}
+    for event in history.events:
+        t = event.t_mono - origin
+        if t < t0:
+            continue
+        if heal_t is not None and t > heal_t and op not in ("crash", "restart"):
+            return None  # healed before every observer noticed: nothing to detect
+        if isinstance(event, Fault) and event.phase == "inject" and event.op in ("crash", "restart"):
+            # an observer that dies is no longer expected to declare anything
+            pending = {(o, v) for o, v in pending if o not in event.target}
+        if isinstance(event, DeclareDead) and (event.node, event.peer) in pending:
+            pending.discard((event.node, event.peer))
+        if not pending:
+            return t - t0
+    return None
+
+
+def _recovery(
+    commits: list[tuple[float, Commit]],
+    t0: float,
+    victims: list[str],
+    heal_t: float | None,
+    op: str,
+) -> float | None:
+    top_before = max((c.step for t, c in commits if t <= t0), default=-1)
+    victim_set = set(victims)
+    for t, commit in commits:
+        if t <= t0 or commit.step <= top_before or commit.node in victim_set:
+            continue
+        if op in STAY_IN_OPS or not victim_set.intersection(commit.contributors):
+            return t - t0
+        if heal_t is not None and t >= heal_t:
+            return t - t0
+    return None
+
+
+def _rejoin(
+    history: History,
+    origin: float,
+    t0: float,
+    victims: list[str],
+    fingerprints: dict[int, str],
+    since: type,
+) -> float | None:
+    """Worst over the victims that restarted: ``since`` event → caught up."""
+    worst: float | None = None
+    for victim in victims:
+        began: float | None = None
+        caught: float | None = None
+        for event in history.events:
+            t = event.t_mono - origin
+            if t < t0 or event.node != victim:
+                continue
+            if began is None:
+                if isinstance(event, since):
+                    began = t
+                continue
+            if isinstance(event, RejoinDone | Commit) and fingerprints.get(event.step) == event.param_fp:
+                caught = t
+                break
+        if began is None:
+            continue
+        if caught is None:
+            return None  # a victim restarted but never caught up: the cell shows a miss
+        worst = max(worst or 0.0, caught - began)
+    return worst

@@ -1,0 +1,331 @@
+"""What the report draws, derived from a run's history: node lanes, fault windows,
+the loss curve and the commit rate.
+
+Pure functions of a :class:`History`; the plots and the HTML only format what these
+return, so the numbers a reader sees can be tested without a browser.
+
+A lane's state at a moment, in priority order (the first that holds wins):
+
+- ``down``: the node's process is not running (ground truth: the harness's ``crash``
+  / ``restart`` injects and the node's ``start``/``stop``, as the checkers read them);
+- ``paused``: the harness paused it (a gray failure: up, but handling nothing);
+- ``rejoining``: a restarted process between its ``start`` and its first
+  ``rejoin_done`` or ``commit``;
+- ``declared dead``: up, but at least one peer's detector declared it dead;
+- ``suspected``: at least one peer suspects it;
+- ``alive``: none of the above.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from swarmshake.reference_node.protocol.history import (
+    HARNESS,
+    Commit,
+    DeclareAlive,
+    DeclareDead,
+    Fault,
+    History,
+    Refute,
+    RejoinBegin,
+    RejoinDone,
+    Start,
+    Stop,
+    Suspect,
+    TrainStep,
+)
+
+LANE_STATES: tuple[str, ...] = (
+    "alive",
+    "suspected",
+    "declared dead",
+    "rejoining",
+    "paused",
+    "down",
+)
+DOWN_OPS = frozenset({"crash", "restart"})  # ops whose inject kills the target's process
+NETWORK_OPS = frozenset(
+    {
+        "partition",
+        "latency",
+        "bandwidth",
+        "blackhole",
+        "reset_peer",
+        "slicer",
+        "limit_data",
+        "slow_close",
+        "netem",
+    }
+)
+ALL_NODES = "*"
+MAX_COMMIT_RATE_BINS = 200  # a plot wider than this many bars reads as noise
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float  # seconds since the run's first event
+    end: float
+    state: str
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    op: str
+    targets: tuple[str, ...]
+    start: float  # seconds since the run's first event
+    end: float  # the heal, or the run's end when never healed
+    healed: bool
+    inject_index: int  # the inject event's index in History.events (its table anchor)
+    params: dict
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {','.join(self.targets)}" if self.targets else self.op
+
+
+def run_origin(history: History) -> float:
+    """The ``t_mono`` every report time is measured from (the run's first event)."""
+    return history.events[0].t_mono if history.events else 0.0
+
+
+def run_duration_s(history: History) -> float:
+    if not history.events:
+        return 0.0
+    return history.events[-1].t_mono - history.events[0].t_mono
+
+
+def _targets(event: Fault, nodes: list[str]) -> list[str]:
+    return list(nodes) if ALL_NODES in event.target else list(event.target)
+
+
+def fault_windows(history: History) -> list[FaultWindow]:
+    """Each inject paired with its heal: the same ``op`` with ``phase="heal"`` on an
+    overlapping target (or no target), a ``resume`` for a ``pause``, or a ``heal`` op for
+    any network fault."""
+    origin = run_origin(history)
+    end = run_duration_s(history)
+    nodes = history.nodes()
+    open_windows: list[tuple[Fault, int]] = []
+    windows: list[FaultWindow] = []
+
+    def close(position: int, t: float) -> None:
+        event, index = open_windows.pop(position)
+        windows.append(
+            FaultWindow(
+                op=event.op,
+                targets=tuple(event.target),
+                start=event.t_mono - origin,
+                end=t - origin,
+                healed=True,
+                inject_index=index,
+                params=dict(event.params),
+            )
+        )
+
+    for index, event in enumerate(history.events):
+        if isinstance(event, Start):
+            # A restart's window ends when the restarted process is up again.
+            for position in range(len(open_windows) - 1, -1, -1):
+                opened = open_windows[position][0]
+                if opened.op == "restart" and event.node in _targets(opened, nodes):
+                    close(position, event.t_mono)
+            continue
+        if not isinstance(event, Fault):
+            continue
+        heals_all_network = event.op == "heal"
+        if event.phase == "inject" and not heals_all_network and event.op != "resume":
+            open_windows.append((event, index))
+            continue
+        healed_targets = set(_targets(event, nodes))
+        for position in range(len(open_windows) - 1, -1, -1):
+            opened = open_windows[position][0]
+            if heals_all_network:
+                matches = opened.op in NETWORK_OPS
+            elif event.op == "resume":
+                matches = opened.op == "pause"
+            else:
+                matches = opened.op == event.op
+            opened_targets = set(_targets(opened, nodes))
+            overlap = not healed_targets or not opened_targets or healed_targets & opened_targets
+            if matches and overlap:
+                close(position, event.t_mono)
+    for event, index in open_windows:
+        windows.append(
+            FaultWindow(
+                op=event.op,
+                targets=tuple(event.target),
+                start=event.t_mono - origin,
+                end=end,
+                healed=False,
+                inject_index=index,
+                params=dict(event.params),
+            )
+        )
+    return sorted(windows, key=lambda w: (w.start, w.op))
+
+
+class _LaneState:
+    """One node's flags during the sweep; ``state()`` applies the priority order."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.paused = False
+        self.rejoining = False
+        self.starts = 0
+        self.suspected_by: set[str] = set()
+        self.dead_by: set[str] = set()
+
+    def state(self) -> str:
+        if not self.up:
+            return "down"
+        if self.paused:
+            return "paused"
+        if self.rejoining:
+            return "rejoining"
+        if self.dead_by:
+            return "declared dead"
+        if self.suspected_by:
+            return "suspected"
+        return "alive"
+
+
+def node_lanes(history: History) -> dict[str, list[Segment]]:
+    """Per node, the run cut into segments of one lane state each (see the module doc)."""
+    origin = run_origin(history)
+    end = run_duration_s(history)
+    nodes = history.nodes()
+    states = {node: _LaneState() for node in nodes}
+    lanes: dict[str, list[Segment]] = {node: [] for node in nodes}
+    current: dict[str, tuple[float, str]] = {}
+    # A node that logs without a start (a history cut at the front) is up from its
+    # first event, as the checkers assume: absent evidence of a start is not a death.
+    first_seen: dict[str, float] = {}
+    for event in history.events:
+        if event.node != HARNESS:
+            first_seen.setdefault(event.node, event.t_mono - origin)
+
+    def settle(node: str, t: float) -> None:
+        state = states[node].state()
+        started, previous = current.get(node, (t, state))
+        if node not in current:
+            current[node] = (t, state)
+        elif previous != state:
+            if t > started:
+                lanes[node].append(Segment(started, t, previous))
+            current[node] = (t, state)
+
+    for node in nodes:
+        has_start = any(isinstance(e, Start) and e.node == node for e in history.events)
+        if not has_start:
+            states[node].up = True
+            current[node] = (first_seen.get(node, 0.0), "alive")
+
+    for event in history.events:
+        t = event.t_mono - origin
+        touched: list[str] = []
+        if isinstance(event, Start) and event.node in states:
+            lane = states[event.node]
+            lane.up, lane.paused = True, False
+            lane.starts += 1
+            lane.rejoining = lane.starts > 1
+            touched.append(event.node)
+        elif isinstance(event, Stop) and event.node in states:
+            states[event.node].up = False
+            touched.append(event.node)
+        elif isinstance(event, RejoinBegin) and event.node in states:
+            states[event.node].rejoining = True
+            touched.append(event.node)
+        elif isinstance(event, RejoinDone | Commit) and event.node in states:
+            states[event.node].rejoining = False
+            touched.append(event.node)
+        elif isinstance(event, Refute) and event.node in states:
+            states[event.node].suspected_by.clear()
+            touched.append(event.node)
+        elif isinstance(event, Suspect) and event.peer in states:
+            states[event.peer].suspected_by.add(event.node)
+            touched.append(event.peer)
+        elif isinstance(event, DeclareDead) and event.peer in states:
+            states[event.peer].dead_by.add(event.node)
+            states[event.peer].suspected_by.discard(event.node)
+            touched.append(event.peer)
+        elif isinstance(event, DeclareAlive) and event.peer in states:
+            states[event.peer].dead_by.discard(event.node)
+            states[event.peer].suspected_by.discard(event.node)
+            touched.append(event.peer)
+        elif isinstance(event, Fault):
+            for node in _targets(event, nodes):
+                if node not in states:
+                    continue
+                if event.op in DOWN_OPS and event.phase == "inject":
+                    states[node].up = False
+                elif event.op == "pause":
+                    states[node].paused = event.phase == "inject"
+                elif event.op == "resume":
+                    states[node].paused = False
+                else:
+                    continue
+                touched.append(node)
+        for node in touched:
+            settle(node, t)
+    for node, (started, state) in current.items():
+        if end > started:
+            lanes[node].append(Segment(started, end, state))
+    return lanes
+
+
+@dataclass(frozen=True)
+class LossPoint:
+    step: int
+    loss: float  # mean over the nodes that logged a finite loss for the step
+    t: float  # seconds since the run's first event: the step's first train_step
+
+
+def loss_curve(history: History) -> list[LossPoint]:
+    """Mean training loss per step (non-finite losses, a Byzantine node's, are skipped)."""
+    origin = run_origin(history)
+    sums: dict[int, tuple[float, int, float]] = {}
+    for event in history.of_kind(TrainStep):
+        if event.step < 0 or not math.isfinite(event.loss):
+            continue
+        total, count, first_t = sums.get(event.step, (0.0, 0, event.t_mono - origin))
+        sums[event.step] = (total + event.loss, count + 1, first_t)
+    return [
+        LossPoint(step=step, loss=total / count, t=first_t)
+        for step, (total, count, first_t) in sorted(sums.items())
+    ]
+
+
+def step_at(history: History, t: float) -> int:
+    """The highest step any node committed up to ``t`` (seconds since the origin)."""
+    origin = run_origin(history)
+    top = -1
+    for event in history.of_kind(Commit):
+        if event.t_mono - origin > t:
+            break
+        top = max(top, event.step)
+    return top
+
+
+def commit_times(history: History) -> list[float]:
+    """Seconds since the origin at which the run's highest committed step rose."""
+    origin = run_origin(history)
+    top = -1
+    times: list[float] = []
+    for event in history.of_kind(Commit):
+        if event.step > top:
+            top = event.step
+            times.append(event.t_mono - origin)
+    return times
+
+
+def commit_rate(history: History, bin_s: float | None = None) -> tuple[float, list[float]]:
+    """``(bin width in s, new committed steps per second in each bin)`` over the run."""
+    duration = run_duration_s(history)
+    if bin_s is None:
+        bin_s = max(0.5, duration / MAX_COMMIT_RATE_BINS)
+    bins = [0] * max(1, math.ceil(duration / bin_s))
+    for t in commit_times(history):
+        bins[min(int(t / bin_s), len(bins) - 1)] += 1
+    return bin_s, [count / bin_s for count in bins]

@@ -1,0 +1,87 @@
+"""``summary.md``: a run in a few lines of GitHub-flavoured Markdown.
+
+Written to fit a CI job summary (``$GITHUB_STEP_SUMMARY`` accepts 1 MiB per step):
+the verdict per property, the detection/recovery figures, load under chaos when it
+ran, and the command that reproduces the run.  Tables are capped, never the verdict.
+"""
+
+from __future__ import annotations
+
+from swarmshake.reports.html import PROPERTY_NAMES, distribution_samples_ms, fmt_ms, reproduce_command
+from swarmshake.reports.recovery import RunMeasurement
+from swarmshake.reports.rundir import RunDir
+from swarmshake.reports.series import run_duration_s
+
+MAX_FAULT_ROWS = 30  # a summary is read in a browser tab; the report holds every fault
+MAX_SUMMARY_BYTES = 1 << 20  # GitHub's job-summary limit per step
+STATUS_MARK = {"valid": "✅", "invalid": "❌", "unknown": "⚠️"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
+    verdict = run.verdict
+    lines = [
+        f"## {STATUS_MARK[verdict.status]} swarmshake: {_cell(run.name)} — **{verdict.status}**",
+        "",
+        f"{len(run.history.nodes())} nodes · {run_duration_s(run.history):.1f} s · "
+        f"{verdict.events} events · seed `{run.seed if run.seed is not None else 'not recorded'}`",
+        "",
+        "| property | status | finding |",
+        "|---|---|---|",
+    ]
+    for name, result in verdict.results.items():
+        label = f"{name} {PROPERTY_NAMES.get(name, '')}".strip()
+        lines.append(f"| {label} | {STATUS_MARK[result.status]} {result.status} | {_cell(result.message)} |")
+    samples = distribution_samples_ms(measurement)
+    if any(samples.values()):
+        lines += ["", "| measure | n | min ms | median ms | max ms |", "|---|---:|---:|---:|---:|"]
+        for name, values in samples.items():
+            ordered = sorted(values)
+            if ordered:
+                lines.append(
+                    f"| {name} | {len(ordered)} | {ordered[0]:.0f} | "
+                    f"{ordered[len(ordered) // 2]:.0f} | {ordered[-1]:.0f} |"
+                )
+    lines.append("")
+    lines.append(f"False positives: **{measurement.false_positives}**")
+    if measurement.faults:
+        lines += [
+            "",
+            "| fault | at s | detection ms | recovery ms | rejoin ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for fault in measurement.faults[:MAX_FAULT_ROWS]:
+            victims = ",".join(fault.victims)
+            lines.append(
+                f"| {_cell(fault.op)} {_cell(victims)} | {fault.inject_t:.2f} | "
+                f"{fmt_ms(fault.detection_s)} | {fmt_ms(fault.recovery_s)} | {fmt_ms(fault.rejoin_s)} |"
+            )
+        if len(measurement.faults) > MAX_FAULT_ROWS:
+            lines.append(f"| … {len(measurement.faults) - MAX_FAULT_ROWS} more in report.html | | | | |")
+    if run.load is not None:
+        lines += [
+            "",
+            f"Load under chaos: {run.load.users} users, {run.load.requests} requests, "
+            f"{run.load.errors} errors.",
+            "",
+            "| window | requests | availability | p50 ms | p99 ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for window in run.load.windows[:MAX_FAULT_ROWS]:
+            availability = "—" if window.availability is None else f"{window.availability * 100:.1f}%"
+            p50 = window.latency_ms.p50
+            p99 = window.latency_ms.p99
+            lines.append(
+                f"| {_cell(window.label)} | {window.requests} | {availability} | "
+                f"{'—' if p50 is None else f'{p50:.1f}'} | {'—' if p99 is None else f'{p99:.1f}'} |"
+            )
+    lines += ["", "Reproduce:", "", "```sh", reproduce_command(run), "```", ""]
+    text = "\n".join(lines)
+    return text if len(text.encode()) <= MAX_SUMMARY_BYTES else text[: MAX_SUMMARY_BYTES // 2]
+
+
+def write_summary(run: RunDir, measurement: RunMeasurement) -> None:
+    (run.path / "summary.md").write_text(render_summary(run, measurement), encoding="utf-8")

@@ -1,0 +1,48 @@
+"""Fixtures for the report tests: run directories with hand-built histories."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "swarmshake_test_histories", Path(__file__).with_name("histories.py")
+)
+histories = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = histories  # dataclasses resolve their module by name
+_spec.loader.exec_module(histories)
+
+Plan = histories.Plan
+PlannedFault = histories.PlannedFault
+
+
+@pytest.fixture(name="histories")
+def histories_module():
+    """tests/reports/histories.py (a helper module; test folders are not packages)."""
+    return histories
+
+
+@pytest.fixture
+def crash_run(tmp_path: Path) -> Path:
+    """4 nodes; n3 crashes at 4 s and restarts at 7 s; n2 paused 9–9.6 s."""
+    plan = Plan(
+        faults=[
+            PlannedFault("crash", "n3", 4.0, 7.0),
+            PlannedFault("pause", "n2", 9.0, 9.6),
+        ]
+    )
+    return histories.write_run(tmp_path / "run-crash", plan)
+
+
+@pytest.fixture
+def broken_run(tmp_path: Path) -> Path:
+    """Like crash_run, plus a false positive (S4) and a diverging fingerprint (S1)."""
+    plan = Plan(
+        faults=[PlannedFault("crash", "n3", 4.0, 7.0)],
+        false_positive_at_s=2.05,
+        diverge_step=30,
+    )
+    return histories.write_run(tmp_path / "run-broken", plan, scenario_name="broken")

@@ -1,0 +1,54 @@
+"""``swarmshake report``: regenerate, compare two runs, flag recovery regressions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmshake.chaos.commands import report
+from swarmshake.chaos.commands._args import UsageError
+
+
+def _run(histories, path: Path, *, stall_s: float, detection_s: float = 0.25) -> Path:
+    plan = histories.Plan(
+        stall_s=stall_s, detection_s=detection_s, faults=[histories.PlannedFault("crash", "n3", 4.0, 7.0)]
+    )
+    return histories.write_run(path, plan)
+
+
+def test_regenerates_and_exits_with_the_verdict(crash_run: Path, broken_run: Path) -> None:
+    assert report.main([str(crash_run)]) == 0
+    assert (crash_run / "report.html").is_file() and (crash_run / "junit.xml").is_file()
+    assert report.main([str(broken_run)]) == 1
+
+
+def test_compare_flags_a_recovery_regression(tmp_path: Path, histories, capsys) -> None:
+    old = _run(histories, tmp_path / "old", stall_s=0.4)
+    same = _run(histories, tmp_path / "same", stall_s=0.41)
+    slow = _run(histories, tmp_path / "slow", stall_s=1.2)
+    assert report.main([str(same), "--compare", str(old)]) == 0
+    assert report.main([str(slow), "--compare", str(old), "--json"]) == 1
+    comparison = json.loads(capsys.readouterr().out)
+    flagged = [c for c in comparison["changes"] if c["regressed"]]
+    assert [c["what"] for c in flagged] == ["fault 1 crash n3: recovery"]
+    assert flagged[0]["before_ms"] == pytest.approx(400) and flagged[0]["after_ms"] == pytest.approx(1200)
+    assert "❌ slower" in (slow / "compare.md").read_text()
+
+
+def test_bad_input_is_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not a directory"):
+        report.main([str(tmp_path / "missing")])
+    with pytest.raises(UsageError, match="no events folder"):
+        report.main([str(tmp_path)])
+
+
+def test_cli_entry_point_routes_report(crash_run: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmshake", "report", str(crash_run)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "verdict valid" in done.stderr

@@ -1,0 +1,121 @@
+"""The run reports: what each file says about a run with known detection/recovery."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from swarmshake.reference_node.protocol.history import History
+from swarmshake.reports import RunDirError, write_run_reports
+from swarmshake.reports.recovery import measure_run
+from swarmshake.reports.series import fault_windows, node_lanes
+
+XSD = Path(__file__).with_name("junit-10.xsd")
+
+
+def test_measurements_match_the_planned_timing(crash_run: Path) -> None:
+    measurement = measure_run(History.load(crash_run))
+    crash, pause = measurement.faults
+    assert (crash.op, crash.victims) == ("crash", ("n3",))
+    assert crash.detection_s == pytest.approx(0.25)
+    assert crash.recovery_s == pytest.approx(0.4)
+    assert crash.rejoin_s == pytest.approx(0.8)  # start → rejoin_done
+    assert crash.rejoin_from_ready_s == pytest.approx(0.55)  # ready came 0.25 s after start
+    assert pause.detection_s == pytest.approx(0.25)
+    assert pause.rejoin_s is None  # a paused node does not restart
+    assert measurement.false_positives == 0
+    assert 0.0 < crash.throughput_kept < 1.0
+
+
+def test_false_positive_is_counted(broken_run: Path) -> None:
+    assert measure_run(History.load(broken_run)).false_positives == 1
+
+
+def test_lanes_show_down_then_rejoining(crash_run: Path) -> None:
+    lanes = node_lanes(History.load(crash_run))
+    n3 = [(round(s.start, 2), round(s.end, 2), s.state) for s in lanes["n3"]]
+    assert (4.0, 7.05, "down") in n3
+    assert (7.05, 7.85, "rejoining") in n3
+    assert any(s.state == "paused" and round(s.start, 2) == 9.0 for s in lanes["n2"])
+    assert all(s.state == "alive" for s in lanes["n1"])
+    windows = fault_windows(History.load(crash_run))
+    assert [(w.op, w.start, w.end, w.healed) for w in windows] == [
+        ("crash", 4.0, 7.0, True),
+        ("pause", 9.0, 9.6, True),
+    ]
+
+
+def test_writes_every_report_file(crash_run: Path) -> None:
+    write_run_reports(crash_run)
+    for name in ("verdict.json", "report.html", "junit.xml", "summary.md"):
+        assert (crash_run / name).stat().st_size > 0, name
+    verdict = json.loads((crash_run / "verdict.json").read_text())
+    assert verdict["status"] == "valid"
+    summary = (crash_run / "summary.md").read_text()
+    assert "**valid**" in summary
+    for name in ("S1", "S2", "S3", "S4", "L1", "L2", "L3"):
+        assert f"| {name} " in summary
+    assert "| crash n3 | 4.00 | 250 | 400 | 800 |" in summary
+    assert "swarmshake run" in summary and "--seed 7" in summary
+
+
+def test_junit_is_valid_against_the_ci_schema(crash_run: Path, broken_run: Path) -> None:
+    schema = etree.XMLSchema(etree.parse(str(XSD)))
+    for run in (crash_run, broken_run):
+        write_run_reports(run)
+        document = etree.parse(str(run / "junit.xml"))
+        assert schema.validate(document), schema.error_log
+    suite = etree.parse(str(broken_run / "junit.xml")).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert len(cases) == 8  # seven properties and the scenario
+    failed = [c.get("name") for c in cases if c.find("failure") is not None]
+    assert failed == ["S1 agreement", "S4 detector accuracy", "scenario broken"]
+    assert suite.get("failures") == "3" and suite.get("errors") == "0"
+
+
+def test_schema_rejects_what_ci_would_reject(crash_run: Path) -> None:
+    """The XSD check can fail: a testsuite without its required counts is refused."""
+    write_run_reports(crash_run)
+    schema = etree.XMLSchema(etree.parse(str(XSD)))
+    document = etree.parse(str(crash_run / "junit.xml"))
+    del document.getroot().find("testsuite").attrib["failures"]
+    assert not schema.validate(document)
+
+
+def test_html_evidence_links_resolve_and_nothing_is_fetched(broken_run: Path) -> None:
+    write_run_reports(broken_run)
+    page = (broken_run / "report.html").read_text()
+    assert "default-src 'none'" in page
+    links = set(re.findall(r'href="#(ev-\d+)"', page))
+    assert links, "an invalid verdict must cite events"
+    anchors = set(re.findall(r'id="(ev-\d+)"', page))
+    assert links <= anchors
+    # Only SVG/XLink namespace names may mention http; nothing is loaded from anywhere.
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert not re.search(r'\s(src|srcset|data)=["\'](?!#)', page)
+
+
+def test_shrunk_schedule_and_baseline_shown(tmp_path: Path, histories) -> None:
+    plan = histories.Plan(faults=[histories.PlannedFault("crash", "n2", 3.0)])
+    run = histories.write_run(tmp_path / "explore-1", plan)
+    histories.write_run(run / "baseline", histories.Plan(loss_offset=-0.1))
+    (run / "shrunk.yaml").write_text("faults:\n  - op: {op: crash, nodes: [n2]}\n    at_s: 3.0\n")
+    write_run_reports(run)
+    page = (run / "report.html").read_text()
+    assert 'id="shrunk-schedule"' in page and "op: crash" in page
+    assert 'id="loss-baseline"' in page and 'id="loss-run"' in page
+
+
+def test_bad_run_dirs_are_named(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match="no events folder"):
+        write_run_reports(tmp_path)
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "n1.jsonl").write_text('{"kind": "nope"}\n{"kind": "start"}\n')
+    with pytest.raises(RunDirError, match=r"n1\.jsonl:1"):
+        write_run_reports(tmp_path)
