@@ -21,7 +21,9 @@ def forced_reference() -> bool:
     return os.environ.get("SWARMSHAKE_KERNELS", "").strip().lower() in ("torch", "reference", "ref")
 
 
-def use_kernel(t: torch.Tensor, dtypes: tuple[torch.dtype, ...] | None = KERNEL_FLOAT_DTYPES) -> bool:
+def use_kernel(
+    t: torch.Tensor, dtypes: tuple[torch.dtype, ...] | None = KERNEL_FLOAT_DTYPES
+) -> bool:
     """Whether ``t`` goes to the CUDA kernel: a CUDA tensor, a supported dtype, a built extension."""
     if not t.is_cuda or forced_reference():
         return False
@@ -39,7 +41,9 @@ def check_stacked(stacked: object, name: str = "stacked") -> torch.Tensor:
     ``stacked.shape[1:]``.
     """
     if not isinstance(stacked, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape [k, d], got {type(stacked).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape [k, d], got {type(stacked).__name__}"
+        )
     if stacked.dim() < 2:
         raise ValueError(
             f"{name} must have shape [k, d] (k peer tensors stacked on dim 0), got shape {tuple(stacked.shape)}"

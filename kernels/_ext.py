@@ -21,7 +21,15 @@ from pathlib import Path
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
-SOURCES = ["ext.cpp", "robust_f32.cu", "robust_bf16.cu", "robust_f16.cu", "krum.cu", "fingerprint.cu", "quant.cu"]
+SOURCES = [
+    "ext.cpp",
+    "robust_f32.cu",
+    "robust_bf16.cu",
+    "robust_f16.cu",
+    "krum.cu",
+    "fingerprint.cu",
+    "quant.cu",
+]
 
 
 def build_error() -> str | None:
@@ -57,7 +65,11 @@ def _build():
     from torch.utils.cpp_extension import load
 
     src = Path(__file__).parent / "csrc"
-    build = Path(os.environ.get("SWARMSHAKE_KERNELS_BUILD", Path.home() / ".cache" / "swarmshake" / "kernels"))
+    build = Path(
+        os.environ.get(
+            "SWARMSHAKE_KERNELS_BUILD", Path.home() / ".cache" / "swarmshake" / "kernels"
+        )
+    )
     build.mkdir(parents=True, exist_ok=True)
     major, minor = torch.cuda.get_device_capability()
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")

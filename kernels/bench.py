@@ -28,22 +28,55 @@ import torch
 
 ALL_OPS = ("copy", "median", "trimmed", "krum", "fingerprint", "quant", "dequant")
 FIELDS = [
-    "gpu", "torch", "cuda", "op", "impl", "k", "d", "dtype", "param", "p20_ms", "p50_ms", "p80_ms",
-    "gbps", "speedup_vs_torch", "check", "timestamp",
+    "gpu",
+    "torch",
+    "cuda",
+    "op",
+    "impl",
+    "k",
+    "d",
+    "dtype",
+    "param",
+    "p20_ms",
+    "p50_ms",
+    "p80_ms",
+    "gbps",
+    "speedup_vs_torch",
+    "check",
+    "timestamp",
 ]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="swarmshake bench kernels", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions (a smoke run)")
-    p.add_argument("--d", type=int, default=None, help="elements per peer tensor (default 32M, quick 4M)")
+    p = argparse.ArgumentParser(
+        prog="swarmshake bench kernels", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="fewer shapes and repetitions (a smoke run)"
+    )
+    p.add_argument(
+        "--d", type=int, default=None, help="elements per peer tensor (default 32M, quick 4M)"
+    )
     p.add_argument("--ks", default=None, help="comma-separated k values (default 3,4,8,16,32,64)")
-    p.add_argument("--dtypes", default=None, help="comma-separated of fp32,bf16,fp16 (default fp32; bf16/fp16 at k=16)")
-    p.add_argument("--ops", default=",".join(ALL_OPS), help=f"comma-separated of {','.join(ALL_OPS)}")
-    p.add_argument("--reps", type=int, default=None, help="timed repetitions per measurement (default 20, quick 5)")
+    p.add_argument(
+        "--dtypes",
+        default=None,
+        help="comma-separated of fp32,bf16,fp16 (default fp32; bf16/fp16 at k=16)",
+    )
+    p.add_argument(
+        "--ops", default=",".join(ALL_OPS), help=f"comma-separated of {','.join(ALL_OPS)}"
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="timed repetitions per measurement (default 20, quick 5)",
+    )
     p.add_argument("--no-baseline", action="store_true", help="time the kernels only")
-    p.add_argument("--out", default="reports/bench", help="directory of the CSV (default reports/bench)")
+    p.add_argument(
+        "--out", default="reports/bench", help="directory of the CSV (default reports/bench)"
+    )
     return p.parse_args(argv)
 
 
@@ -94,12 +127,22 @@ class Bench:
     def record(self, op, impl, k, d, dtype, param, times, nbytes, base_p50=None, check=""):
         p50 = _q(times, 0.5)
         row = {
-            "gpu": self.gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "op": op, "impl": impl,
-            "k": k, "d": d, "dtype": dtype, "param": param,
-            "p20_ms": round(_q(times, 0.2), 4), "p50_ms": round(p50, 4), "p80_ms": round(_q(times, 0.8), 4),
+            "gpu": self.gpu,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "op": op,
+            "impl": impl,
+            "k": k,
+            "d": d,
+            "dtype": dtype,
+            "param": param,
+            "p20_ms": round(_q(times, 0.2), 4),
+            "p50_ms": round(p50, 4),
+            "p80_ms": round(_q(times, 0.8), 4),
             "gbps": round(nbytes / (p50 * 1e-3) / 1e9, 1),
             "speedup_vs_torch": round(base_p50 / p50, 2) if base_p50 else "",
-            "check": check, "timestamp": self.stamp,
+            "check": check,
+            "timestamp": self.stamp,
         }
         self.rows.append(row)
         print(
@@ -132,10 +175,16 @@ def _run(args: argparse.Namespace) -> int:
     from swarmshake.kernels.quant import reference_dequantize_int8, reference_quantize_int8
 
     if not torch.cuda.is_available():
-        print("swarmshake bench kernels: needs a CUDA device (run it on the H100 machine)", file=sys.stderr)
+        print(
+            "swarmshake bench kernels: needs a CUDA device (run it on the H100 machine)",
+            file=sys.stderr,
+        )
         return 2
     if _ext.get() is None:
-        print(f"swarmshake bench kernels: the CUDA extension did not build: {_ext.build_error()}", file=sys.stderr)
+        print(
+            f"swarmshake bench kernels: the CUDA extension did not build: {_ext.build_error()}",
+            file=sys.stderr,
+        )
         return 2
     b = Bench(args)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -144,15 +193,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"unknown op(s) {bad}; choose from {ALL_OPS}", file=sys.stderr)
         return 64
     d = args.d or ((1 << 22) if args.quick else (1 << 25))
-    ks = [int(v) for v in args.ks.split(",")] if args.ks else ([4, 16, 64] if args.quick else [3, 4, 8, 16, 32, 64])
+    ks = (
+        [int(v) for v in args.ks.split(",")]
+        if args.ks
+        else ([4, 16, 64] if args.quick else [3, 4, 8, 16, 32, 64])
+    )
     dts = [v.strip() for v in args.dtypes.split(",")] if args.dtypes else ["fp32"]
-    print(f"# {b.gpu}, torch {torch.__version__}, CUDA {torch.version.cuda}, d = {d}, reps = {b.reps}", file=sys.stderr)
+    print(
+        f"# {b.gpu}, torch {torch.__version__}, CUDA {torch.version.cuda}, d = {d}, reps = {b.reps}",
+        file=sys.stderr,
+    )
     g = torch.Generator(device="cuda").manual_seed(0)
 
     if "copy" in ops:
         x = torch.randn(16, d, device="cuda", generator=g)
         y = torch.empty_like(x)
-        t = _time(lambda: y.copy_(x), b.reps)
+        t = _time(lambda x=x, y=y: y.copy_(x), b.reps)
         b.record("copy", "torch", 16, d, "fp32", "", t, 2 * x.numel() * 4)
         del x, y
 
@@ -165,8 +221,17 @@ def _run(args: argparse.Namespace) -> int:
             io = (k + 1) * d * es
             if "median" in ops:
                 ok = _bit_equal(K.coordinate_median(x), reference_coordinate_median(x))
-                b.pair("median", k, d, dn, "", lambda x=x: K.coordinate_median(x), lambda x=x: x.median(dim=0),
-                       io, "exact" if ok else "MISMATCH")
+                b.pair(
+                    "median",
+                    k,
+                    d,
+                    dn,
+                    "",
+                    lambda x=x: K.coordinate_median(x),
+                    lambda x=x: x.median(dim=0),
+                    io,
+                    "exact" if ok else "MISMATCH",
+                )
             if "trimmed" in ops:
                 trim = max(1, k // 4) if k >= 3 else 0
                 ok = _bit_equal(K.trimmed_mean(x, trim), reference_trimmed_mean(x, trim))
@@ -174,15 +239,33 @@ def _run(args: argparse.Namespace) -> int:
                 def base(x=x, trim=trim, k=k):
                     return x.sort(dim=0).values[trim : k - trim].float().mean(dim=0).to(x.dtype)
 
-                b.pair("trimmed", k, d, dn, f"trim={trim}", lambda x=x, t=trim: K.trimmed_mean(x, t), base, io,
-                       "exact" if ok else "MISMATCH")
+                b.pair(
+                    "trimmed",
+                    k,
+                    d,
+                    dn,
+                    f"trim={trim}",
+                    lambda x=x, t=trim: K.trimmed_mean(x, t),
+                    base,
+                    io,
+                    "exact" if ok else "MISMATCH",
+                )
             if "krum" in ops and k >= 2:
                 got = K.krum_distances(x)
                 want = reference_krum_distances(x)
                 rel = float(((got - want).abs() / want.clamp_min(1e-300)).max())
                 xf = x.float()
-                b.pair("krum", k, d, dn, "", lambda x=x: K.krum_distances(x),
-                       lambda xf=xf: torch.cdist(xf, xf) ** 2, k * d * es, f"rel_err={rel:.1e}")
+                b.pair(
+                    "krum",
+                    k,
+                    d,
+                    dn,
+                    "",
+                    lambda x=x: K.krum_distances(x),
+                    lambda xf=xf: torch.cdist(xf, xf) ** 2,
+                    k * d * es,
+                    f"rel_err={rel:.1e}",
+                )
                 del xf
             del x
             torch.cuda.empty_cache()
@@ -197,8 +280,17 @@ def _run(args: argparse.Namespace) -> int:
             w = x.view(torch.int32).view(-1, 4096).to(torch.int64)
             return (w * keys).sum()
 
-        b.pair("fingerprint", "", n, "fp32", "", lambda x=x: K.fingerprint(x), base_fp, n * 4,
-               "cpu==gpu" if ok else "MISMATCH")
+        b.pair(
+            "fingerprint",
+            "",
+            n,
+            "fp32",
+            "",
+            lambda x=x: K.fingerprint(x),
+            base_fp,
+            n * 4,
+            "cpu==gpu" if ok else "MISMATCH",
+        )
         assert reference_fingerprint_sum is not None
         del x, keys
     for dn in dts:
@@ -209,15 +301,34 @@ def _run(args: argparse.Namespace) -> int:
             q, s = K.quantize_int8(x, 256)
             q2, s2 = reference_quantize_int8(x, 256)
             ok = _bit_equal(q, q2) and _bit_equal(s, s2)
-            b.pair("quant", "", n, dn, "block=256", lambda x=x: K.quantize_int8(x, 256),
-                   lambda x=x: reference_quantize_int8(x, 256), n * es + n + n // 256 * 4,
-                   "exact" if ok else "MISMATCH")
+            b.pair(
+                "quant",
+                "",
+                n,
+                dn,
+                "block=256",
+                lambda x=x: K.quantize_int8(x, 256),
+                lambda x=x: reference_quantize_int8(x, 256),
+                n * es + n + n // 256 * 4,
+                "exact" if ok else "MISMATCH",
+            )
         if "dequant" in ops:
             q, s = K.quantize_int8(x, 256)
-            ok = _bit_equal(K.dequantize_int8(q, s, n, 256, dtype), reference_dequantize_int8(q, s, n, 256, dtype))
-            b.pair("dequant", "", n, dn, "block=256", lambda q=q, s=s, dt=dtype: K.dequantize_int8(q, s, n, 256, dt),
-                   lambda q=q, s=s, dt=dtype: reference_dequantize_int8(q, s, n, 256, dt), n * es + n + n // 256 * 4,
-                   "exact" if ok else "MISMATCH")
+            ok = _bit_equal(
+                K.dequantize_int8(q, s, n, 256, dtype),
+                reference_dequantize_int8(q, s, n, 256, dtype),
+            )
+            b.pair(
+                "dequant",
+                "",
+                n,
+                dn,
+                "block=256",
+                lambda q=q, s=s, dt=dtype: K.dequantize_int8(q, s, n, 256, dt),
+                lambda q=q, s=s, dt=dtype: reference_dequantize_int8(q, s, n, 256, dt),
+                n * es + n + n // 256 * 4,
+                "exact" if ok else "MISMATCH",
+            )
         del x
         torch.cuda.empty_cache()
 
@@ -242,13 +353,41 @@ def _print_table(rows: list[dict]) -> None:
         for r in rows:
             print(r)
         return
-    t = Table(title=f"swarmshake kernels on {rows[0]['gpu'] if rows else '?'} (torch {torch.__version__})")
-    for col in ("op", "impl", "k", "d", "dtype", "param", "p20 ms", "p50 ms", "p80 ms", "GB/s", "x torch", "check"):
-        t.add_column(col, justify="right" if col not in ("op", "impl", "dtype", "param", "check") else "left")
+    t = Table(
+        title=f"swarmshake kernels on {rows[0]['gpu'] if rows else '?'} (torch {torch.__version__})"
+    )
+    for col in (
+        "op",
+        "impl",
+        "k",
+        "d",
+        "dtype",
+        "param",
+        "p20 ms",
+        "p50 ms",
+        "p80 ms",
+        "GB/s",
+        "x torch",
+        "check",
+    ):
+        t.add_column(
+            col, justify="right" if col not in ("op", "impl", "dtype", "param", "check") else "left"
+        )
     for r in rows:
-        t.add_row(r["op"], r["impl"], str(r["k"]), str(r["d"]), r["dtype"], r["param"], f"{r['p20_ms']:.3f}",
-                  f"{r['p50_ms']:.3f}", f"{r['p80_ms']:.3f}", f"{r['gbps']:.0f}", str(r["speedup_vs_torch"]),
-                  r["check"])
+        t.add_row(
+            r["op"],
+            r["impl"],
+            str(r["k"]),
+            str(r["d"]),
+            r["dtype"],
+            r["param"],
+            f"{r['p20_ms']:.3f}",
+            f"{r['p50_ms']:.3f}",
+            f"{r['p80_ms']:.3f}",
+            f"{r['gbps']:.0f}",
+            str(r["speedup_vs_torch"]),
+            r["check"],
+        )
     Console(width=160).print(t)
 
 

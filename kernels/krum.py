@@ -77,7 +77,9 @@ def _check_f(f: object, k: int) -> int:
     if f < 0:
         raise ValueError(f"f must be >= 0, got {f}")
     if k < 2 * f + 3:
-        raise ValueError(f"Krum needs k >= 2f + 3 peers, got k = {k}, f = {f} (needs k >= {2 * f + 3})")
+        raise ValueError(
+            f"Krum needs k >= 2f + 3 peers, got k = {k}, f = {f} (needs k >= {2 * f + 3})"
+        )
     return f
 
 

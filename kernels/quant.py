@@ -19,7 +19,12 @@ import torch
 
 from swarmshake.kernels._common import KERNEL_FLOAT_DTYPES, check_int, use_kernel
 
-__all__ = ["quantize_int8", "dequantize_int8", "reference_quantize_int8", "reference_dequantize_int8"]
+__all__ = [
+    "quantize_int8",
+    "dequantize_int8",
+    "reference_quantize_int8",
+    "reference_dequantize_int8",
+]
 
 
 def _check_block(block: object) -> int:
@@ -49,7 +54,11 @@ def reference_quantize_int8(x: torch.Tensor, block: int = 256) -> tuple[torch.Te
         v = torch.cat([v, v.new_zeros(pad)])
     v = v.reshape(nb, block)
     finite = torch.isfinite(v).all(dim=1)
-    amax = torch.where(torch.isfinite(v), v.abs(), torch.zeros_like(v)).amax(dim=1) if nb else v.new_zeros(0)
+    amax = (
+        torch.where(torch.isfinite(v), v.abs(), torch.zeros_like(v)).amax(dim=1)
+        if nb
+        else v.new_zeros(0)
+    )
     # a tensor divisor, not a Python scalar: torch on CUDA turns x / scalar into x * (1 / scalar)
     scale = amax / torch.full_like(amax, 127.0)
     ok = finite & (scale != 0)
@@ -62,7 +71,11 @@ def reference_quantize_int8(x: torch.Tensor, block: int = 256) -> tuple[torch.Te
 
 
 def reference_dequantize_int8(
-    q: torch.Tensor, scales: torch.Tensor, numel: int, block: int = 256, dtype: torch.dtype = torch.float32
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    numel: int,
+    block: int = 256,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Torch reference: ``q * scale`` per block in fp32, rounded to ``dtype``; shape [numel]."""
     q, scales, numel, block = _check_deq(q, scales, numel, block)
@@ -84,7 +97,9 @@ def _check_deq(q, scales, numel, block):
     if numel < 0 or q.numel() < numel:
         raise ValueError(f"numel = {numel} does not fit q of {q.numel()} elements")
     if scales.numel() < nb:
-        raise ValueError(f"{numel} elements in blocks of {block} need {nb} scales, got {scales.numel()}")
+        raise ValueError(
+            f"{numel} elements in blocks of {block} need {nb} scales, got {scales.numel()}"
+        )
     return q, scales, numel, block
 
 
@@ -105,7 +120,11 @@ def quantize_int8(x: torch.Tensor, block: int = 256) -> tuple[torch.Tensor, torc
 
 
 def dequantize_int8(
-    q: torch.Tensor, scales: torch.Tensor, numel: int, block: int = 256, dtype: torch.dtype = torch.float32
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    numel: int,
+    block: int = 256,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Inverse of :func:`quantize_int8`: flat tensor of ``numel`` elements of ``dtype``."""
     q, scales, numel, block = _check_deq(q, scales, numel, block)

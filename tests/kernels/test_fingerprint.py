@@ -7,7 +7,11 @@ import pytest
 import torch
 
 from swarmshake.kernels import fingerprint, fingerprint_hex, fingerprint_tensors
-from swarmshake.kernels.fingerprint import BLOCK_WORDS, reference_fingerprint, reference_fingerprint_sum
+from swarmshake.kernels.fingerprint import (
+    BLOCK_WORDS,
+    reference_fingerprint,
+    reference_fingerprint_sum,
+)
 
 MASK = (1 << 64) - 1
 
@@ -52,7 +56,10 @@ def test_pinned_values():
     """The definition is frozen: these values must never change (S1 across versions)."""
     assert fingerprint_hex(torch.arange(10, dtype=torch.float32)) == PINNED_ARANGE
     assert fingerprint_hex(torch.zeros(0)) == PINNED_EMPTY
-    assert fingerprint_tensors([torch.ones(3), torch.zeros(2, 2, dtype=torch.bfloat16)]) == PINNED_TENSORS
+    assert (
+        fingerprint_tensors([torch.ones(3), torch.zeros(2, 2, dtype=torch.bfloat16)])
+        == PINNED_TENSORS
+    )
 
 
 PINNED_ARANGE = "8b6fef671ac95108"
@@ -83,8 +90,12 @@ def test_bit_flip_in_large_tensor_each_block_lane():
 
 def test_dtype_shape_and_layout():
     t = torch.arange(12, dtype=torch.float32)
-    fps = {fingerprint(t), fingerprint(t.reshape(3, 4)), fingerprint(t.view(torch.int32)),
-           fingerprint(torch.cat([t, torch.zeros(1)]))}
+    fps = {
+        fingerprint(t),
+        fingerprint(t.reshape(3, 4)),
+        fingerprint(t.view(torch.int32)),
+        fingerprint(torch.cat([t, torch.zeros(1)])),
+    }
     assert len(fps) == 4
     m = torch.randn(5, 6)
     assert fingerprint(m.T) == fingerprint(m.T.contiguous())  # C-contiguous order of the values
@@ -92,8 +103,12 @@ def test_dtype_shape_and_layout():
 
 
 def test_any_dtype_and_determinism():
-    for t in [torch.ones(3, dtype=torch.bool), torch.arange(5, dtype=torch.int64), torch.randn(4, dtype=torch.complex64),
-              torch.randn(7).to(torch.float16)]:
+    for t in [
+        torch.ones(3, dtype=torch.bool),
+        torch.arange(5, dtype=torch.int64),
+        torch.randn(4, dtype=torch.complex64),
+        torch.randn(7).to(torch.float16),
+    ]:
         assert fingerprint(t) == fingerprint(t.clone()) == reference_fingerprint(t)
         assert 0 <= fingerprint(t) < 2**64 and len(fingerprint_hex(t)) == 16
 

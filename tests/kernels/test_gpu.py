@@ -26,7 +26,10 @@ from swarmshake.kernels.quant import reference_dequantize_int8, reference_quanti
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (GPU tests run on the H100 machine)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA device (GPU tests run on the H100 machine)",
+    ),
 ]
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -51,7 +54,9 @@ def _same(got: torch.Tensor, want: torch.Tensor) -> None:
     if g.dtype.itemsize == 4:
         assert torch.equal(g.view(torch.int32), w.view(torch.int32)), (g - w).abs().max()
     else:
-        assert torch.equal(g.view(torch.int16), w.view(torch.int16)), (g.float() - w.float()).abs().max()
+        assert torch.equal(g.view(torch.int16), w.view(torch.int16)), (
+            (g.float() - w.float()).abs().max()
+        )
 
 
 def _nasty(k: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -104,7 +109,9 @@ def test_krum_distances_within_tolerance(k, d, dtype):
     want = reference_krum_distances(x)
     assert got.dtype == torch.float64 and got.shape == (k, k)
     assert torch.equal(got, got.T) and torch.all(got.diagonal() == 0)
-    assert torch.allclose(got, want, rtol=1e-4, atol=0), ((got - want).abs() / want.clamp_min(1e-300)).max()
+    assert torch.allclose(got, want, rtol=1e-4, atol=0), (
+        (got - want).abs() / want.clamp_min(1e-300)
+    ).max()
 
 
 def test_krum_deterministic_non_finite_and_selection():
@@ -171,4 +178,6 @@ def test_quant_bit_exact(n, block, dtype):
     assert torch.equal(q.cpu(), q2)
     _same(s, s2)
     for out in DTYPES:
-        _same(dequantize_int8(q, s, n, block, out), reference_dequantize_int8(q2, s2, n, block, out))
+        _same(
+            dequantize_int8(q, s, n, block, out), reference_dequantize_int8(q2, s2, n, block, out)
+        )

@@ -46,7 +46,9 @@ def test_median_even_k_averages_two_middles():
 
 def test_median_non_finite_excluded():
     nan, inf = float("nan"), float("inf")
-    x = torch.tensor([[1.0, nan, nan, inf, -0.0], [nan, 2.0, nan, -inf, -0.0], [3.0, 4.0, nan, 5.0, 0.0]])
+    x = torch.tensor(
+        [[1.0, nan, nan, inf, -0.0], [nan, 2.0, nan, -inf, -0.0], [3.0, 4.0, nan, 5.0, 0.0]]
+    )
     got = coordinate_median(x)
     assert got[0].item() == 2.0  # {1, 3} -> 2
     assert got[1].item() == 3.0  # {2, 4}
@@ -62,7 +64,9 @@ def test_median_dtypes_and_shape(dtype):
     assert got.dtype == dtype and got.shape == (3, 5, 7)
     s = x.to(torch.float64).sort(dim=0).values
     want = (s[2] + s[3]) / 2
-    assert torch.allclose(got.to(torch.float64), want, rtol=1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-6)
+    assert torch.allclose(
+        got.to(torch.float64), want, rtol=1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-6
+    )
 
 
 def test_median_empty_d():
@@ -71,8 +75,12 @@ def test_median_empty_d():
 
 @pytest.mark.parametrize(
     "bad, exc",
-    [(torch.zeros(5), ValueError), (torch.zeros(0, 4), ValueError), (torch.zeros(3, 4, dtype=torch.int64), TypeError),
-     ([[1.0]], TypeError)],
+    [
+        (torch.zeros(5), ValueError),
+        (torch.zeros(0, 4), ValueError),
+        (torch.zeros(3, 4, dtype=torch.int64), TypeError),
+        ([[1.0]], TypeError),
+    ],
 )
 def test_median_validation(bad, exc):
     with pytest.raises(exc):
@@ -92,7 +100,9 @@ def _brute_trimmed(col, trim):
     return float(acc / torch.tensor(float(len(kept)), dtype=torch.float32))
 
 
-@pytest.mark.parametrize("k, trim", [(1, 0), (3, 1), (4, 1), (7, 0), (7, 3), (10, 2), (17, 8), (40, 5)])
+@pytest.mark.parametrize(
+    "k, trim", [(1, 0), (3, 1), (4, 1), (7, 0), (7, 3), (10, 2), (17, 8), (40, 5)]
+)
 def test_trimmed_matches_brute_force(k, trim):
     x = torch.randn(k, 29, generator=torch.Generator().manual_seed(k * 7 + trim))
     got = reference_trimmed_mean(x, trim)
@@ -108,7 +118,9 @@ def test_trimmed_trim0_is_mean_and_max_trim_is_median_for_odd_k():
 
 def test_trimmed_non_finite_counts_as_outlier_and_shrinks_trim():
     nan, inf = float("nan"), float("inf")
-    x = torch.tensor([[1.0, 1.0, nan], [2.0, nan, nan], [3.0, inf, nan], [100.0, 2.0, 5.0], [-50.0, 3.0, nan]])
+    x = torch.tensor(
+        [[1.0, 1.0, nan], [2.0, nan, nan], [3.0, inf, nan], [100.0, 2.0, 5.0], [-50.0, 3.0, nan]]
+    )
     got = trimmed_mean(x, 1)
     assert got[0].item() == 2.0  # drop -50 and 100
     assert got[1].item() == 2.0  # finite {1, 2, 3}: te = 1 -> {2}

@@ -7,7 +7,9 @@ from swarmshake.kernels import dequantize_int8, quantize_int8
 from swarmshake.kernels.quant import reference_quantize_int8
 
 
-@pytest.mark.parametrize("n, block", [(1, 256), (255, 256), (256, 256), (1000, 256), (1000, 7), (5000, 2048)])
+@pytest.mark.parametrize(
+    "n, block", [(1, 256), (255, 256), (256, 256), (1000, 256), (1000, 7), (5000, 2048)]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_roundtrip_error_within_half_step(n, block, dtype):
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n + block)) * 3).to(dtype)
