@@ -115,61 +115,104 @@ def _bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
+class Job:
+    """One (op, k, d, dtype) measurement: ``make()`` builds the data and returns
+    ``(kernel, baseline, check)`` callables; the data is rebuilt for each phase."""
+
+    def __init__(self, op, k, d, dtype, param, nbytes, make):
+        self.op, self.k, self.d, self.dtype, self.param, self.nbytes, self.make = (
+            op,
+            k,
+            d,
+            dtype,
+            param,
+            nbytes,
+            make,
+        )
+        self.kernel_times: list[float] | None = None
+        self.base_times: list[float] | None = None
+        self.check = ""
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.reps = args.reps or (5 if args.quick else 20)
         self.rows: list[dict] = []
-        self.dev = torch.device("cuda")
         self.gpu = torch.cuda.get_device_name(0)
         self.stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def record(self, op, impl, k, d, dtype, param, times, nbytes, base_p50=None, check=""):
+    def row(
+        self, job: Job, impl: str, times: list[float], base_p50: float | None, check: str
+    ) -> dict:
         p50 = _q(times, 0.5)
-        row = {
+        return {
             "gpu": self.gpu,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "op": op,
+            "op": job.op,
             "impl": impl,
-            "k": k,
-            "d": d,
-            "dtype": dtype,
-            "param": param,
+            "k": job.k,
+            "d": job.d,
+            "dtype": job.dtype,
+            "param": job.param,
             "p20_ms": round(_q(times, 0.2), 4),
             "p50_ms": round(p50, 4),
             "p80_ms": round(_q(times, 0.8), 4),
-            "gbps": round(nbytes / (p50 * 1e-3) / 1e9, 1),
+            "gbps": round(job.nbytes / (p50 * 1e-3) / 1e9, 1),
             "speedup_vs_torch": round(base_p50 / p50, 2) if base_p50 else "",
             "check": check,
             "timestamp": self.stamp,
         }
-        self.rows.append(row)
-        print(
-            f"  {op:<11} {impl:<6} k={k!s:<3} d={d} {dtype:<5} {param:<8} p50={p50:8.3f} ms "
-            f"{row['gbps']:7.1f} GB/s  x{row['speedup_vs_torch']!s:<6} {check}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return p50
 
-    def pair(self, op, k, d, dtype, param, kernel, baseline, nbytes, check=""):
-        base_p50 = None
-        if baseline is not None and not self.args.no_baseline:
-            try:
-                bt = _time(baseline, max(3, self.reps // 2))
-                base_p50 = self.record(op, "torch", k, d, dtype, param, bt, nbytes)
-            except torch.OutOfMemoryError:
-                print(f"  {op} torch baseline k={k}: out of memory, skipped", file=sys.stderr)
+    def run(self, jobs: list[Job]) -> None:
+        """Kernels first (each checked against its reference), then the torch baselines:
+        a long torch baseline heats the GPU and would slow the kernel timed right after it."""
+        for job in jobs:
+            kernel, baseline, check = job.make()
+            job.check = check()
+            job.kernel_times = _time(kernel, self.reps)
+            _log(job, "kernel", job.kernel_times, job.check)
+            del kernel, baseline, check
             torch.cuda.empty_cache()
-        kt = _time(kernel, self.reps)
-        self.record(op, "kernel", k, d, dtype, param, kt, nbytes, base_p50, check)
+        if not self.args.no_baseline:
+            for job in jobs:
+                kernel, baseline, check = job.make()
+                del kernel, check
+                if baseline is None:
+                    continue
+                try:
+                    job.base_times = _time(baseline, max(3, self.reps // 2))
+                    _log(job, "torch", job.base_times, "")
+                except torch.OutOfMemoryError:
+                    print(
+                        f"  {job.op} torch baseline k={job.k}: out of memory, skipped",
+                        file=sys.stderr,
+                    )
+                del baseline
+                torch.cuda.empty_cache()
+        for job in jobs:
+            base_p50 = None
+            if job.base_times:
+                self.rows.append(self.row(job, "torch", job.base_times, None, ""))
+                base_p50 = _q(job.base_times, 0.5)
+            self.rows.append(self.row(job, "kernel", job.kernel_times, base_p50, job.check))
+
+
+def _log(job: Job, impl: str, times: list[float], check: str) -> None:
+    p50 = _q(times, 0.5)
+    print(
+        f"  {job.op:<11} {impl:<6} k={job.k!s:<3} d={job.d} {job.dtype:<5} {job.param:<9} p50={p50:8.3f} ms "
+        f"{job.nbytes / (p50 * 1e-3) / 1e9:7.1f} GB/s  {check}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
     from swarmshake import kernels as K
     from swarmshake.kernels import _ext
-    from swarmshake.kernels.fingerprint import _T_KEYS, reference_fingerprint_sum
+    from swarmshake.kernels.fingerprint import _T_KEYS
     from swarmshake.kernels.krum import reference_krum_distances
     from swarmshake.kernels.median import reference_coordinate_median, reference_trimmed_mean
     from swarmshake.kernels.quant import reference_dequantize_int8, reference_quantize_int8
@@ -203,135 +246,131 @@ def _run(args: argparse.Namespace) -> int:
         f"# {b.gpu}, torch {torch.__version__}, CUDA {torch.version.cuda}, d = {d}, reps = {b.reps}",
         file=sys.stderr,
     )
-    g = torch.Generator(device="cuda").manual_seed(0)
 
+    def data(shape, dtype, seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        return torch.randn(*shape, device="cuda", generator=g).to(dtype)
+
+    jobs: list[Job] = []
     if "copy" in ops:
-        x = torch.randn(16, d, device="cuda", generator=g)
-        y = torch.empty_like(x)
-        t = _time(lambda x=x, y=y: y.copy_(x), b.reps)
-        b.record("copy", "torch", 16, d, "fp32", "", t, 2 * x.numel() * 4)
-        del x, y
+
+        def make_copy():
+            x = data((16, d), torch.float32, 1)
+            y = torch.empty_like(x)
+            return (lambda: y.copy_(x)), None, (lambda: "")
+
+        jobs.append(Job("copy", 16, d, "fp32", "", 2 * 16 * d * 4, make_copy))
 
     for dn in dts:
         dtype = DTYPES[dn]
-        extra = [16] if dn != "fp32" else []
-        for k in sorted(set(ks if dn == "fp32" else extra or ks)):
-            x = torch.randn(k, d, device="cuda", generator=g).to(dtype)
-            es = x.element_size()
+        es = torch.empty(0, dtype=dtype).element_size()
+        for k in ks if (dn == "fp32" or args.ks) else [16]:
             io = (k + 1) * d * es
             if "median" in ops:
-                ok = _bit_equal(K.coordinate_median(x), reference_coordinate_median(x))
-                b.pair(
-                    "median",
-                    k,
-                    d,
-                    dn,
-                    "",
-                    lambda x=x: K.coordinate_median(x),
-                    lambda x=x: x.median(dim=0),
-                    io,
-                    "exact" if ok else "MISMATCH",
-                )
+
+                def make_median(k=k, dtype=dtype):
+                    x = data((k, d), dtype, k)
+
+                    def check():
+                        ok = _bit_equal(K.coordinate_median(x), reference_coordinate_median(x))
+                        return "exact" if ok else "MISMATCH"
+
+                    return (lambda: K.coordinate_median(x)), (lambda: x.median(dim=0)), check
+
+                jobs.append(Job("median", k, d, dn, "", io, make_median))
             if "trimmed" in ops:
                 trim = max(1, k // 4) if k >= 3 else 0
-                ok = _bit_equal(K.trimmed_mean(x, trim), reference_trimmed_mean(x, trim))
 
-                def base(x=x, trim=trim, k=k):
-                    return x.sort(dim=0).values[trim : k - trim].float().mean(dim=0).to(x.dtype)
+                def make_trimmed(k=k, dtype=dtype, trim=trim):
+                    x = data((k, d), dtype, k)
 
-                b.pair(
-                    "trimmed",
-                    k,
-                    d,
-                    dn,
-                    f"trim={trim}",
-                    lambda x=x, t=trim: K.trimmed_mean(x, t),
-                    base,
-                    io,
-                    "exact" if ok else "MISMATCH",
-                )
+                    def check():
+                        ok = _bit_equal(K.trimmed_mean(x, trim), reference_trimmed_mean(x, trim))
+                        return "exact" if ok else "MISMATCH"
+
+                    def base():  # sort-based trimmed mean in torch ops
+                        return x.sort(dim=0).values[trim : k - trim].float().mean(dim=0).to(x.dtype)
+
+                    return (lambda: K.trimmed_mean(x, trim)), base, check
+
+                jobs.append(Job("trimmed", k, d, dn, f"trim={trim}", io, make_trimmed))
             if "krum" in ops and k >= 2:
-                got = K.krum_distances(x)
-                want = reference_krum_distances(x)
-                rel = float(((got - want).abs() / want.clamp_min(1e-300)).max())
-                xf = x.float()
-                b.pair(
-                    "krum",
-                    k,
-                    d,
-                    dn,
-                    "",
-                    lambda x=x: K.krum_distances(x),
-                    lambda xf=xf: torch.cdist(xf, xf) ** 2,
-                    k * d * es,
-                    f"rel_err={rel:.1e}",
-                )
-                del xf
-            del x
-            torch.cuda.empty_cache()
 
-    n = 16 * d  # the flat-tensor ops: as many bytes as a 16-peer stack
+                def make_krum(k=k, dtype=dtype):
+                    x = data((k, d), dtype, k)
+
+                    def check():
+                        got, want = K.krum_distances(x), reference_krum_distances(x)
+                        return f"rel_err={float(((got - want).abs() / want.clamp_min(1e-300)).max()):.1e}"
+
+                    def base():
+                        xf = x.float()
+                        return torch.cdist(xf, xf) ** 2
+
+                    return (lambda: K.krum_distances(x)), base, check
+
+                jobs.append(Job("krum", k, d, dn, "", k * d * es, make_krum))
+
+    n = 16 * d  # the flat-tensor ops: as many bytes as a 16-peer fp32 stack
     if "fingerprint" in ops:
-        x = torch.randn(n, device="cuda", generator=g)
-        ok = K.fingerprint(x) == K.fingerprint(x.cpu())
-        keys = torch.from_numpy(_T_KEYS.view("int64")).cuda()
 
-        def base_fp(x=x, keys=keys):  # a torch-op multiply-sum over int64 words
-            w = x.view(torch.int32).view(-1, 4096).to(torch.int64)
-            return (w * keys).sum()
+        def make_fp():
+            x = data((n,), torch.float32, 99)
+            keys = torch.from_numpy(_T_KEYS.view("int64")).cuda()
 
-        b.pair(
-            "fingerprint",
-            "",
-            n,
-            "fp32",
-            "",
-            lambda x=x: K.fingerprint(x),
-            base_fp,
-            n * 4,
-            "cpu==gpu" if ok else "MISMATCH",
-        )
-        assert reference_fingerprint_sum is not None
-        del x, keys
+            def base():  # a torch-op multiply-sum over int64 words
+                w = x.view(torch.int32).view(-1, 4096).to(torch.int64)
+                return (w * keys).sum()
+
+            return (
+                (lambda: K.fingerprint(x)),
+                base,
+                (lambda: "cpu==gpu" if K.fingerprint(x) == K.fingerprint(x.cpu()) else "MISMATCH"),
+            )
+
+        jobs.append(Job("fingerprint", "", n, "fp32", "", n * 4, make_fp))
     for dn in dts:
         dtype = DTYPES[dn]
-        x = torch.randn(n, device="cuda", generator=g).to(dtype)
-        es = x.element_size()
+        es = torch.empty(0, dtype=dtype).element_size()
+        qbytes = n * es + n + n // 256 * 4
         if "quant" in ops:
-            q, s = K.quantize_int8(x, 256)
-            q2, s2 = reference_quantize_int8(x, 256)
-            ok = _bit_equal(q, q2) and _bit_equal(s, s2)
-            b.pair(
-                "quant",
-                "",
-                n,
-                dn,
-                "block=256",
-                lambda x=x: K.quantize_int8(x, 256),
-                lambda x=x: reference_quantize_int8(x, 256),
-                n * es + n + n // 256 * 4,
-                "exact" if ok else "MISMATCH",
-            )
-        if "dequant" in ops:
-            q, s = K.quantize_int8(x, 256)
-            ok = _bit_equal(
-                K.dequantize_int8(q, s, n, 256, dtype),
-                reference_dequantize_int8(q, s, n, 256, dtype),
-            )
-            b.pair(
-                "dequant",
-                "",
-                n,
-                dn,
-                "block=256",
-                lambda q=q, s=s, dt=dtype: K.dequantize_int8(q, s, n, 256, dt),
-                lambda q=q, s=s, dt=dtype: reference_dequantize_int8(q, s, n, 256, dt),
-                n * es + n + n // 256 * 4,
-                "exact" if ok else "MISMATCH",
-            )
-        del x
-        torch.cuda.empty_cache()
 
+            def make_quant(dtype=dtype):
+                x = data((n,), dtype, 7)
+
+                def check():
+                    q, s = K.quantize_int8(x, 256)
+                    q2, s2 = reference_quantize_int8(x, 256)
+                    return "exact" if _bit_equal(q, q2) and _bit_equal(s, s2) else "MISMATCH"
+
+                return (
+                    (lambda: K.quantize_int8(x, 256)),
+                    (lambda: reference_quantize_int8(x, 256)),
+                    check,
+                )
+
+            jobs.append(Job("quant", "", n, dn, "block=256", qbytes, make_quant))
+        if "dequant" in ops:
+
+            def make_dequant(dtype=dtype):
+                q, s = K.quantize_int8(data((n,), dtype, 7), 256)
+
+                def check():
+                    ok = _bit_equal(
+                        K.dequantize_int8(q, s, n, 256, dtype),
+                        reference_dequantize_int8(q, s, n, 256, dtype),
+                    )
+                    return "exact" if ok else "MISMATCH"
+
+                return (
+                    (lambda: K.dequantize_int8(q, s, n, 256, dtype)),
+                    (lambda: reference_dequantize_int8(q, s, n, 256, dtype)),
+                    check,
+                )
+
+            jobs.append(Job("dequant", "", n, dn, "block=256", qbytes, make_dequant))
+
+    b.run(jobs)
     _print_table(b.rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

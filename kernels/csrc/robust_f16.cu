@@ -1,2 +1,2 @@
 #include "robust.cuh"
-SW_DEFINE_ROBUST(launch_robust_f16, __half)
+SW_DEFINE_ROBUST16(launch_robust_f16, __half)
