@@ -7,10 +7,13 @@ the sum has no cancellation: the relative error of an n-term fp32 sum is at most
 about ``n * 2**-24``.
 
 - Reference: differences and sums in fp64 (exact differences of fp32 inputs).
-- CUDA kernel: differences and per-thread sums in fp32 over at most a few
-  thousand coordinates per thread, per-thread partials combined in fp64 in a fixed
-  order (deterministic run to run). Documented tolerance against the reference:
-  relative 1e-4 (worst-case bound; typical agreement is ~1e-6), see the tests.
+- CUDA kernel (``csrc/krum.cu``): differences and running sums in fp32; each
+  fp32 partial sums at most ``4 * ceil(d / (C * grid))`` squares (about 1000 at
+  d = 32M, k = 32; 80 at k = 4), then the per-warp partials are added in fp64 in a
+  fixed order, so results are identical run to run. Worst-case relative error is
+  about ``(terms + 2) * 2**-24`` (6e-5 at d = 32M); measured against the fp64
+  reference at d = 32M: <= 6e-8 (fp32 inputs), 5e-7 (bf16). Documented tolerance,
+  as the GPU tests check it: relative 1e-4.
 
 Non-finite values: a peer holding any NaN or +-inf is an outlier, at distance
 ``+inf`` from every other peer (``D[i, j] = inf``); a sum that overflows reads
