@@ -196,7 +196,8 @@ class Bench:
             if job.base_times:
                 self.rows.append(self.row(job, "torch", job.base_times, None, ""))
                 base_p50 = _q(job.base_times, 0.5)
-            self.rows.append(self.row(job, "kernel", job.kernel_times, base_p50, job.check))
+            impl = "torch" if job.op == "copy" else "kernel"  # the copy roofline is torch's copy_
+            self.rows.append(self.row(job, impl, job.kernel_times, base_p50, job.check))
 
 
 def _log(job: Job, impl: str, times: list[float], check: str) -> None:
