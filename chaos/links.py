@@ -69,7 +69,9 @@ class Link:
         self.cut_now = False
         await self._both(lambda name: self._control.set_enabled(name, True))
 
-    async def add_toxic(self, kind: str, attributes: dict[str, Any], *, toxic_type: str = "") -> None:
+    async def add_toxic(
+        self, kind: str, attributes: dict[str, Any], *, toxic_type: str = ""
+    ) -> None:
         """Add (or replace) the toxic called ``kind`` on both channels."""
         toxic = Toxic(name=kind, type=toxic_type or kind, stream="upstream", attributes=attributes)  # type: ignore[arg-type]
         self.toxics[kind] = attributes

@@ -39,7 +39,9 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.live_enabled:
-            self._live = Live(console=self.console, refresh_per_second=REFRESH_PER_S, transient=False)
+            self._live = Live(
+                console=self.console, refresh_per_second=REFRESH_PER_S, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -70,6 +72,8 @@ class Progress:
                 name, str(summary.last_commit_step), str(summary.commits), str(summary.incarnation),
                 str(summary.declared_dead_by_others), str(summary.events),
             )  # fmt: skip
-        active = ", ".join(f"{op}→{','.join(t[:4])}" for op, t in (faults or events.active_faults).items())
+        active = ", ".join(
+            f"{op}→{','.join(t[:4])}" for op, t in (faults or events.active_faults).items()
+        )
         table.caption = f"faults: {active or 'none'}   violations so far: {', '.join(self.violations) or 'none'}"
         self._live.update(table)

@@ -54,12 +54,16 @@ def _mark_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     options: dict[str, Any] = dict(marker.kwargs) if marker else {}
     unknown = sorted(set(options) - set(MARK_KEYWORDS))
     if unknown:
-        raise pytest.UsageError(f"@pytest.mark.chaos: unknown keyword(s) {unknown}; known: {MARK_KEYWORDS}")
+        raise pytest.UsageError(
+            f"@pytest.mark.chaos: unknown keyword(s) {unknown}; known: {MARK_KEYWORDS}"
+        )
     return options
 
 
 @pytest.fixture
-def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     """A running cluster on the backend chosen with ``--swarmshake-backend``."""
     from swarmshake.chaos.backends.base import NODE_MODULE, ClusterSpec
     from swarmshake.chaos.backends.session import ClusterSession

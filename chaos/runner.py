@@ -42,7 +42,13 @@ import msgspec
 from swarmshake.chaos import cleanup
 from swarmshake.chaos import faults as F
 from swarmshake.chaos.backends import make_backend
-from swarmshake.chaos.backends.base import NODE_MODULE, Backend, BackendError, ClusterSpec, UnsupportedFault
+from swarmshake.chaos.backends.base import (
+    NODE_MODULE,
+    Backend,
+    BackendError,
+    ClusterSpec,
+    UnsupportedFault,
+)
 from swarmshake.chaos.nemesis import FaultNotApplicable, Nemesis
 from swarmshake.chaos.progress import Progress, live_allowed
 from swarmshake.chaos.scenario import Scenario, dumps
@@ -171,13 +177,21 @@ class Harness:
         self.timings[mark] = round(time.monotonic() - self.started, 3)
         if self.writer is not None:
             self.writer.write(
-                RunMark(t_wall=time.time(), t_mono=time.monotonic(), node=HARNESS,
-                        lamport=self.lamport, mark=mark, data=data)  # fmt: skip
+                RunMark(
+                    t_wall=time.time(),
+                    t_mono=time.monotonic(),
+                    node=HARNESS,
+                    lamport=self.lamport,
+                    mark=mark,
+                    data=data,
+                )  # fmt: skip
             )
         self.progress.milestone(mark.replace("_", " ") + (f" {data}" if data else ""))
 
     def incident(self, kind: str, **data: Any) -> None:
-        self.incidents.append({"kind": kind, "t": round(time.monotonic() - self.started, 3), **data})
+        self.incidents.append(
+            {"kind": kind, "t": round(time.monotonic() - self.started, 3), **data}
+        )
         self.mark("incident", kind=kind, **data)
 
     def prepare(self) -> None:
@@ -204,7 +218,9 @@ class Harness:
             "incidents": self.incidents,
             **outcome,
         }
-        (self.run_dir / "run.json").write_bytes(msgspec.json.format(msgspec.json.encode(record), indent=2))
+        (self.run_dir / "run.json").write_bytes(
+            msgspec.json.format(msgspec.json.encode(record), indent=2)
+        )
 
     # --- phases -------------------------------------------------------------------------
 
@@ -244,7 +260,9 @@ class Harness:
             if backend.events.steady(steady.min_commit_step):
                 return
             if not any(backend.node(n).is_running() for n in backend.spec.nodes):
-                raise RunAborted("every node exited before steady state; see logs/ in the run directory")
+                raise RunAborted(
+                    "every node exited before steady state; see logs/ in the run directory"
+                )
             if time.monotonic() > deadline:
                 steps = {n: s.last_commit_step for n, s in backend.events.summaries.items()}
                 raise RunAborted(
@@ -302,7 +320,9 @@ class Harness:
 
         backend.events.subscribe(on_event)
         timed = sorted(
-            (entry.at_s or 0.0, i, entry) for i, entry in enumerate(scenario.faults) if entry.at_s is not None
+            (entry.at_s or 0.0, i, entry)
+            for i, entry in enumerate(scenario.faults)
+            if entry.at_s is not None
         )
         running: set[asyncio.Task[None]] = set()
         try:
@@ -394,7 +414,10 @@ class Harness:
         except (TimeoutError, BackendError) as error:
             self.incident("down_failed", reason=repr(error))
         for incident in getattr(backend, "incidents", []):
-            self.incident(incident.get("kind", "backend"), **{k: v for k, v in incident.items() if k != "kind"})
+            self.incident(
+                incident.get("kind", "backend"),
+                **{k: v for k, v in incident.items() if k != "kind"},
+            )
         self.mark("cluster_down")
 
     async def finish(self, status: str, message: str) -> RunResult:
@@ -411,16 +434,19 @@ class Harness:
                     status = "invalid"
         violated = verdict.violated() if verdict else []
         if verdict and not message:
-            message = "; ".join(
-                f"{name}: {verdict.results[name].message}" for name in violated
-            ) or f"every property {verdict.status}"
+            message = (
+                "; ".join(f"{name}: {verdict.results[name].message}" for name in violated)
+                or f"every property {verdict.status}"
+            )
         self.mark("verdict", status=status, violated=violated)
         if self.writer is not None:
             self.writer.close()
         if self.options.reports:
             self._report_hook()
         exit_code = EXIT_BY_STATUS[status]
-        self._write_record({"status": status, "exit_code": exit_code, "message": message, "violated": violated})
+        self._write_record(
+            {"status": status, "exit_code": exit_code, "message": message, "violated": violated}
+        )
         if self.registry is not None:
             self.registry.close()
         return RunResult(self.run_dir, status, exit_code, message, verdict, violated, self.timings)
@@ -461,7 +487,9 @@ class Harness:
                 )
             except Exception as error:  # noqa: BLE001 - recorded as unknown, never a pass
                 (self.run_dir / f"{name}.json").write_bytes(
-                    msgspec.json.encode({"status": "unknown", "message": f"{type(error).__name__}: {error}"})
+                    msgspec.json.encode(
+                        {"status": "unknown", "message": f"{type(error).__name__}: {error}"}
+                    )
                 )
 
     def _report_hook(self) -> None:
@@ -475,7 +503,9 @@ class Harness:
         try:
             write(self.run_dir)
         except Exception as error:  # noqa: BLE001 - a report failure must not change the verdict
-            self.incidents.append({"kind": "report_failed", "reason": f"{type(error).__name__}: {error}"})
+            self.incidents.append(
+                {"kind": "report_failed", "reason": f"{type(error).__name__}: {error}"}
+            )
 
 
 async def run_scenario(scenario: Scenario, options: RunOptions) -> RunResult:

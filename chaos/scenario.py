@@ -142,6 +142,17 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
                 raise ValueError(
                     f"faults[{index}].at_s = {entry.at_s} is after duration_s = {self.duration_s}"
                 )
+        names = set(self.node_names) | {F.ALL}
+        for index, entry in enumerate(self.faults):
+            named = set(entry.op.targets()) | ({entry.when.node} if entry.when else set())
+            if isinstance(entry.op, F.Partition):
+                named |= {n for group in entry.op.groups for n in group}
+            unknown = sorted(named - names)
+            if unknown:
+                raise ValueError(
+                    f"faults[{index}] names node(s) {unknown}, but the cluster has "
+                    f"{self.node_names[0]}..{self.node_names[-1]}"
+                )
         try:
             TrainingConfig(**self.cluster.training_section(self.seed))
         except (TrainingConfigError, TypeError, ValueError) as error:
@@ -234,8 +245,10 @@ def _explain(message: str, root: yaml.Node, source: str, data: Any) -> ScenarioE
         node = _key_node(node, field) or node
         allowed = _fields_at(path, data)
         close = difflib.get_close_matches(field, allowed, n=1)
-        fix = f"did you mean `{close[0]}`?" if close else (
-            f"remove it; allowed here: {', '.join(allowed)}" if allowed else "remove it"
+        fix = (
+            f"did you mean `{close[0]}`?"
+            if close
+            else (f"remove it; allowed here: {', '.join(allowed)}" if allowed else "remove it")
         )
     elif missing:
         field = missing.group(1)
@@ -257,9 +270,13 @@ def _check_shape(root: yaml.Node, source: str) -> None:
         node, depth = stack.pop()
         count += 1
         if count > MAX_YAML_NODES:
-            raise ScenarioError(f"{source}: more than {MAX_YAML_NODES} YAML nodes (aliases expanded); fix: write the schedule out, without nested aliases")
+            raise ScenarioError(
+                f"{source}: more than {MAX_YAML_NODES} YAML nodes (aliases expanded); fix: write the schedule out, without nested aliases"
+            )
         if depth > MAX_DEPTH:
-            raise ScenarioError(f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels; fix: flatten it")
+            raise ScenarioError(
+                f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels; fix: flatten it"
+            )
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 stack.append((key, depth + 1))
@@ -271,19 +288,25 @@ def _check_shape(root: yaml.Node, source: str) -> None:
 def loads(text: str | bytes, source: str = "<scenario>") -> Scenario:
     """Parse and validate scenario text; raises :class:`ScenarioError`."""
     if len(text) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(f"{source}: {len(text)} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite")
+        raise ScenarioError(
+            f"{source}: {len(text)} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite"
+        )
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ScenarioError(f"{source}: not UTF-8 text ({error}); fix: save the file as UTF-8") from None
+            raise ScenarioError(
+                f"{source}: not UTF-8 text ({error}); fix: save the file as UTF-8"
+            ) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
-        raise ScenarioError(f"{source}{line}: not valid YAML: {problem}; fix: check indentation and quoting") from None
+        raise ScenarioError(
+            f"{source}{line}: not valid YAML: {problem}; fix: check indentation and quoting"
+        ) from None
     if root is None:
         raise ScenarioError(f"{source}:1: the file is empty; fix: start with `name: my-suite`")
     _check_shape(root, source)
@@ -295,7 +318,9 @@ def loads(text: str | bytes, source: str = "<scenario>") -> Scenario:
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise ScenarioError(f"{source}:1: a scenario is a mapping; fix: start with `name: my-suite`")
+        raise ScenarioError(
+            f"{source}:1: a scenario is a mapping; fix: start with `name: my-suite`"
+        )
     try:
         return msgspec.convert(data, Scenario)
     except msgspec.ValidationError as error:
@@ -307,7 +332,9 @@ def load(path: str | Path) -> Scenario:
     try:
         size = path.stat().st_size
         if size > MAX_SCENARIO_BYTES:
-            raise ScenarioError(f"{path}: {size} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite")
+            raise ScenarioError(
+                f"{path}: {size} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite"
+            )
         data = path.read_bytes()
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}; fix: check the path") from None
@@ -330,19 +357,19 @@ def resolve(
     bugs: list[str] | None = None,
 ) -> Scenario:
     """Apply overrides and write the generator's draws out as schedule entries."""
-    cluster = scenario.cluster
-    changes: dict[str, Any] = {}
+    data = msgspec.to_builtins(scenario)
     if nodes is not None:
-        changes["nodes"] = nodes
+        data["cluster"]["nodes"] = nodes
     if backend is not None:
-        changes["backend"] = backend
+        data["cluster"]["backend"] = backend
     if bugs:
-        changes["bugs"] = sorted(set(cluster.bugs) | set(bugs))
-    if changes:
-        cluster = msgspec.structs.replace(cluster, **changes)
-    resolved = msgspec.structs.replace(
-        scenario, cluster=cluster, seed=scenario.seed if seed is None else seed
-    )
+        data["cluster"]["bugs"] = sorted(set(scenario.cluster.bugs) | set(bugs))
+    if seed is not None:
+        data["seed"] = seed
+    try:
+        resolved = msgspec.convert(data, Scenario)
+    except msgspec.ValidationError as error:
+        raise ScenarioError(f"after overrides: {error}; fix: change the override") from None
     if resolved.generator is not None:
         drawn = draw(resolved.generator, resolved.node_names, resolved.duration_s, resolved.seed)
         entries = sorted([*resolved.faults, *drawn], key=lambda e: (e.at_s is None, e.at_s or 0.0))
@@ -354,7 +381,9 @@ def resolve(
         raise ScenarioError(f"after overrides: {error}; fix: change the override") from None
 
 
-def draw(generator: Generator, nodes: list[str], duration_s: float, seed: int) -> list[F.ScheduleEntry]:
+def draw(
+    generator: Generator, nodes: list[str], duration_s: float, seed: int
+) -> list[F.ScheduleEntry]:
     """The generator's faults, drawn from ``seed`` (pure: the same inputs, the same list)."""
     rng = random.Random(seed)
     entries: list[F.ScheduleEntry] = []
@@ -368,7 +397,9 @@ def draw(generator: Generator, nodes: list[str], duration_s: float, seed: int) -
         if len(busy_until) >= generator.max_concurrent:
             continue
         op = _draw_op(rng.choice(generator.ops), nodes, rng)
-        entries.append(F.ScheduleEntry(op=op, at_s=round(t, 3), heal_after_s=generator.fault_duration_s))
+        entries.append(
+            F.ScheduleEntry(op=op, at_s=round(t, 3), heal_after_s=generator.fault_duration_s)
+        )
         busy_until.append(t + generator.fault_duration_s)
 
 
@@ -381,13 +412,19 @@ def _draw_op(name: str, nodes: list[str], rng: random.Random) -> F.FaultOp:
         case "pause":
             return F.Pause(nodes=one)
         case "partition":
-            return F.Partition(grouping=rng.choice(["halves", "random_halves", "isolate"]), nodes=one)
+            return F.Partition(
+                grouping=rng.choice(["halves", "random_halves", "isolate"]), nodes=one
+            )
         case "latency":
-            return F.Latency(src=[a], dst=[b], delay_ms=rng.choice([50.0, 100.0, 250.0]), jitter_ms=25.0)
+            return F.Latency(
+                src=[a], dst=[b], delay_ms=rng.choice([50.0, 100.0, 250.0]), jitter_ms=25.0
+            )
         case "blackhole":
             return F.Blackhole(src=[a], dst=[b])
         case "clock_skew":
-            return F.ClockSkew(nodes=one, offset_ms=rng.choice([-500.0, 500.0]), drift_ppm=rng.choice([0.0, 200.0]))
+            return F.ClockSkew(
+                nodes=one, offset_ms=rng.choice([-500.0, 500.0]), drift_ppm=rng.choice([0.0, 200.0])
+            )
         case "cpu_throttle":
             return F.CpuThrottle(nodes=one, cpu_fraction=rng.choice([0.25, 0.5]))
         case "reset_peer":

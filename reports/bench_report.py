@@ -75,13 +75,17 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f}"
 
 
-def _triple(summary: dict[str, Any] | None) -> str:
-    """``min / p50 / max`` (and ``p99`` where there are enough trials)."""
+def _triple(summary: dict[str, Any] | None, trials: int) -> str:
+    """``min / p50 / max`` (and ``p99`` where there are enough trials); ``(n/trials)``
+    when some trials did not measure the figure (a detection or recovery that never
+    came within the run), so a median of the lucky trials is not read as the whole."""
     if not summary or summary.get("n", 0) == 0:
         return "—"
     text = f"{_fmt(summary['min'])} / {_fmt(summary['p50'])} / {_fmt(summary['max'])}"
     if summary.get("p99") is not None:
         text += f" (p99 {_fmt(summary['p99'])})"
+    if summary["n"] < trials:
+        text += f" ({summary['n']}/{trials})"
     return text
 
 
@@ -99,11 +103,12 @@ def matrix_rows(document: dict[str, Any]) -> list[dict[str, str]]:
                     "backend": str(cell["backend"]),
                     "nodes": str(cell["nodes"]),
                     "trials": str(cell["trials"]),
-                    "detection": _triple(cell.get("detection_ms")),
-                    "recovery": _triple(cell.get("recovery_ms")),
-                    "rejoin": _triple(cell.get("rejoin_ms")),
+                    "detection": _triple(cell.get("detection_ms"), cell["trials"]),
+                    "recovery": _triple(cell.get("recovery_ms"), cell["trials"]),
+                    "rejoin": _triple(cell.get("rejoin_ms"), cell["trials"]),
                     "kept": _kept(cell.get("throughput_kept")),
                     "false_positives": str(cell.get("false_positives", 0)),
+                    "skipped": str(cell.get("skipped", "")),
                 }
             )
     return rows
@@ -122,6 +127,11 @@ def render_bench_markdown(document: dict[str, Any]) -> str:
         "|---|---|---:|---:|---|---|---|---:|---:|",
     ]
     for row in matrix_rows(document):
+        if row["skipped"]:
+            lines.append(
+                f"| {row['fault']} | {row['backend']} | {row['nodes']} | — | skipped: {row['skipped']} | | | | |"
+            )
+            continue
         lines.append(
             f"| {row['fault']} | {row['backend']} | {row['nodes']} | {row['trials']} | {row['detection']} | "
             f"{row['recovery']} | {row['rejoin']} | {row['kept']} | {row['false_positives']} |"
@@ -130,10 +140,15 @@ def render_bench_markdown(document: dict[str, Any]) -> str:
     for goal in judge_goals(document.get("results", {})):
         measured = goal.get("measured", _fmt(goal["measured_ms"]))
         met = {True: "✅", False: "❌", None: "not measured"}[goal["met"]]
-        lines.append(f"| {goal['goal']} | {goal['fault']}: {goal['statistic']} | {measured} | {met} |")
+        lines.append(
+            f"| {goal['goal']} | {goal['fault']}: {goal['statistic']} | {measured} | {met} |"
+        )
     errors = document.get("errors", [])
     if errors:
-        lines += ["", f"{len(errors)} trial(s) failed; first: `{errors[0]['cell']}`: {errors[0]['error']}"]
+        lines += [
+            "",
+            f"{len(errors)} trial(s) failed; first: `{errors[0]['cell']}`: {errors[0]['error']}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -144,7 +159,10 @@ def ranges_svg(results: dict[str, Any]) -> str:
     faults = list(results)
     with plt.rc_context(plots.RC_PARAMS):
         figure, axes = plt.subplots(
-            1, len(MEASURES), figsize=(plots.WIDTH_IN, 0.8 + 0.35 * max(len(faults), 1)), sharey=True
+            1,
+            len(MEASURES),
+            figsize=(plots.WIDTH_IN, 0.8 + 0.35 * max(len(faults), 1)),
+            sharey=True,
         )
         for axis, (key, title) in zip(axes, MEASURES, strict=True):
             for row, fault in enumerate(faults):
@@ -156,7 +174,7 @@ def ranges_svg(results: dict[str, Any]) -> str:
                 axis.plot([summary["p50"]], [row], "o", color="#0d47a1", ms=4)
             axis.set_title(f"{title} (ms)")
             axis.set_yticks(range(len(faults)), faults)
-            axis.set_xscale("symlog", linthresh=10)
+            axis.set_xlim(left=0)
             axis.grid(axis="x", color="#eeeeee")
         return plots.to_svg(figure)
 
@@ -207,4 +225,3 @@ def compare_cells(
                     }
                 )
     return rows
-

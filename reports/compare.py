@@ -40,7 +40,11 @@ def _grew(before: float | None, after: float | None, tolerance: float, floor_ms:
 
 
 def compare_runs(
-    new: RunDir, old: RunDir, *, tolerance: float = DEFAULT_TOLERANCE, floor_ms: float = DEFAULT_FLOOR_MS
+    new: RunDir,
+    old: RunDir,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    floor_ms: float = DEFAULT_FLOOR_MS,
 ) -> dict[str, Any]:
     new_faults = measure_run(new.history, new.bounds).faults
     old_faults = measure_run(old.history, old.bounds).faults
@@ -95,7 +99,11 @@ def read_bench(path: Path) -> dict[str, Any]:
 
 
 def compare_benches(
-    new: dict[str, Any], old: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, floor_ms: float = DEFAULT_FLOOR_MS
+    new: dict[str, Any],
+    old: dict[str, Any],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    floor_ms: float = DEFAULT_FLOOR_MS,
 ) -> dict[str, Any]:
     rows = compare_cells(old["results"], new["results"], tolerance=tolerance, floor_ms=floor_ms)
     return {
@@ -131,7 +139,11 @@ def render_comparison(comparison: dict[str, Any]) -> str:
     ]
     for change in comparison["changes"]:
         flag = "❌ slower" if change["regressed"] else ""
-        lines.append(f"| {change['what']} | {ms(change['before_ms'])} | {ms(change['after_ms'])} | {flag} |")
+        lines.append(
+            f"| {change['what']} | {ms(change['before_ms'])} | {ms(change['after_ms'])} | {flag} |"
+        )
     for verdict in comparison["verdict_changes"]:
-        lines.append(f"| {verdict['property']} verdict | {verdict['before']} | {verdict['after']} | |")
+        lines.append(
+            f"| {verdict['property']} verdict | {verdict['before']} | {verdict['after']} | |"
+        )
     return "\n".join(lines) + "\n"

@@ -54,6 +54,7 @@ TABLE_KINDS = frozenset(
 )
 MAX_TABLE_ROWS = 5000  # keeps the page under a few MB at 1,000 nodes; evidence is always kept
 MAX_DETAILS_CHARS = 240  # a table cell, not a dump
+MAX_EVIDENCE_LINKS = 6  # per property in the verdict table; all of them stay in verdict.json
 BASE_FIELDS = frozenset(
     {"t_wall", "t_mono", "node", "incarnation", "epoch", "step", "lamport", "kind"}
 )
@@ -106,9 +107,7 @@ def table_rows(run: RunDir) -> tuple[list[TableRow], bool]:
     chosen = [i for i in sorted(cited) if 0 <= i < len(events)]
     room = MAX_TABLE_ROWS - len(chosen)
     story = [
-        i
-        for i, e in enumerate(events)
-        if e.__struct_config__.tag in TABLE_KINDS and i not in cited
+        i for i, e in enumerate(events) if e.__struct_config__.tag in TABLE_KINDS and i not in cited
     ]
     cut = len(story) > room
     indices = sorted(chosen + story[: max(room, 0)])
@@ -154,6 +153,19 @@ def distribution_samples_ms(measurement: RunMeasurement) -> dict[str, list[float
 def reproduce_command(run: RunDir) -> str:
     scenario = run.path / "scenario.yaml"
     backend = run.scenario.get("backend")
+    if backend == "sim":
+        # The simulator's run directory records its config; its faults: section is a schedule.
+        config = run.scenario.get("config") or {}
+        parts = ["swarmshake", "sim"]
+        if isinstance(config, dict) and "nodes" in config:
+            parts += ["--nodes", str(config["nodes"])]
+        if isinstance(config, dict) and "duration_s" in config:
+            parts += ["--duration", f"{config['duration_s']}s"]
+        if run.seed is not None:
+            parts += ["--seed", str(run.seed)]
+        if run.scenario.get("faults"):
+            parts += ["--faults", str(scenario)]
+        return shlex.join(parts)
     parts = ["swarmshake", "run", str(scenario)]
     if isinstance(backend, str):
         parts += ["--backend", backend]
@@ -225,6 +237,7 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
         run_id=run.path.name,
         verdict=run.verdict,
         property_names=PROPERTY_NAMES,
+        max_evidence_links=MAX_EVIDENCE_LINKS,
         nodes=nodes,
         duration_s=duration,
         seed=run.seed,
@@ -255,4 +268,3 @@ def write_html(run: RunDir, measurement: RunMeasurement | None = None) -> Path:
     path = run.path / "report.html"
     path.write_text(render_html(run, measurement), encoding="utf-8")
     return path
-

@@ -147,7 +147,13 @@ def loss_svg(
             )
         axis.set_xlabel("step")
         axis.set_ylabel("mean training loss")
-        axis.legend(frameon=False, loc="upper right")
+        if not run and not baseline:
+            axis.text(
+                0.5, 0.5, "no train_step events in this run: no loss to draw",
+                ha="center", va="center", transform=axis.transAxes, color="#616161",
+            )  # fmt: skip
+        else:
+            axis.legend(frameon=False, loc="upper right")
         return to_svg(figure)
 
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 from swarmshake.reference_node.protocol.history import (
     Commit,
+    DeclareAlive,
     DeclareDead,
     Fault,
     History,
@@ -133,7 +134,9 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
         if isinstance(e, Fault) and e.phase == "inject" and e.op not in HEAL_OPS
     ]
     first_fault_t = injects[0][1].t_mono - origin if injects else None
-    steady_end = first_fault_t if first_fault_t is not None else (rise_times[-1] if rise_times else 0)
+    steady_end = (
+        first_fault_t if first_fault_t is not None else (rise_times[-1] if rise_times else 0)
+    )
     steady_start = rise_times[0] if rise_times else 0.0
     steady = _rate(rise_times, steady_start, steady_end) if rise_times else None
     if steady == 0:
@@ -191,20 +194,42 @@ def _detection(
         if isinstance(event, Start):
             up_at_inject.add(event.node)
             down.discard(event.node)
-        elif isinstance(event, Fault) and event.phase == "inject" and event.op in ("crash", "restart"):
+        elif (
+            isinstance(event, Fault)
+            and event.phase == "inject"
+            and event.op in ("crash", "restart")
+        ):
             down.update(event.target)
     up_at_inject = ({n for n in history.nodes()} if not up_at_inject else up_at_inject) - down
     observers = up_at_inject - victim_set
     if not observers:
         return None
-    pending = {(o, v) for o in observers for v in victims}
+    # An observer that already holds a victim dead (declared after the victim's current
+    # process started, not revoked) has detected it at the inject: delay 0, as L1 counts.
+    standing: set[tuple[str, str]] = set()
+    for event in history.events:
+        if event.t_mono - origin > t0:
+            break
+        if isinstance(event, Start) and event.node in victim_set:
+            standing = {(o, v) for o, v in standing if v != event.node}
+        elif isinstance(event, DeclareDead) and event.peer in victim_set:
+            standing.add((event.node, event.peer))
+        elif isinstance(event, DeclareAlive) and event.peer in victim_set:
+            standing.discard((event.node, event.peer))
+    pending = {(o, v) for o in observers for v in victims} - standing
+    if not pending:
+        return 0.0
     for event in history.events:
         t = event.t_mono - origin
         if t < t0:
             continue
         if heal_t is not None and t > heal_t and op not in ("crash", "restart"):
             return None  # healed before every observer noticed: nothing to detect
-        if isinstance(event, Fault) and event.phase == "inject" and event.op in ("crash", "restart"):
+        if (
+            isinstance(event, Fault)
+            and event.phase == "inject"
+            and event.op in ("crash", "restart")
+        ):
             # an observer that dies is no longer expected to declare anything
             pending = {(o, v) for o, v in pending if o not in event.target}
         if isinstance(event, DeclareDead) and (event.node, event.peer) in pending:
@@ -254,7 +279,10 @@ def _rejoin(
                 if isinstance(event, since):
                     began = t
                 continue
-            if isinstance(event, RejoinDone | Commit) and fingerprints.get(event.step) == event.param_fp:
+            if (
+                isinstance(event, RejoinDone | Commit)
+                and fingerprints.get(event.step) == event.param_fp
+            ):
                 caught = t
                 break
         if began is None:

@@ -64,7 +64,9 @@ def _load_history(run_dir: Path) -> History:
     except FileNotFoundError as error:
         raise RunDirError(str(error)) from None
     except HistoryError as error:
-        raise RunDirError(f"{error} (fix or remove the line; only a torn last line is skipped)") from None
+        raise RunDirError(
+            f"{error} (fix or remove the line; only a torn last line is skipped)"
+        ) from None
 
 
 def load_bounds(run_dir: Path) -> Bounds:
@@ -74,7 +76,9 @@ def load_bounds(run_dir: Path) -> Bounds:
     try:
         return msgspec.yaml.decode(path.read_bytes(), type=Bounds)
     except (msgspec.DecodeError, ValueError) as error:
-        raise RunDirError(f"{path}: bad bounds: {error}; fields: {', '.join(Bounds.__struct_fields__)}") from None
+        raise RunDirError(
+            f"{path}: bad bounds: {error}; fields: {', '.join(Bounds.__struct_fields__)}"
+        ) from None
 
 
 def read_verdict(path: Path) -> Verdict:

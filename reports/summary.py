@@ -7,7 +7,12 @@ ran, and the command that reproduces the run.  Tables are capped, never the verd
 
 from __future__ import annotations
 
-from swarmshake.reports.html import PROPERTY_NAMES, distribution_samples_ms, fmt_ms, reproduce_command
+from swarmshake.reports.html import (
+    PROPERTY_NAMES,
+    distribution_samples_ms,
+    fmt_ms,
+    reproduce_command,
+)
 from swarmshake.reports.recovery import RunMeasurement
 from swarmshake.reports.rundir import RunDir
 from swarmshake.reports.series import run_duration_s
@@ -34,7 +39,9 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
     ]
     for name, result in verdict.results.items():
         label = f"{name} {PROPERTY_NAMES.get(name, '')}".strip()
-        lines.append(f"| {label} | {STATUS_MARK[result.status]} {result.status} | {_cell(result.message)} |")
+        lines.append(
+            f"| {label} | {STATUS_MARK[result.status]} {result.status} | {_cell(result.message)} |"
+        )
     samples = distribution_samples_ms(measurement)
     if any(samples.values()):
         lines += ["", "| measure | n | min ms | median ms | max ms |", "|---|---:|---:|---:|---:|"]
@@ -60,7 +67,9 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
                 f"{fmt_ms(fault.detection_s)} | {fmt_ms(fault.recovery_s)} | {fmt_ms(fault.rejoin_s)} |"
             )
         if len(measurement.faults) > MAX_FAULT_ROWS:
-            lines.append(f"| … {len(measurement.faults) - MAX_FAULT_ROWS} more in report.html | | | | |")
+            lines.append(
+                f"| … {len(measurement.faults) - MAX_FAULT_ROWS} more in report.html | | | | |"
+            )
     if run.load is not None:
         lines += [
             "",
@@ -71,7 +80,9 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
             "|---|---:|---:|---:|---:|",
         ]
         for window in run.load.windows[:MAX_FAULT_ROWS]:
-            availability = "—" if window.availability is None else f"{window.availability * 100:.1f}%"
+            availability = (
+                "—" if window.availability is None else f"{window.availability * 100:.1f}%"
+            )
             p50 = window.latency_ms.p50
             p99 = window.latency_ms.p99
             lines.append(

@@ -15,6 +15,14 @@ when the log cannot be replayed (a step no node logged, nodes committing differe
 contributor sets — an S1 matter for the safety checker — or no training config),
 or when a mismatch comes from a machine whose torch version, thread count or CPU
 flags differ from this one (DESIGN promises bit-exactness only where they match).
+
+What a node must log for its run to be replayable: a ``start`` event carrying
+``config["training"] = TrainingConfig.to_dict()`` and its environment facts
+(``training.environment.environment_facts``); a ``byzantine`` event whenever it
+switches behaviour (at a step boundary, ``step`` = the behaviour's ``since_step``);
+and per step a ``commit`` with the contributor set, ``value_fp`` (fingerprint of
+the aggregate it applied) and ``param_fp`` (after applying).
+``history_of_local_run`` writes exactly that for nodes simulated in one process.
 """
 
 from __future__ import annotations

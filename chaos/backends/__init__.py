@@ -31,7 +31,14 @@ def make_backend(name: str, spec: ClusterSpec, registry: Registry | None = None)
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
 
 
-__all__ = ["BACKEND_NAMES", "Backend", "BackendError", "ClusterSpec", "make_backend", "supported_ops"]
+__all__ = [
+    "BACKEND_NAMES",
+    "Backend",
+    "BackendError",
+    "ClusterSpec",
+    "make_backend",
+    "supported_ops",
+]
 
 
 def supported_ops(name: str) -> frozenset[str]:

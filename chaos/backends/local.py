@@ -84,7 +84,7 @@ class Zygote:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - a local file, opened once
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "swarmshake.chaos.backends.zygote", "",
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
@@ -134,7 +134,13 @@ class Zygote:
             request_id = self._next_id
             waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._waiters[request_id] = waiter
-            request = {"id": request_id, "program": program, "argv": argv, "log": str(log), "env": env}
+            request = {
+                "id": request_id,
+                "program": program,
+                "argv": argv,
+                "log": str(log),
+                "env": env,
+            }
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             await self.process.stdin.drain()
         async with asyncio.timeout(SPAWN_TIMEOUT_S):

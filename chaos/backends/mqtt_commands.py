@@ -21,10 +21,14 @@ async def publish_command(host: str, port: int, prefix: str, node: str, command:
     topic = Topics(prefix, node).command()
     try:
         async with asyncio.timeout(COMMAND_DEADLINE_S):
-            async with aiomqtt.Client(host, port, identifier=f"harness-{node}-{id(command)}") as client:
+            async with aiomqtt.Client(
+                host, port, identifier=f"harness-{node}-{id(command)}"
+            ) as client:
                 await client.publish(topic, encode(command), qos=1)
     except (TimeoutError, aiomqtt.MqttError) as error:
-        raise BackendError(f"command {type(command).__name__} to {node} not delivered: {error!r}") from None
+        raise BackendError(
+            f"command {type(command).__name__} to {node} not delivered: {error!r}"
+        ) from None
 
 
 async def publish_retained(host: str, port: int, topic: str, payload: bytes) -> None:

@@ -36,7 +36,9 @@ class ClusterSession:
         self.writer = EventWriter(spec.events_dir() / "harness.jsonl")
         self.nemesis = Nemesis(self.backend, self.writer, seed=spec.seed)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="swarmshake-cluster", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="swarmshake-cluster", daemon=True
+        )
         self._up = False
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
@@ -56,7 +58,9 @@ class ClusterSession:
         return self
 
     def mark(self, mark: str, **data: Any) -> None:
-        self.writer.write(RunMark(t_wall=time.time(), t_mono=time.monotonic(), node=HARNESS, mark=mark, data=data))
+        self.writer.write(
+            RunMark(t_wall=time.time(), t_mono=time.monotonic(), node=HARNESS, mark=mark, data=data)
+        )
 
     def poll(self) -> None:
         self.call(_poll(self.backend), 10.0)
@@ -67,7 +71,9 @@ class ClusterSession:
         while not self.backend.events.steady(min_commit_step):
             if time.monotonic() - started > timeout_s:
                 steps = {n: s.last_commit_step for n, s in self.backend.events.summaries.items()}
-                raise BackendError(f"not steady within {timeout_s}s (min step {min_commit_step}): {steps}")
+                raise BackendError(
+                    f"not steady within {timeout_s}s (min step {min_commit_step}): {steps}"
+                )
             time.sleep(0.02)
             self.poll()
         return time.monotonic() - started

@@ -4,7 +4,8 @@ Run only by ``chaos/bench/load.py`` in a process of its own (Locust gevent-patch
 the standard library when imported, which must never happen inside the harness).
 Configuration comes from the environment the parent sets:
 
-- ``SWARMSHAKE_LOAD_TARGETS``: comma-separated node base URLs (validated by the parent);
+- ``SWARMSHAKE_LOAD_TARGETS``: comma-separated ``node=base URL`` pairs (validated by
+  the parent);
 - ``SWARMSHAKE_LOAD_RECORDS``: the JSONL file every request is appended to
   (``reports.load_model.RequestRecord``);
 - ``SWARMSHAKE_LOAD_INPUT_DIM`` / ``SWARMSHAKE_LOAD_BATCH``: the request's shape;
@@ -24,7 +25,11 @@ import time
 
 from locust import FastHttpUser, constant_throughput, events, task
 
-TARGETS = [t for t in os.environ.get("SWARMSHAKE_LOAD_TARGETS", "").split(",") if t]
+TARGETS = [
+    tuple(pair.split("=", 1))
+    for pair in os.environ.get("SWARMSHAKE_LOAD_TARGETS", "").split(",")
+    if pair
+]
 RECORDS_PATH = os.environ.get("SWARMSHAKE_LOAD_RECORDS", "requests.jsonl")
 INPUT_DIM = int(os.environ.get("SWARMSHAKE_LOAD_INPUT_DIM", "32"))
 BATCH = int(os.environ.get("SWARMSHAKE_LOAD_BATCH", "4"))
@@ -58,13 +63,14 @@ class InferUser(FastHttpUser):
 
     @task
     def infer(self) -> None:
-        index = random.randrange(len(TARGETS))
+        node, base_url = random.choice(TARGETS)
         rows = [[random.uniform(-1.0, 1.0) for _ in range(INPUT_DIM)] for _ in range(BATCH)]
         with self.client.post(
-            f"{TARGETS[index]}/infer",
+            f"{base_url}/infer",
             json={"inputs": rows},
-            name=f"n{index + 1}",
+            name=node,
             catch_response=True,
         ) as response:
             if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}")
+                # Keep the transport error itself (its type names the failure) when there is one.
+                response.failure(response.error or f"HTTP {response.status_code}")

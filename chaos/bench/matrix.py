@@ -41,15 +41,21 @@ def _at(rng: random.Random, timing: Timing) -> float:
     return round(rng.uniform(low, high), 3)
 
 
-def _timed(op: F.FaultOp, rng: random.Random, timing: Timing, *, heal: bool = True) -> list[F.ScheduleEntry]:
-    return [F.ScheduleEntry(op=op, at_s=_at(rng, timing), heal_after_s=timing.hold_s if heal else None)]
+def _timed(
+    op: F.FaultOp, rng: random.Random, timing: Timing, *, heal: bool = True
+) -> list[F.ScheduleEntry]:
+    return [
+        F.ScheduleEntry(op=op, at_s=_at(rng, timing), heal_after_s=timing.hold_s if heal else None)
+    ]
 
 
 def crash(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
     return _timed(F.Crash(nodes=[_victim(nodes, rng)]), rng, timing, heal=False)
 
 
-def crash_in_aggregation(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+def crash_in_aggregation(
+    nodes: list[str], rng: random.Random, timing: Timing
+) -> list[F.ScheduleEntry]:
     """Killed as it logs its gradient send: where peers wait longest for a contribution."""
     victim = _victim(nodes, rng)
     trigger = F.OnEvent(node=victim, kind="agg_send", step_at_least=3 + rng.randrange(3))
@@ -60,12 +66,16 @@ def pause(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.Schedu
     return _timed(F.Pause(nodes=[_victim(nodes, rng)]), rng, timing)
 
 
-def partition_minority(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+def partition_minority(
+    nodes: list[str], rng: random.Random, timing: Timing
+) -> list[F.ScheduleEntry]:
     minority = rng.sample(nodes[1:], k=max(1, (len(nodes) - 1) // 2))
     return _timed(F.Partition(grouping="isolate", nodes=sorted(minority)), rng, timing)
 
 
-def partition_majority(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+def partition_majority(
+    nodes: list[str], rng: random.Random, timing: Timing
+) -> list[F.ScheduleEntry]:
     """Split so that no side holds a majority: every side stalls until the heal."""
     shuffled = list(nodes)
     rng.shuffle(shuffled)
@@ -137,13 +147,15 @@ def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Sc
     """The scenario of one trial; its seed fixes the victim, the moment and the run."""
     seed = (base_seed * 1_000_003 + trial) % (2**63)
     rng = random.Random(f"{cell.key}/{seed}")
-    names = [f"n{i}" for i in range(1, cell.nodes + 1)]
+    names = [f"n{i}" for i in range(1, cell.nodes + 1)]  # Scenario.node_names
     entries = FAULT_TYPES[cell.fault](names, rng, timing)
     return Scenario(
         name=f"bench-{cell.fault}-{cell.backend}-{cell.nodes}-t{trial}",
         description=f"recovery benchmark cell {cell.key}, trial {trial}",
         seed=seed,
-        cluster=Cluster(nodes=cell.nodes, backend="docker" if cell.backend == "docker" else "local"),
+        cluster=Cluster(
+            nodes=cell.nodes, backend="docker" if cell.backend == "docker" else "local"
+        ),
         steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
         duration_s=timing.duration_s,
         quiesce_s=timing.quiesce_s,

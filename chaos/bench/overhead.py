@@ -16,6 +16,7 @@ baseline is still measured.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -39,7 +40,9 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def gloo_baseline(config: TrainingConfig, world: int, steps: int, warmup: int = 5) -> dict[str, Any]:
+def gloo_baseline(
+    config: TrainingConfig, world: int, steps: int, warmup: int = 5
+) -> dict[str, Any]:
     """Steps per second of plain gloo data parallelism (rank 0's timing)."""
     port = _free_port()
     encoded = msgspec.json.encode(config).decode()
@@ -72,7 +75,9 @@ def gloo_baseline(config: TrainingConfig, world: int, steps: int, warmup: int = 
             except subprocess.TimeoutExpired:
                 for other in processes:
                     other.kill()
-                raise RuntimeError(f"gloo baseline rank {rank} did not finish in {BASELINE_TIMEOUT_S}s") from None
+                raise RuntimeError(
+                    f"gloo baseline rank {rank} did not finish in {BASELINE_TIMEOUT_S}s"
+                ) from None
             if process.returncode != 0:
                 failures.append(f"rank {rank} exited {process.returncode}: {stderr.strip()[-400:]}")
         if failures:
@@ -80,7 +85,9 @@ def gloo_baseline(config: TrainingConfig, world: int, steps: int, warmup: int = 
         return json.loads(out.read_text())
 
 
-def swarmshake_steady_rate(config_name: str, world: int, seed: int, duration_s: float, out: Path) -> dict[str, Any]:
+def swarmshake_steady_rate(
+    config_name: str, world: int, seed: int, duration_s: float, out: Path
+) -> dict[str, Any]:
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
     from swarmshake.chaos.scenario import Cluster, Scenario, resolve
@@ -91,7 +98,9 @@ def swarmshake_steady_rate(config_name: str, world: int, seed: int, duration_s: 
         Scenario(
             name=f"bench-overhead-{world}",
             seed=seed,
-            cluster=Cluster(nodes=world, backend="local", model=config_name, training={"threads": 1}),
+            cluster=Cluster(
+                nodes=world, backend="local", model=config_name, training={"threads": 1}
+            ),
             duration_s=duration_s,
             quiesce_s=0.0,
         )
@@ -110,19 +119,32 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake bench overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--world", type=int, default=4, help="processes / nodes (default 4)")
     parser.add_argument("--model", choices=sorted(MODEL_HIDDEN), default="tiny")
-    parser.add_argument("--steps", type=int, default=200, help="timed baseline steps")
-    parser.add_argument("--duration", type=float, default=20.0, help="swarmshake fault-free run, s")
+    parser.add_argument("--quick", action="store_true", help="CI size: 50 steps, a 10 s run")
+    parser.add_argument("--steps", type=int, help="timed baseline steps (default 200, 50 quick)")
+    parser.add_argument(
+        "--duration", type=float, help="swarmshake fault-free run, s (default 20, 10 quick)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline-only", action="store_true", help="skip the swarmshake run")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 50 if args.quick else 200
+    if args.duration is None:
+        args.duration = 10.0 if args.quick else 20.0
     if not 2 <= args.world <= MAX_WORLD:
         raise UsageError(f"--world {args.world}: must lie in [2, {MAX_WORLD}]")
     if not 1 <= args.steps <= 100_000:
         raise UsageError(f"--steps {args.steps}: must lie in [1, 100000]")
     config = TrainingConfig(seed=args.seed, hidden=MODEL_HIDDEN[args.model], threads=1)
-    document: dict[str, Any] = {"world": args.world, "model": args.model, "parameters": config.parameter_count()}
+    document: dict[str, Any] = {
+        "world": args.world,
+        "model": args.model,
+        "parameters": config.parameter_count(),
+        "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],  # wall-clock rates need the machine's load
+    }
     try:
         document["baseline"] = gloo_baseline(config, args.world, args.steps)
     except RuntimeError as error:

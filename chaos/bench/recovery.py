@@ -24,7 +24,12 @@ import msgspec
 
 from swarmshake.chaos.bench.matrix import FAULT_TYPES, Cell, Timing, trial_scenario
 from swarmshake.chaos.bench.stats import summarize_ms
-from swarmshake.chaos.bench.trials import BackendUnavailable, TrialRunner, default_runner
+from swarmshake.chaos.bench.trials import (
+    BackendUnavailable,
+    TrialRunner,
+    default_runner,
+    unsupported_ops,
+)
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.reports.recovery import FaultMeasurement, measure_run
 
@@ -41,12 +46,15 @@ class CellResult:
     false_positives: int = 0
     run_dirs: list[str] = field(default_factory=list)
     failed_trials: int = 0
+    skipped: str = ""  # why the cell was not run (the backend cannot inject its fault)
 
     def summary(self) -> dict[str, Any]:
         detection = [f.detection_s for f in self.faults if f.detection_s is not None]
         recovery = [f.recovery_s for f in self.faults if f.recovery_s is not None]
         rejoin = [f.rejoin_s for f in self.faults if f.rejoin_s is not None]
-        rejoin_ready = [f.rejoin_from_ready_s for f in self.faults if f.rejoin_from_ready_s is not None]
+        rejoin_ready = [
+            f.rejoin_from_ready_s for f in self.faults if f.rejoin_from_ready_s is not None
+        ]
         kept = [f.throughput_kept for f in self.faults if f.throughput_kept is not None]
         return {
             "backend": self.cell.backend,
@@ -60,6 +68,7 @@ class CellResult:
             "throughput_kept": round(statistics.median(kept), 4) if kept else None,
             "false_positives": self.false_positives,
             "run_dirs": self.run_dirs,
+            "skipped": self.skipped,
         }
 
 
@@ -113,6 +122,13 @@ def run_matrix(
     errors: list[dict[str, Any]] = []
     for cell in cells:
         result = CellResult(cell=cell)
+        missing = unsupported_ops(trial_scenario(cell, 0, seed, timing), cell.backend)
+        if missing:
+            # Not a failed trial: this backend cannot inject the fault at all.
+            result.skipped = f"{cell.backend} cannot inject {', '.join(missing)}"
+            progress(f"{cell.key}: skipped: {result.skipped}")
+            results.append(result)
+            continue
         for trial in range(trials):
             scenario = trial_scenario(cell, trial, seed, timing)
             started = time.monotonic()
@@ -124,7 +140,13 @@ def run_matrix(
             except (OSError, HistoryError, RuntimeError, ValueError) as error:
                 result.failed_trials += 1
                 if len(errors) < MAX_RECORDED_ERRORS:
-                    errors.append({"cell": cell.key, "trial": trial, "error": f"{type(error).__name__}: {error}"})
+                    errors.append(
+                        {
+                            "cell": cell.key,
+                            "trial": trial,
+                            "error": f"{type(error).__name__}: {error}",
+                        }
+                    )
                 progress(f"{cell.key} trial {trial}: failed: {error}")
                 continue
             result.trials += 1
@@ -178,6 +200,7 @@ def bench_document(
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_average_1m": os.getloadavg()[0],  # wall-clock figures need the machine's load
         },
         "results": results_by_fault(results),
         "errors": list(errors),
@@ -200,4 +223,6 @@ def cells_for(faults: Sequence[str], sizes: Sequence[int], backends: Sequence[st
     unknown = sorted(set(faults) - set(FAULT_TYPES))
     if unknown:
         raise ValueError(f"unknown fault type(s) {unknown}; choose from {', '.join(FAULT_TYPES)}")
-    return [Cell(fault, size, backend) for backend in backends for fault in faults for size in sizes]
+    return [
+        Cell(fault, size, backend) for backend in backends for fault in faults for size in sizes
+    ]

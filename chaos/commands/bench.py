@@ -49,8 +49,12 @@ def recovery_main(argv: list[str]) -> int:
     from swarmshake.chaos.bench.trials import BACKENDS, BackendUnavailable
 
     parser = ArgumentParser(prog="swarmshake bench recovery", description="the recovery matrix")
-    parser.add_argument("--quick", action="store_true", help="CI size: few sizes, 3 trials, short runs")
-    parser.add_argument("--backend", default="sim", help="sim, local or docker; several comma-separated")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI size: few sizes, 3 trials, short runs"
+    )
+    parser.add_argument(
+        "--backend", default="sim", help="sim, local or docker; several comma-separated"
+    )
     parser.add_argument("--faults", help=f"subset of: {', '.join(matrix.FAULT_TYPES)}")
     parser.add_argument("--sizes", help="cluster sizes, e.g. 4,8 (default: per backend)")
     parser.add_argument("--trials", type=int, help="trials per cell (default 3 quick, 20 full)")
@@ -62,20 +66,26 @@ def recovery_main(argv: list[str]) -> int:
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise UsageError(f"--backend {args.backend!r}: choose from {', '.join(BACKENDS)}")
-    faults = [f.strip() for f in args.faults.split(",")] if args.faults else list(matrix.FAULT_TYPES)
+    faults = (
+        [f.strip() for f in args.faults.split(",")] if args.faults else list(matrix.FAULT_TYPES)
+    )
     trials = args.trials if args.trials is not None else (3 if args.quick else 20)
     timing = matrix.QUICK_TIMING if args.quick else matrix.FULL_TIMING
     cells: list[matrix.Cell] = []
     try:
         for backend in backends:
-            sizes = _csv_ints(args.sizes) if args.sizes else (
-                matrix.QUICK_SIZES if args.quick else matrix.BACKEND_SIZES
-            )[backend]
+            sizes = (
+                _csv_ints(args.sizes)
+                if args.sizes
+                else (matrix.QUICK_SIZES if args.quick else matrix.BACKEND_SIZES)[backend]
+            )
             cells += recovery.cells_for(faults, sizes, [backend])
     except ValueError as error:
         raise UsageError(str(error)) from None
     try:
-        results, errors = recovery.run_matrix(cells, trials, args.out, timing=timing, seed=args.seed)
+        results, errors = recovery.run_matrix(
+            cells, trials, args.out, timing=timing, seed=args.seed
+        )
     except BackendUnavailable as error:
         print(f"swarmshake bench recovery: cannot measure: {error}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -103,14 +113,20 @@ def load_main(argv: list[str]) -> int:
     from swarmshake.chaos.bench import load
 
     parser = ArgumentParser(prog="swarmshake bench load", description="Locust users on /infer")
-    parser.add_argument("--target", action="append", required=True, help="a node's HTTP base URL (repeat)")
+    parser.add_argument(
+        "--target", action="append", required=True, help="a node's HTTP base URL (repeat)"
+    )
     parser.add_argument("--users", type=int, default=8)
     parser.add_argument("--duration", type=parse_duration_s, default=30.0)
-    parser.add_argument("--out", type=Path, required=True, help="the run directory to add load.json to")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="the run directory to add load.json to"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
-        results = load.run_load(args.target, users=args.users, duration_s=args.duration, run_dir=args.out)
+        results = load.run_load(
+            args.target, users=args.users, duration_s=args.duration, run_dir=args.out
+        )
     except load.LoadConfigError as error:
         raise UsageError(str(error)) from None
     except load.LoadRunError as error:
@@ -121,12 +137,18 @@ def load_main(argv: list[str]) -> int:
 
         sys.stdout.write(msgspec.json.encode(results).decode() + "\n")
     else:
-        print(f"{results.requests} requests, {results.errors} errors → {args.out / 'load.json'}", file=sys.stderr)
+        print(
+            f"{results.requests} requests, {results.errors} errors → {args.out / 'load.json'}",
+            file=sys.stderr,
+        )
     return EXIT_VALID
 
 
 def rejoin_main(argv: list[str]) -> int:
-    for module_name in ("swarmshake.reference_node.runtime.rejoin_bench", "swarmshake.chaos.bench.rejoin"):
+    for module_name in (
+        "swarmshake.reference_node.runtime.rejoin_bench",
+        "swarmshake.chaos.bench.rejoin",
+    ):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:

@@ -42,9 +42,15 @@ def _regenerate_bench(folder: Path) -> int:
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake report", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory (or a bench folder)")
-    parser.add_argument("--compare", type=Path, metavar="OTHER", help="the older run to compare against")
-    parser.add_argument("--tolerance", type=float, default=0.2, help="relative slowdown flagged (0.2 = 20%%)")
-    parser.add_argument("--floor-ms", type=float, default=20.0, help="absolute slowdown below which noise rules")
+    parser.add_argument(
+        "--compare", type=Path, metavar="OTHER", help="the older run to compare against"
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=0.2, help="relative slowdown flagged (0.2 = 20%%)"
+    )
+    parser.add_argument(
+        "--floor-ms", type=float, default=20.0, help="absolute slowdown below which noise rules"
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = parser.parse_args(argv)
     if not args.run_dir.is_dir():
@@ -62,7 +68,9 @@ def main(argv: list[str]) -> int:
                 return _regenerate_bench(args.run_dir)
             write_run_reports(args.run_dir)
             run = load_run_dir(args.run_dir)
-            print(f"wrote reports into {args.run_dir} (verdict {run.verdict.status})", file=sys.stderr)
+            print(
+                f"wrote reports into {args.run_dir} (verdict {run.verdict.status})", file=sys.stderr
+            )
             return EXIT_BY_STATUS[run.verdict.status]
         if not args.compare.is_dir():
             raise UsageError(f"--compare {args.compare}: not a directory")

@@ -40,11 +40,15 @@ def check_ops(scenario: Scenario, source: str) -> None:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake run", description=__doc__.splitlines()[0])
-    parser.add_argument("suite", type=Path, help="a scenario YAML file (suites/*.yaml or a run's scenario.yaml)")
+    parser.add_argument(
+        "suite", type=Path, help="a scenario YAML file (suites/*.yaml or a run's scenario.yaml)"
+    )
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="override the scenario's backend")
     parser.add_argument("--nodes", type=int, help="override the number of nodes")
     parser.add_argument("--seed", type=int, help="override the seed")
-    parser.add_argument("--out", type=Path, default=Path("runs"), help="where run directories go (default runs/)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs"), help="where run directories go (default runs/)"
+    )
     parser.add_argument("--bug", action="append", default=[], choices=sorted(BUGS), metavar="NAME",
                         help=f"switch on a known protocol bug: {', '.join(sorted(BUGS))}")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -52,7 +56,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--node-program", default=None, help=argparse_hidden())
     args = parser.parse_args(argv)
     try:
-        scenario = resolve(load(args.suite), seed=args.seed, nodes=args.nodes, backend=args.backend, bugs=args.bug)
+        scenario = resolve(
+            load(args.suite), seed=args.seed, nodes=args.nodes, backend=args.backend, bugs=args.bug
+        )
     except ScenarioError as error:
         raise UsageError(str(error)) from None
     check_ops(scenario, str(args.suite))
@@ -63,7 +69,9 @@ def main(argv: list[str]) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     else:
-        print(f"{result.status}: {result.message}\nrun directory: {result.run_dir}", file=sys.stderr)
+        print(
+            f"{result.status}: {result.message}\nrun directory: {result.run_dir}", file=sys.stderr
+        )
     return result.exit_code
 
 

@@ -96,7 +96,9 @@ class Nemesis:
         if isinstance(op, F.Partition):
             cuts = op.cut_links(self.cluster, self.rng)
             target = sorted({n for pair in cuts for n in pair})
-            self._record(op.name, "inject", target, {**self._params(op), "cuts": sorted(map(list, cuts))})
+            self._record(
+                op.name, "inject", target, {**self._params(op), "cuts": sorted(map(list, cuts))}
+            )
             await self._cut(cuts)
             return
         self._record(op.name, "inject", self._targets(op), self._params(op))
@@ -141,7 +143,9 @@ class Nemesis:
         names = self._targets(op)
         unknown = sorted(set(names) - set(self.cluster))
         if unknown:
-            raise BackendError(f"{op.name}: unknown node(s) {unknown}; the cluster has {self.cluster}")
+            raise BackendError(
+                f"{op.name}: unknown node(s) {unknown}; the cluster has {self.cluster}"
+            )
         return names
 
     async def _each_node(self, op: F.FaultOp, action: str, *args: Any) -> None:
@@ -169,9 +173,13 @@ class Nemesis:
                     )
             case F.ClockSkew():
                 command = SetClock(
-                    command_id=f"clock_skew-{self.lamport}", offset_s=op.offset_ms / 1000.0, drift_ppm=op.drift_ppm
+                    command_id=f"clock_skew-{self.lamport}",
+                    offset_s=op.offset_ms / 1000.0,
+                    drift_ppm=op.drift_ppm,
                 )
-                await asyncio.gather(*(self.backend.send_command(n, command) for n in self._nodes(op)))
+                await asyncio.gather(
+                    *(self.backend.send_command(n, command) for n in self._nodes(op))
+                )
             case F.Byzantine():
                 await asyncio.gather(*(self._byzantine(n, op) for n in self._nodes(op)))
             case F.BrokerLoss():
@@ -181,13 +189,16 @@ class Nemesis:
             case F.Netem():
                 apply = getattr(self.backend, "apply_netem", None)
                 if apply is None:
-                    raise UnsupportedFault(f"netem is unsupported on the {self.backend.name} backend")
+                    raise UnsupportedFault(
+                        f"netem is unsupported on the {self.backend.name} backend"
+                    )
                 await apply(sorted(op.directed_links(self.cluster)), op)
             case F.LinkOp():
                 toxic_type, attributes = _TOXICS[op.name]
                 links = self._links(op.directed_links(self.cluster))
                 await apply_concurrently(
-                    links, lambda link: link.add_toxic(op.name, attributes(op), toxic_type=toxic_type)
+                    links,
+                    lambda link: link.add_toxic(op.name, attributes(op), toxic_type=toxic_type),
                 )
             case _:
                 raise UnsupportedFault(f"no real-backend interpreter for op {op.name!r}")
@@ -256,9 +267,13 @@ class Nemesis:
         if scope == "partition":
             cuts, self.cut = self.cut, set()
             await apply_concurrently(self._links(cuts), Link.restore)
-            self._record(recorded_as or "partition", "heal", sorted({n for p in cuts for n in p}), {})
+            self._record(
+                recorded_as or "partition", "heal", sorted({n for p in cuts for n in p}), {}
+            )
             return
-        pairs = F.LinkOp(src=heal.src, dst=heal.dst, direction=heal.direction).directed_links(self.cluster)
+        pairs = F.LinkOp(src=heal.src, dst=heal.dst, direction=heal.direction).directed_links(
+            self.cluster
+        )
         if scope == "netem":
             revert = getattr(self.backend, "clear_netem", None)
             if revert is not None:

@@ -82,6 +82,7 @@ class NodeProcess:
         "next_look",
         "deferred",
         "slowness_s",
+        "cpu_fraction",
         "started_at",
     )
 
@@ -98,6 +99,7 @@ class NodeProcess:
         self.next_look = math.inf
         self.deferred: list[tuple] = []  # heap entries that arrived while paused
         self.slowness_s = 0.0
+        self.cpu_fraction = 1.0
         self.started_at = 0.0
 
 
@@ -183,7 +185,11 @@ class Simulation:
             proc.next_look = math.inf
             self.detector_event(proc, t, _TICK)
         elif kind == MESSAGE:
-            sender, message = payload
+            sender, message, sender_gen = payload
+            if sender_gen >= 0:
+                origin = self.processes.get(sender)
+                if origin is None or not origin.up or origin.gen != sender_gen:
+                    return  # the bulk sender died mid-transfer
             if isinstance(message, Gossip):
                 self.detector_event(proc, t, GossipReceived(message=message))
             elif proc.app is not None:
@@ -194,7 +200,9 @@ class Simulation:
 
     # --- history ------------------------------------------------------------------------
 
-    def log(self, cls: type[EventBase], proc: NodeProcess, t: float, **fields: Any) -> EventBase:
+    def log(self, cls: type[EventBase], proc: NodeProcess, t: float, **fields: Any) -> EventBase | None:
+        if not proc.up:
+            return None  # killed mid-handler: a dead process writes nothing
         fields.setdefault("incarnation", proc.incarnation)
         event = cls(
             t_wall=t,
@@ -218,6 +226,7 @@ class Simulation:
         proc.started_at = t
         if old is not None:
             proc.slowness_s = old.slowness_s
+            proc.cpu_fraction = old.cpu_fraction
         self.processes[name] = proc
         for stream in self.streams_to[name].values():
             stream.materialise(t, self.network)
@@ -253,7 +262,6 @@ class Simulation:
             self._reschedule(stream.receiver, t)
         for stream in self.streams_to[name].values():
             stream.drop_pending()
-        self.network.forget(name)
         return True
 
     def pause(self, name: str, t: float) -> bool:
@@ -316,6 +324,7 @@ class Simulation:
         proc = self.processes.get(name)
         if proc is not None:
             proc.slowness_s = extra
+            proc.cpu_fraction = min(cpu_fraction, 1.0)
 
     # --- network ------------------------------------------------------------------------
 
@@ -334,15 +343,30 @@ class Simulation:
         for receiver in receivers:
             self._reschedule(receiver, t)
 
-    def send(self, proc: NodeProcess, t: float, to: str, message: Any, nbytes: int = 0) -> None:
-        """Send ``message`` from ``proc`` to the current process of ``to``."""
-        arrival = self.network.arrival(proc.name, to, t, nbytes)
+    def send(
+        self,
+        proc: NodeProcess,
+        t: float,
+        to: str,
+        message: Any,
+        nbytes: int = 0,
+        channel: str = "control",
+    ) -> None:
+        """Send ``message`` from ``proc`` to the current process of ``to``.
+
+        A bulk transfer still in flight when its sender dies is lost (a large tensor
+        is not through when the connection resets); a control message, a few hundred
+        bytes, is already in the receiver's socket buffer."""
+        if not proc.up:
+            return  # killed mid-handler (an event-triggered crash): it sends nothing more
+        arrival = self.network.arrival(proc.name, to, t, nbytes, channel)
         if arrival is None:
             return
         receiver = self.processes.get(to)
         if receiver is None or not receiver.up:
             return  # nobody listens: the dial fails
-        self.push(arrival, MESSAGE, to, receiver.gen, (proc.name, message))
+        sender_gen = proc.gen if channel == "bulk" else -1
+        self.push(arrival, MESSAGE, to, receiver.gen, (proc.name, message, sender_gen))
 
     def timer(self, proc: NodeProcess, t: float, payload: Any) -> None:
         self.push(max(t, self.now) + proc.slowness_s, TIMER, proc.name, proc.gen, payload)
@@ -372,19 +396,37 @@ class Simulation:
         local: float,
         read_at: float | None,
     ) -> None:
-        clock = proc.clock
-        sender = stream.sender
+        # In-flight arrivals drawn at an earlier wake-up come first, explicitly.
+        if stream.pending:
+            early = stream.take_due(t)
+            if early:
+                self._hand_over(proc, detector, stream, early, t, local, read_at, 0, 0.0)
         elided = 0
         gap_bound = 0.0
         if read_at is None and stream.delivered_gen == proc.gen and not stream.pending:
-            gap_bound = self._elision_gap_bound(stream, t, clock)
-            if gap_bound and detector.known_incarnation.get(sender) == stream.incarnation:
-                if sender in detector.targets:
+            gap_bound = self._elision_gap_bound(stream, t, proc.clock)
+            if gap_bound and detector.known_incarnation.get(stream.sender) == stream.incarnation:
+                if stream.sender in detector.targets:
                     elided = stream.elide(t, self.network, self.window_gaps + 1)
         stream.materialise(t, self.network)
         due = stream.take_due(t)
-        if not due:
-            return
+        if due:
+            self._hand_over(proc, detector, stream, due, t, local, read_at, elided, gap_bound)
+
+    def _hand_over(
+        self,
+        proc: NodeProcess,
+        detector: FailureDetector,
+        stream: HeartbeatStream,
+        due: list[tuple[float, int]],
+        t: float,
+        local: float,
+        read_at: float | None,
+        elided: int,
+        gap_bound: float,
+    ) -> None:
+        """Give ``due`` arrivals to the detector, one batch per incarnation run."""
+        clock = proc.clock
         stream.delivered_gen = proc.gen
         start = 0
         for index in range(1, len(due) + 1):
@@ -398,7 +440,7 @@ class Simulation:
                 floor = clock.peek_local(read_at)
                 times = tuple(x if x >= floor else floor for x in times)
             batch = HeartbeatsArrived(
-                peer=sender,
+                peer=stream.sender,
                 incarnation=due[start][1],
                 arrival_times=times,
                 elided_count=elided if start == 0 else 0,

@@ -14,11 +14,13 @@ leaves another (a partition) in place — the same scoping ``heal`` has in the h
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from swarmshake.chaos.sim.rng import RngStreams
 
 MS = 0.001
+LINK_STATES_MAX = 200_000  # FIFO bookkeeping; idle links are pruned past this
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +29,8 @@ class LinkProfile:
 
     delay_ms: float = 50.0
     jitter_ms: float = 25.0
-    bandwidth_kbps: float = 0.0  # 0: unlimited (the control channel's messages are small)
-
-
-@dataclass(slots=True)
-class _LinkState:
-    rng: object
-    last_arrival: float = 0.0
-    busy_until: float = 0.0
+    bandwidth_kbps: float = 0.0  # control channel; 0: unlimited (its messages are small)
+    bulk_kbps: float = 100_000.0  # bulk channel (tensors): 100 MB/s, loopback-proxy order
 
 
 class Network:
@@ -44,6 +40,7 @@ class Network:
         "profile",
         "_rngs",
         "_links",
+        "_rngs_by_sender",
         "cut",
         "blackholed",
         "latency",
@@ -55,7 +52,8 @@ class Network:
     def __init__(self, profile: LinkProfile, rngs: RngStreams):
         self.profile = profile
         self._rngs = rngs
-        self._links: dict[tuple[str, str], _LinkState] = {}
+        self._links: dict[tuple[str, str, str], list[float]] = {}
+        self._rngs_by_sender: dict[tuple[str, str], object] = {}
         self.cut: dict[str, set[tuple[str, str]]] = {}  # op key -> cut directed links
         self.blackholed: dict[str, set[tuple[str, str]]] = {}
         self.latency: dict[tuple[str, str], tuple[float, float]] = {}  # (delay_s, jitter_s)
@@ -126,15 +124,6 @@ class Network:
             link in hole for hole in self.blackholed.values()
         )
 
-    # --- delivery ----------------------------------------------------------------------
-
-    def _state(self, src: str, dst: str) -> _LinkState:
-        state = self._links.get((src, dst))
-        if state is None:
-            state = _LinkState(rng=self._rngs.get("link", src, dst))
-            self._links[(src, dst)] = state
-        return state
-
     def set_slowness(self, node: str, extra_s: float) -> None:
         if extra_s > 0.0:
             self.slowness[node] = extra_s
@@ -144,13 +133,17 @@ class Network:
 
     def delay_bounds(self, src: str, dst: str) -> tuple[float, float]:
         """``(min, max)`` one-way delay of ``src → dst`` now, sender slowness included."""
-        delay, jitter = self.latency.get((src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS))
+        delay, jitter = self.latency.get(
+            (src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS)
+        )
         return delay - jitter, delay + jitter + self.slowness.get(src, 0.0)
 
-    def sample_delay(self, src: str, dst: str, rng: object | None = None) -> float:
-        """One delay of ``src → dst`` drawn from ``rng`` (the link's own stream by default)."""
-        delay, jitter = self.latency.get((src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS))
-        draw = (rng or self._state(src, dst).rng).random  # type: ignore[attr-defined]
+    def sample_delay(self, src: str, dst: str, rng: object) -> float:
+        """One delay of ``src → dst`` drawn from ``rng``."""
+        delay, jitter = self.latency.get(
+            (src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS)
+        )
+        draw = rng.random  # type: ignore[attr-defined]
         if jitter > 0.0:
             delay += (draw() * 2.0 - 1.0) * jitter
         extra = self.slowness.get(src) if self.slowness else None
@@ -158,24 +151,49 @@ class Network:
             delay += draw() * extra
         return delay
 
-    def arrival(self, src: str, dst: str, now: float, nbytes: int = 0) -> float | None:
-        """The arrival time of a message sent now on ``src → dst``, or ``None`` if lost."""
+    # --- delivery ----------------------------------------------------------------------
+
+    def _sender_rng(self, src: str, channel: str) -> object:
+        # One stream per sender and channel, not per link: a 1,000-node run touches up
+        # to a million links, and a Random each would cost gigabytes.  A node's sends
+        # happen in a deterministic order, so its draws do too.
+        key = (src, channel)
+        rng = self._rngs_by_sender.get(key)
+        if rng is None:
+            rng = self._rngs_by_sender[key] = self._rngs.get("send", src, channel)
+        return rng
+
+    def arrival(
+        self, src: str, dst: str, now: float, nbytes: int = 0, channel: str = "control"
+    ) -> float | None:
+        """The arrival time of a message sent now on ``src → dst``, or ``None`` if lost.
+
+        ``channel`` is ``"control"`` or ``"bulk"``: DESIGN gives every link two
+        connections so a tensor never delays a heartbeat; each is FIFO on its own."""
         if not self._fast_path and not self.connected(src, dst):
             return None
-        state = self._state(src, dst)
+        key = (src, dst, channel)
+        state = self._links.get(key)
+        if state is None:
+            state = self._links[key] = [-math.inf, 0.0]  # [last arrival, busy until]
+            if len(self._links) > LINK_STATES_MAX:
+                self._prune(now)
         departure = now
         rate = self.bandwidth.get((src, dst)) if self.bandwidth else None
-        if rate is None and self.profile.bandwidth_kbps > 0:
+        if channel == "bulk":
+            rate = min(rate or math.inf, self.profile.bulk_kbps * 1000.0)
+        elif rate is None and self.profile.bandwidth_kbps > 0:
             rate = self.profile.bandwidth_kbps * 1000.0
-        if rate:
-            departure = max(now, state.busy_until) + nbytes / rate
-            state.busy_until = departure
-        arrival = max(departure + self.sample_delay(src, dst), state.last_arrival)
-        state.last_arrival = arrival
+        if rate and nbytes:
+            departure = max(now, state[1]) + nbytes / rate
+            state[1] = departure
+        arrival = departure + self.sample_delay(src, dst, self._sender_rng(src, channel))
+        if arrival < state[0]:
+            arrival = state[0]  # FIFO: one TCP connection per direction and channel
+        state[0] = arrival
         return arrival
 
-    def forget(self, node: str) -> None:
-        """A crashed node's connections are gone; FIFO order restarts with new ones."""
-        for link in [link for link in self._links if node in link]:
-            state = self._links[link]
-            state.busy_until = 0.0
+    def _prune(self, now: float) -> None:
+        """Forget links idle since before ``now``: their FIFO constraint is void."""
+        self._links = {k: v for k, v in self._links.items() if v[0] > now or v[1] > now}
+

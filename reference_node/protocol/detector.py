@@ -103,6 +103,7 @@ from swarmshake.reference_node.protocol.structs import (
 
 Status = Literal["alive", "suspect", "dead", "left"]
 _US_PER_S = 1_000_000
+_TIMER_KINDS = ("watch", "suspicion_timeout", "notice_retry", "gossip_round")
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -441,6 +442,7 @@ class FailureDetector:
         self._gossip_cursor = 0
         self._monitors: tuple[str, ...] = ()
         self._recompute_topology(at=None)
+        self._recompute_gossip_order()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -461,6 +463,16 @@ class FailureDetector:
         """The earliest pending timer (it may be <= ``now``: tick now), or ``None``."""
         timer = self._earliest_timer()
         return None if timer is None else timer[0]
+
+    def pending_timer(self) -> tuple[float, str, str] | None:
+        """The earliest timer as (time, kind, subject); kind is ``watch``,
+        ``suspicion_timeout``, ``notice_retry`` (subject = the peer concerned) or
+        ``gossip_round`` (subject "").  A lazy simulator delivers the subject's
+        heartbeat arrivals up to ``time`` before ticking a timer about it."""
+        timer = self._earliest_timer()
+        if timer is None:
+            return None
+        return (timer[0], _TIMER_KINDS[timer[1]], timer[2])
 
     def deadline_for(self, peer: str) -> float | None:
         """When this node's watch of ``peer`` times out unless a heartbeat arrives."""
@@ -519,6 +531,13 @@ class FailureDetector:
             watch.deadline = now + self.config.startup_grace_s
         actions.append(self._plan(now))
         actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=now))
+        # Announce this incarnation, so peers that saw an older one dead take it back.
+        self._enqueue(
+            GossipItem(
+                subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
+            )
+        )
+        self._gossip_if_due(now, actions)
 
     def _on_members_changed(self, event: MembersChanged, now: float, actions: list) -> None:
         if self.node not in event.members:
@@ -526,6 +545,7 @@ class FailureDetector:
                 f"MembersChanged without this node {self.node!r}: a removed node stops its detector"
             )
         before_view = self.alive_view()
+        old_monitors = self._monitors
         new_members = tuple(sorted(event.members))
         for gone in set(self.members) - set(new_members):
             self.status.pop(gone, None)
@@ -537,11 +557,13 @@ class FailureDetector:
                 self.status[new] = "alive"
                 self.known_incarnation[new] = 0
         self.members = new_members
-        old_monitors = self._monitors
         self._recompute_topology(at=now)
+        self._recompute_gossip_order()
         if self._monitors != old_monitors and not self.left and not self.self_dead:
             actions.append(self._plan(now))
-        self._view_maybe_changed(before_view, now, actions)
+        if self.alive_view() != before_view:
+            self.view_epoch += 1
+            actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=now))
 
     def _on_heartbeats(self, event: HeartbeatsArrived, now: float, actions: list) -> None:
         times = event.arrival_times
@@ -572,24 +594,30 @@ class FailureDetector:
                 raise LocalProtocolError(
                     "elided arrivals must be followed by gaps <= suspicion_floor_s"
                 )
-            if event.incarnation != self.known_incarnation[event.peer]:
-                raise LocalProtocolError("elision only within the known incarnation of the peer")
-        if watch is None or self.left or self.self_dead:
-            return  # not a peer this node watches (any more): harmless, nothing to learn
+            if (
+                event.incarnation != self.known_incarnation[event.peer]
+                or self.status[event.peer] != "alive"
+            ):
+                raise LocalProtocolError("elision only for an alive peer at its known incarnation")
+        if self.left or self.self_dead:
+            return
+        # Timers due strictly before the first arrival fire first, as one by one.
+        self._fire_due(times[0], actions, inclusive=False)
+        if self.left or self.self_dead:
+            return
         status = self.status[event.peer]
         known = self.known_incarnation[event.peer]
         if event.incarnation < known or (status in ("dead", "left") and event.incarnation <= known):
             return  # an old incarnation: it must rejoin with a higher one
-        if watch.deadline is not None and times[0] > watch.deadline and not event.elided_count:
-            self._watch_timeout(event.peer, watch, watch.deadline, actions)
-            if self.status[event.peer] in ("dead", "left") and event.incarnation <= known:
-                return  # this incarnation is dead now: its later arrivals are ignored
         if event.incarnation > known:
             self._transition(
                 event.peer, "alive_newer", event.incarnation, self.node, times[0], actions
             )
             if self.known_incarnation[event.peer] < event.incarnation:
                 return  # ignored (no-refute): keep watching the old incarnation's state only
+        watch = self._watches.get(event.peer)  # the view, so the targets, may have changed
+        if watch is None:
+            return  # not a peer this node watches (any more): harmless, nothing to learn
         if event.elided_count:
             watch.gaps.clear()
             watch.gap_sum = watch.gap_sq_sum = 0
@@ -598,11 +626,20 @@ class FailureDetector:
             watch.heartbeats += event.elided_count + 1
             watch.deadline = times[0] + floor_us / _US_PER_S
             times = times[1:]
+        other = self._earliest_timer(skip_watch=event.peer)
+        other_at = math.inf if other is None else other[0]
         for arrival in times:
-            if watch.deadline is not None and arrival > watch.deadline:
-                self._watch_timeout(event.peer, watch, watch.deadline, actions)
-                if self.status[event.peer] in ("dead", "left"):
+            if arrival > other_at or (watch.deadline is not None and arrival > watch.deadline):
+                self._fire_due(arrival, actions, inclusive=False)
+                if (
+                    self.left
+                    or self.self_dead
+                    or self._watches.get(event.peer) is not watch
+                    or self.status[event.peer] in ("dead", "left")
+                ):
                     return  # later arrivals of this incarnation are ignored, as one by one
+                other = self._earliest_timer(skip_watch=event.peer)
+                other_at = math.inf if other is None else other[0]
             self._record_arrival(event.peer, watch, arrival, actions)
 
     def _on_gossip(self, event: GossipReceived, now: float, actions: list) -> None:
@@ -630,9 +667,14 @@ class FailureDetector:
         self._gossip_if_due(now, actions)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
+        self._fire_due(now, actions, inclusive=True)
+
+    def _fire_due(self, limit: float, actions: list, *, inclusive: bool) -> None:
+        """Fire timers in time order up to ``limit`` (an arrival at a deadline wins, so
+        before an arrival only timers strictly earlier fire)."""
         while True:
             timer = self._earliest_timer()
-            if timer is None or timer[0] > now:
+            if timer is None or timer[0] > limit or (not inclusive and timer[0] == limit):
                 return
             at, kind, subject = timer
             if kind == 0:
@@ -765,7 +807,7 @@ class FailureDetector:
         new_status = PEER_STATUS_TRANSITIONS.get((status, kind))
         if new_status is None:
             return
-        before_view = self.alive_view()
+        was_in_view = status in ("alive", "suspect")
         if kind == "alive_newer":
             self.known_incarnation[subject] = incarnation
             self.status[subject] = "alive"
@@ -806,7 +848,7 @@ class FailureDetector:
                 # Tell the subject (so it can refute) and its other monitors (whose
                 # independent suspicions confirm) directly, not by epidemic.
                 others = monitors_of(
-                    subject, self.seed, self.members, self.config.monitors_per_node
+                    subject, self.seed, self.alive_view(), self.config.monitors_per_node
                 )
                 to = (
                     subject,
@@ -826,7 +868,9 @@ class FailureDetector:
                 max(
                     1,
                     len(
-                        monitors_of(subject, self.seed, self.members, self.config.monitors_per_node)
+                        monitors_of(
+                            subject, self.seed, self.alive_view(), self.config.monitors_per_node
+                        )
                     ),
                 ),
             )
@@ -860,7 +904,7 @@ class FailureDetector:
             self._enqueue(
                 GossipItem(subject=subject, incarnation=incarnation, status=kind, origin=self.node)
             )
-        self._view_maybe_changed(before_view, at, actions)
+        self._view_maybe_changed(was_in_view, subject, at, actions)
         self._gossip_if_due(at, actions)
 
     def _about_me(self, item: GossipItem, at: float, actions: list) -> None:
@@ -961,12 +1005,16 @@ class FailureDetector:
                 chosen.append(peer)
         return tuple(chosen)
 
-    def _earliest_timer(self) -> tuple[float, int, str] | None:
+    def _earliest_timer(self, skip_watch: str | None = None) -> tuple[float, int, str] | None:
         """(time, kind, subject); kind orders ties: 0 watch, 1 suspicion timeout,
         2 notice retry, 3 gossip round."""
         best: tuple[float, int, str] | None = None
         for peer, watch in self._watches.items():
-            if watch.deadline is not None and self.status.get(peer) in ("alive", "suspect"):
+            if (
+                peer != skip_watch
+                and watch.deadline is not None
+                and self.status.get(peer) in ("alive", "suspect")
+            ):
                 candidate = (watch.deadline, 0, peer)
                 if best is None or candidate < best:
                     best = candidate
@@ -995,8 +1043,9 @@ class FailureDetector:
 
     def _recompute_topology(self, at: float | None) -> None:
         per_node = self.config.monitors_per_node
-        self._monitors = monitors_of(self.node, self.seed, self.members, per_node)
-        targets = targets_of(self.node, self.seed, self.members, per_node)
+        view = self.alive_view()
+        self._monitors = monitors_of(self.node, self.seed, view, per_node)
+        targets = targets_of(self.node, self.seed, view, per_node)
         for gone in set(self._watches) - set(targets):
             del self._watches[gone]
         for target in targets:
@@ -1005,17 +1054,26 @@ class FailureDetector:
                     None if at is None or not self.started else at + self.config.startup_grace_s
                 )
                 self._watches[target] = _Watch(self.config.window_gaps, deadline)
+
+    def _recompute_gossip_order(self) -> None:
         others = [m for m in self.members if m != self.node]
         self._gossip_order = tuple(
             sorted(others, key=lambda p: (_hash64("gossip", self.seed, self.node, p), p))
         )
         self._gossip_cursor = 0
 
-    def _view_maybe_changed(self, before: tuple[str, ...], at: float, actions: list) -> None:
-        after = self.alive_view()
-        if after != before:
-            self.view_epoch += 1
-            actions.append(ViewChanged(alive=after, epoch=self.view_epoch, at=at))
+    def _view_maybe_changed(
+        self, was_in_view: bool, subject: str, at: float, actions: list
+    ) -> None:
+        """Called after ``subject``'s status changed; O(1) unless the view changed."""
+        if was_in_view == (self.status.get(subject) in ("alive", "suspect")):
+            return
+        self.view_epoch += 1
+        actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=at))
+        old_monitors = self._monitors
+        self._recompute_topology(at=at)
+        if self._monitors != old_monitors and not self.left and not self.self_dead:
+            actions.append(self._plan(at))
 
 
 _HANDLERS = {

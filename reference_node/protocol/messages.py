@@ -152,6 +152,7 @@ class Nack(_Message, tag="nack"):
 class Decided(_Message, tag="decided"):
     step: Step
     value: StepValue
+    quorum: NodeList = []  # the acceptors whose accepts chose it (evidence for S3 checks)
 
 
 class JoinRequest(_Message, tag="join_request"):

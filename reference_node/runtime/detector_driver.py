@@ -113,8 +113,9 @@ class DetectorDriver:
                         history.DeclareAlive, peer=action.peer, peer_incarnation=action.peer_incarnation
                     )
                 case det.Refuted():
-                    self.events.incarnation = action.incarnation
-                    self.events.log(history.Refute, suspected_by=action.suspected_by)
+                    self.events.log(
+                        history.Refute, incarnation=action.incarnation, suspected_by=action.suspected_by
+                    )
                 case det.SelfDeclaredDead():
                     self.events.log(
                         history.DeclareDead, peer=self.core.node, peer_incarnation=action.incarnation,

@@ -23,13 +23,16 @@ class EventLog:
         self.lamport = 0
         self.counts: dict[str, int] = {}
 
-    def log(self, cls: type[history.EventBase], step: int = -1, **fields: object) -> None:
+    def log(
+        self, cls: type[history.EventBase], step: int = -1, incarnation: int | None = None, **fields: object
+    ) -> None:
+        """``incarnation`` defaults to the process's; a ``refute`` records the raised one."""
         self.lamport += 1
         event = cls(
             t_wall=time.time(),
             t_mono=time.monotonic(),
             node=self.node,
-            incarnation=self.incarnation,
+            incarnation=self.incarnation if incarnation is None else incarnation,
             epoch=self.epoch,
             step=step,
             lamport=self.lamport,

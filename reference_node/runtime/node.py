@@ -187,6 +187,9 @@ class ControlProcess:
         self._pending_drops[key] = self._pending_drops.get(key, 0) + 1
 
     def _on_detector_action(self, action: object) -> None:
+        if isinstance(action, det.Refuted):
+            # A restart must come back above every incarnation this process used.
+            incarnation_store.store(self.config.data_dir, action.incarnation)
         if self.step_driver is not None:
             self.step_driver.on_detector_action(action)
 
@@ -372,6 +375,8 @@ class ControlProcess:
     async def run(self) -> int:
         import torch
 
+        from swarmshake.reference_node.runtime.step_driver import StepDriver
+
         self.events.log(
             history.Start,
             seed=self.config.node.seed,
@@ -408,6 +413,7 @@ class ControlProcess:
                     raise NodeExit(0, f"{self.stop_reason} (before ready)")
                 starting.result()
                 assert self.worker_ready is not None
+                self.step_driver = StepDriver(self)
                 group.create_task(self.worker_reader())
                 group.create_task(self.worker_pinger())
                 group.create_task(self.telemetry_loop())

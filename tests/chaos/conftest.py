@@ -63,13 +63,17 @@ class Observations:
                 records.append(record)
         return records
 
-    def heartbeats(self, receiver: str, sender: str, since: float, channel: str | None = None) -> list[dict]:
+    def heartbeats(
+        self, receiver: str, sender: str, since: float, channel: str | None = None
+    ) -> list[dict]:
         return [
             r for r in self.of(receiver, since, "hb")
             if r["peer"] == sender and (channel is None or r["channel"] == channel)
         ]  # fmt: skip
 
-    def wait_for(self, predicate: Callable[[], object], timeout_s: float = 5.0, what: str = "") -> object:
+    def wait_for(
+        self, predicate: Callable[[], object], timeout_s: float = 5.0, what: str = ""
+    ) -> object:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             value = predicate()
@@ -100,3 +104,10 @@ def healed(stand_in) -> Iterator[ClusterSession]:
 @pytest.fixture
 def observed(stand_in) -> Observations:
     return Observations(stand_in.run_dir)
+
+
+@pytest.fixture
+def heartbeat_program() -> str:
+    """Path of the stand-in node program (the tools it needs are checked)."""
+    require_tools()
+    return HEARTBEAT_NODE

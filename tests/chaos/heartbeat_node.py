@@ -51,7 +51,9 @@ class Node:
         (self.folder / f"incarnation-{self.incarnation}").touch()
 
     def observe(self, **fields) -> None:
-        self.observed.write(json.dumps({"t": time.monotonic(), "pid": os.getpid(), **fields}) + "\n")
+        self.observed.write(
+            json.dumps({"t": time.monotonic(), "pid": os.getpid(), **fields}) + "\n"
+        )
 
     def event(self, kind: str, **fields) -> None:
         record = {"kind": kind, "t_wall": time.time(), "t_mono": time.monotonic(),
@@ -79,7 +81,9 @@ class Node:
         async with asyncio.TaskGroup() as group:
             for peer, address in self.config.get("peers", {}).items():
                 for channel in ("control", "bulk"):
-                    group.create_task(self.dial(peer, channel, address["host"], address[f"{channel}_port"]))
+                    group.create_task(
+                        self.dial(peer, channel, address["host"], address[f"{channel}_port"])
+                    )
             group.create_task(self.mqtt())
             group.create_task(self.checkpoint_loop())
         for server in servers:
@@ -109,7 +113,9 @@ class Node:
         topic = f"{settings['topic_prefix']}/nodes/{self.id}/command"
         while True:
             try:
-                async with aiomqtt.Client(settings["host"], settings["port"], keepalive=2) as client:
+                async with aiomqtt.Client(
+                    settings["host"], settings["port"], keepalive=2
+                ) as client:
                     await client.subscribe(topic, qos=1)
                     self.observe(kind="mqtt_connected")
                     async for message in client.messages:

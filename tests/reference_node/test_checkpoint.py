@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from swarmshake.reference_node.checkpoint import (
     CheckpointError,
@@ -162,6 +164,13 @@ def test_streamed_state_reassembles_and_verifies(chunk_bytes: int) -> None:
     assert_same_state(assembler.finish(), state)
 
 
+def test_a_stream_in_one_chunk_reassembles() -> None:
+    state = trained_state()
+    assembler = StateAssembler()
+    assembler.feed(b"".join(bytes(c) for c in state_chunks(state)))
+    assert_same_state(assembler.finish(), state)
+
+
 def test_a_checkpoint_file_streams_as_chunks(tmp_path: Path) -> None:
     state = trained_state()
     info = write_checkpoint(tmp_path, state)
@@ -192,3 +201,60 @@ def test_stream_damage_is_detected() -> None:
         small.feed(whole)
     with pytest.raises(CheckpointError, match="bad magic"):
         StateAssembler().feed(b"HTTP/1.1 200 OK\r\n")
+
+
+STREAM_STATE = trained_state("adam", steps=1)
+STREAM_BYTES = b"".join(bytes(c) for c in state_chunks(STREAM_STATE))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(STREAM_BYTES)), max_size=12))
+def test_any_split_reassembles_and_any_truncation_is_refused(cuts: list[int]) -> None:
+    bounds = [0, *sorted(cuts), len(STREAM_BYTES)]
+    assembler = StateAssembler()
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        assembler.feed(STREAM_BYTES[start:end])
+    assert_same_state(assembler.finish(), STREAM_STATE)
+    if cuts and min(cuts) < len(STREAM_BYTES):
+        short = StateAssembler()
+        try:
+            short.feed(STREAM_BYTES[: min(cuts)])
+            short.finish()
+        except CheckpointError as error:
+            assert "truncated" in error.reason or "bad magic" in error.reason
+        else:
+            raise AssertionError(f"a stream cut at {min(cuts)} bytes was accepted")
+
+
+def test_an_unhashed_live_stream_needs_opt_in_and_still_checks_the_parameters() -> None:
+    state = trained_state()
+    chunks = [bytes(c) for c in state_chunks(state, hash_payload=False)]
+    with pytest.raises(CheckpointError, match="no checksum"):
+        refusing = StateAssembler()
+        for chunk in chunks:
+            refusing.feed(chunk)
+    accepting = StateAssembler(require_payload_hash=False)
+    for chunk in chunks:
+        accepting.feed(chunk)
+    assert_same_state(accepting.finish(), state)
+    whole = bytearray(b"".join(chunks))
+    whole[len(chunks[0]) + 11] ^= 0x04  # a parameter byte
+    damaged = StateAssembler(require_payload_hash=False)
+    damaged.feed(bytes(whole))
+    with pytest.raises(CheckpointError, match="parameter fingerprint mismatch"):
+        damaged.finish()
+
+
+def test_a_stream_lands_in_a_reused_buffer(tmp_path: Path) -> None:
+    state = trained_state()
+    buffer = torch.zeros(1 << 20, dtype=torch.uint8)
+    assembler = StateAssembler(payload_buffer=buffer)
+    for chunk in state_chunks(state):
+        assembler.feed(chunk)
+    received = assembler.finish()
+    assert_same_state(received, state)
+    assert received.params.data_ptr() == buffer.data_ptr()
+    too_small = StateAssembler(payload_buffer=torch.zeros(16, dtype=torch.uint8))
+    with pytest.raises(CheckpointError, match="does not fit"):
+        for chunk in state_chunks(state):
+            too_small.feed(chunk)

@@ -82,7 +82,15 @@ def build_history(plan: Plan) -> list[EventBase]:
     config = {"voters": names}
     emit(RunMark, 0.0, HARNESS, mark="run_start", data={"seed": plan.seed})
     for name in names:
-        emit(Start, 0.001, name, seed=plan.seed, git_commit="abc1234", torch_version="2.15", config=config)
+        emit(
+            Start,
+            0.001,
+            name,
+            seed=plan.seed,
+            git_commit="abc1234",
+            torch_version="2.15",
+            config=config,
+        )
         emit(Ready, 0.002, name)
     stall_until = 0.0
     pending = sorted(plan.faults, key=lambda f: f.at_s)
@@ -101,7 +109,13 @@ def build_history(plan: Plan) -> list[EventBase]:
                 excluded.add(f.victim)
                 stall_until = f.at_s + plan.stall_s
                 for index, observer in enumerate(n for n in names if n != f.victim and up[n]):
-                    emit(Suspect, f.at_s + plan.detection_s * 0.6, observer, peer=f.victim, peer_incarnation=incarnation[f.victim])
+                    emit(
+                        Suspect,
+                        f.at_s + plan.detection_s * 0.6,
+                        observer,
+                        peer=f.victim,
+                        peer_incarnation=incarnation[f.victim],
+                    )
                     emit(
                         DeclareDead,
                         f.at_s + plan.detection_s - 0.001 * index,
@@ -116,9 +130,22 @@ def build_history(plan: Plan) -> list[EventBase]:
             emit(Fault, heal_t, HARNESS, op=f.op, target=[f.victim], phase="heal")
             if f.op == "crash":
                 incarnation[f.victim] += 1
-                emit(Start, heal_t + 0.05, f.victim, incarnation=incarnation[f.victim], seed=plan.seed, config=config)
+                emit(
+                    Start,
+                    heal_t + 0.05,
+                    f.victim,
+                    incarnation=incarnation[f.victim],
+                    seed=plan.seed,
+                    config=config,
+                )
                 emit(Ready, heal_t + 0.3, f.victim, incarnation=incarnation[f.victim])
-                emit(RejoinBegin, heal_t + 0.31, f.victim, incarnation=incarnation[f.victim], source="n1")
+                emit(
+                    RejoinBegin,
+                    heal_t + 0.31,
+                    f.victim,
+                    incarnation=incarnation[f.victim],
+                    source="n1",
+                )
                 up[f.victim] = True
                 # The victim catches up to the step committed at heal + 0.05 + rejoin_s.
                 done_t = heal_t + 0.05 + plan.rejoin_s
@@ -137,7 +164,13 @@ def build_history(plan: Plan) -> list[EventBase]:
                 paused[f.victim] = False
                 rejoin_done_at = heal_t
             for observer in (n for n in names if n != f.victim and up[n]):
-                emit(DeclareAlive, heal_t + 0.1, observer, peer=f.victim, peer_incarnation=incarnation[f.victim])
+                emit(
+                    DeclareAlive,
+                    heal_t + 0.1,
+                    observer,
+                    peer=f.victim,
+                    peer_incarnation=incarnation[f.victim],
+                )
             excluded.discard(f.victim)
             back_at[f.victim] = rejoin_done_at  # contributes again once caught up
         if t < stall_until:
@@ -146,7 +179,11 @@ def build_history(plan: Plan) -> list[EventBase]:
         live = [n for n in names if up[n] and not paused[n]]
         contributors = [n for n in live if n not in excluded and t >= back_at.get(n, 0.0)]
         for node in contributors:
-            loss = plan.loss_offset + 2.0 * math.exp(-step / 40) + 0.02 * math.sin(step + int(node[1:]))
+            loss = (
+                plan.loss_offset
+                + 2.0 * math.exp(-step / 40)
+                + 0.02 * math.sin(step + int(node[1:]))
+            )
             emit(TrainStep, t - plan.step_s / 2, node, step=step, loss=loss, samples=32)
         for node in contributors:
             emit(
@@ -176,7 +213,13 @@ def build_history(plan: Plan) -> list[EventBase]:
         step += 1
         t += plan.step_s
     if plan.false_positive_at_s is not None:
-        emit(DeclareDead, plan.false_positive_at_s, "n1", peer="n2", peer_incarnation=incarnation["n2"])
+        emit(
+            DeclareDead,
+            plan.false_positive_at_s,
+            "n1",
+            peer="n2",
+            peer_incarnation=incarnation["n2"],
+        )
     emit(RunMark, plan.duration_s, HARNESS, mark="run_end")
     return events
 
@@ -187,12 +230,15 @@ def write_run(run_dir: Path, plan: Plan, *, scenario_name: str = "crash-one") ->
     for event in events:
         by_node.setdefault(event.node, []).append(event)
     for node, node_events in by_node.items():
-        write_history(run_dir / "events" / f"{node}.jsonl", sorted(node_events, key=lambda e: e.t_mono))
+        write_history(
+            run_dir / "events" / f"{node}.jsonl", sorted(node_events, key=lambda e: e.t_mono)
+        )
     (run_dir / "scenario.yaml").write_text(
         f"name: {scenario_name}\nseed: {plan.seed}\nnodes: {plan.nodes}\nbackend: local\n"
         "faults:\n"
         + "".join(
-            f"  - op: {{op: {f.op}, nodes: [{f.victim}]}}\n    at_s: {f.at_s}\n" for f in plan.faults
+            f"  - op: {{op: {f.op}, nodes: [{f.victim}]}}\n    at_s: {f.at_s}\n"
+            for f in plan.faults
         )
     )
     return run_dir

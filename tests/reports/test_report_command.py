@@ -15,7 +15,9 @@ from swarmshake.chaos.commands._args import UsageError
 
 def _run(histories, path: Path, *, stall_s: float, detection_s: float = 0.25) -> Path:
     plan = histories.Plan(
-        stall_s=stall_s, detection_s=detection_s, faults=[histories.PlannedFault("crash", "n3", 4.0, 7.0)]
+        stall_s=stall_s,
+        detection_s=detection_s,
+        faults=[histories.PlannedFault("crash", "n3", 4.0, 7.0)],
     )
     return histories.write_run(path, plan)
 
@@ -35,7 +37,9 @@ def test_compare_flags_a_recovery_regression(tmp_path: Path, histories, capsys) 
     comparison = json.loads(capsys.readouterr().out)
     flagged = [c for c in comparison["changes"] if c["regressed"]]
     assert [c["what"] for c in flagged] == ["fault 1 crash n3: recovery"]
-    assert flagged[0]["before_ms"] == pytest.approx(400) and flagged[0]["after_ms"] == pytest.approx(1200)
+    assert flagged[0]["before_ms"] == pytest.approx(400) and flagged[0][
+        "after_ms"
+    ] == pytest.approx(1200)
     assert "❌ slower" in (slow / "compare.md").read_text()
 
 
@@ -48,7 +52,10 @@ def test_bad_input_is_usage_error(tmp_path: Path) -> None:
 
 def test_cli_entry_point_routes_report(crash_run: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "swarmshake", "report", str(crash_run)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "swarmshake", "report", str(crash_run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "verdict valid" in done.stderr

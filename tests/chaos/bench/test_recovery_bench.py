@@ -18,6 +18,7 @@ from swarmshake.chaos.bench import matrix, recovery
 from swarmshake.chaos.bench.stats import summarize_ms
 from swarmshake.chaos.bench.trials import BackendUnavailable
 from swarmshake.chaos.commands import bench as bench_command
+from swarmshake.chaos.commands._args import UsageError
 
 
 def _played_trial(histories, detection_by_trial: dict[int, float]):
@@ -54,7 +55,9 @@ def test_cells_and_trial_scenarios_are_seeded_and_valid() -> None:
     assert first == again and first.seed != other.seed
     for fault in matrix.FAULT_TYPES:
         for size in (4, 5, 8):
-            scenario = matrix.trial_scenario(matrix.Cell(fault, size, "local"), 3, 1, matrix.FULL_TIMING)
+            scenario = matrix.trial_scenario(
+                matrix.Cell(fault, size, "local"), 3, 1, matrix.FULL_TIMING
+            )
             assert scenario.cluster.nodes == size and len(scenario.faults) == 1
             op = scenario.faults[0].op
             assert "n1" not in op.targets() or isinstance(op, F.Partition), fault
@@ -81,7 +84,11 @@ def test_matrix_aggregates_measured_trials(tmp_path: Path, histories) -> None:
     )
     assert errors == []
     document = recovery.bench_document(
-        results, errors, command="swarmshake bench recovery --quick", quick=True, seed=0,
+        results,
+        errors,
+        command="swarmshake bench recovery --quick",
+        quick=True,
+        seed=0,
         timing=matrix.QUICK_TIMING,
     )
     crash = document["results"]["crash"]
@@ -113,7 +120,11 @@ def test_failed_trials_are_recorded_not_measured(tmp_path: Path) -> None:
         cells, 2, tmp_path, timing=matrix.QUICK_TIMING, runner=broken, progress=lambda _: None
     )
     assert results[0].trials == 0 and results[0].failed_trials == 2
-    assert errors[0] == {"cell": "pause/local/4", "trial": 0, "error": "RuntimeError: node n2 never became ready"}
+    assert errors[0] == {
+        "cell": "pause/local/4",
+        "trial": 0,
+        "error": "RuntimeError: node n2 never became ready",
+    }
 
     def unavailable(scenario, backend, out):
         raise BackendUnavailable("no simulator")
@@ -122,10 +133,10 @@ def test_failed_trials_are_recorded_not_measured(tmp_path: Path) -> None:
         recovery.run_matrix(cells, 2, tmp_path, timing=matrix.QUICK_TIMING, runner=unavailable)
 
 
-def test_cli_rejects_bad_usage(capsys) -> None:
-    with pytest.raises(Exception, match="choose from"):
+def test_cli_rejects_bad_usage() -> None:
+    with pytest.raises(UsageError, match="choose from"):
         bench_command.main(["recovery", "--backend", "cloud"])
-    with pytest.raises(Exception, match="sizes"):
+    with pytest.raises(UsageError, match="sizes"):
         bench_command.main(["recovery", "--sizes", "0"])
-    with pytest.raises(Exception, match="unknown benchmark"):
+    with pytest.raises(UsageError, match="unknown benchmark"):
         bench_command.main(["warp"])

@@ -1,0 +1,518 @@
+"""The Docker backend: nodes, Mosquitto and Toxiproxy as containers on a project network.
+
+Everything runs on one project-created bridge network ``swarmshake-<run-id>``; every
+container and the network carry ``swarmshake.project`` and ``swarmshake.run=<id>``
+labels, so ``chaos/cleanup.py`` finds leftovers.  The run directory is bind-mounted
+at the same absolute path in every node container, so events and checkpoints
+survive container death and the node's config paths mean the same on both sides.
+
+- Toxiproxy: the host's static binary mounted into a ``base_tag()`` container (no
+  registry can be reached), alias ``toxiproxy``; one proxy per directed link and
+  channel plus one per node's broker connection, each on its own port.
+- Mosquitto: the host's Debian binary run in a base container with the host's
+  library folder mounted read-only (same Debian release, so the same ABI).
+- Nodes: the content-tagged node image (``docker_image.node_tag()``, built from the
+  code layer in seconds when missing), listening on fixed ports inside their
+  container; ``NET_ADMIN`` so ``tc netem`` can act in the node's namespace.
+
+Crash is ``docker kill``, restart ``docker start`` (same container, new process,
+new incarnation from the mounted data folder), pause ``docker pause``, CPU throttle
+``docker update --cpu-quota``.  ``netem`` shapes the sending node's egress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from swarmshake.chaos import docker_image
+from swarmshake.chaos.backends import node_config
+from swarmshake.chaos.backends.base import (
+    Backend,
+    BackendError,
+    BrokerHandle,
+    ClusterSpec,
+    NodeHandle,
+    UnsupportedFault,
+)
+from swarmshake.chaos.backends.mqtt_commands import publish_command
+from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
+from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
+from swarmshake.chaos.mosquitto import mosquitto_binary
+from swarmshake.chaos.toxiproxy import Toxic, ToxiproxyClient, ToxiproxyHungError, toxiproxy_binary
+from swarmshake.reference_node.runtime.mqtt_messages import Command
+
+CONTROL_PORT, BULK_PORT, HTTP_PORT = 7001, 7002, 7003  # inside each node container
+BROKER_PORT = 1883
+TOXIPROXY_API_PORT = 8474
+FIRST_PROXY_PORT = 20000  # proxies listen on 20000.. inside the toxiproxy container
+DOCKER_TIMEOUT_S = 60  # per Docker API call; image builds have their own
+READY_TIMEOUT_S = 30.0  # Toxiproxy and Mosquitto answer within a second of start
+STOP_GRACE_S = 3  # docker stop's SIGTERM → SIGKILL grace
+HOST_LIBS = "/lib/x86_64-linux-gnu"
+
+
+class DockerNode(NodeHandle):
+    def __init__(self, backend: DockerBackend, name: str, container: Any):
+        self.backend = backend
+        self.name = name
+        self.container = container
+        self.paused = False
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(getattr(self.container, method), *args, **kwargs)
+
+    def is_running(self) -> bool:
+        with contextlib.suppress(Exception):
+            self.container.reload()
+            return self.container.status in ("running", "paused")
+        return False
+
+    async def crash(self) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.APIError):
+            if self.paused:
+                await self._call("unpause")
+            await self._call("kill")
+        self.paused = False
+
+    async def stop(self) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.APIError):
+            if self.paused:
+                await self._call("unpause")
+            await self._call("stop", timeout=STOP_GRACE_S)
+
+    async def restart(self) -> None:
+        if self.is_running():
+            await self.crash()
+        await self._call("start")
+        self.paused = False
+
+    async def pause(self) -> None:
+        await self._call("pause")
+        self.paused = True
+
+    async def resume(self) -> None:
+        await self._call("unpause")
+        self.paused = False
+
+    async def set_cpu_fraction(self, fraction: float) -> None:
+        period = 100_000
+        quota = -1 if fraction >= 1.0 else max(1000, int(period * fraction))
+        await self._call("update", cpu_period=period, cpu_quota=quota)
+
+    async def set_disk_full(self, full: bool) -> None:
+        if full:
+            raise UnsupportedFault(
+                "disk_full is unsupported on the docker backend (a mount cannot be added to a "
+                "running container); use the local backend"
+            )
+
+    async def exec(self, command: list[str]) -> str:
+        result = await self._call("exec_run", command)
+        if result.exit_code != 0:
+            raise BackendError(
+                f"{self.name}: {' '.join(command)} failed: {result.output.decode()[-500:]}"
+            )
+        return result.output.decode()
+
+
+class DockerBroker(BrokerHandle):
+    def __init__(self, container: Any):
+        self.container = container
+        self._lost = False
+
+    async def lose(self) -> None:
+        await asyncio.to_thread(self.container.kill)
+        self._lost = True
+
+    async def restore(self) -> None:
+        if self._lost:
+            await asyncio.to_thread(self.container.start)
+            self._lost = False
+
+    @property
+    def lost(self) -> bool:
+        return self._lost
+
+
+class ContainerToxiproxy:
+    """Toxiproxy in a container, with the local supervisor's guarantees: every call has
+    a deadline, and a hung server is restarted (``docker restart``) and its proxies
+    and toxics re-created from the desired state kept here."""
+
+    MAX_RESTARTS = 3
+
+    def __init__(self, container: Any, url: str, on_incident: Any):
+        self.container = container
+        self.client = ToxiproxyClient(url)
+        self.on_incident = on_incident
+        self.restarts = 0
+        self.state: dict[str, dict[str, Any]] = {}  # name -> {listen, upstream, enabled, toxics}
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                await self.client.version()
+                return
+            except ToxiproxyHungError:
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"toxiproxy container not answering within {READY_TIMEOUT_S}s"
+                    ) from None
+                await asyncio.sleep(0.05)
+
+    async def _supervised(self, call: Any, what: str) -> Any:
+        try:
+            return await call()
+        except ToxiproxyHungError as error:
+            if self.restarts >= self.MAX_RESTARTS:
+                raise
+            self.restarts += 1
+            await asyncio.to_thread(self.container.restart, timeout=1)
+            await self.wait_ready()
+            for name, proxy in self.state.items():
+                await self.client.create_proxy(
+                    name, proxy["listen"], proxy["upstream"], enabled=proxy["enabled"]
+                )
+                for toxic in proxy["toxics"].values():
+                    await self.client.add_toxic(name, toxic)
+            self.on_incident(
+                "toxiproxy_restart", {"reason": f"{what}: {error}", "restarts": self.restarts}
+            )
+            return None
+
+    async def create_proxy(self, name: str, listen: str, upstream: str) -> None:
+        self.state[name] = {"listen": listen, "upstream": upstream, "enabled": True, "toxics": {}}
+        await self._supervised(
+            lambda: self.client.create_proxy(name, listen, upstream), f"create {name}"
+        )
+
+    async def set_enabled(self, name: str, enabled: bool) -> None:
+        self.state[name]["enabled"] = enabled
+        await self._supervised(lambda: self.client.set_enabled(name, enabled), f"enable {name}")
+
+    async def add_toxic(self, proxy: str, toxic: Toxic) -> None:
+        self.state[proxy]["toxics"][toxic.name] = toxic
+
+        async def add() -> None:
+            live = {t.name for t in await self.client.toxics(proxy)}
+            if toxic.name in live:
+                await self.client.remove_toxic(proxy, toxic.name)
+            await self.client.add_toxic(proxy, toxic)
+
+        await self._supervised(add, f"toxic {proxy}")
+
+    async def remove_toxic(self, proxy: str, name: str) -> None:
+        self.state[proxy]["toxics"].pop(name, None)
+
+        async def remove() -> None:
+            if name in {t.name for t in await self.client.toxics(proxy)}:
+                await self.client.remove_toxic(proxy, name)
+
+        await self._supervised(remove, f"remove toxic {proxy}/{name}")
+
+    async def reset(self) -> None:
+        for proxy in self.state.values():
+            proxy["enabled"] = True
+            proxy["toxics"].clear()
+        await self._supervised(self.client.reset, "reset")
+
+
+class DockerBackend(Backend):
+    name = "docker"
+    supported_ops = frozenset(
+        {
+            "crash", "restart", "pause", "resume", "cpu_throttle", "checkpoint_corrupt",
+            "clock_skew", "byzantine", "churn", "broker_loss", "partition", "heal", "latency",
+            "bandwidth", "blackhole", "reset_peer", "slicer", "limit_data", "slow_close", "netem",
+        }
+    )  # fmt: skip
+
+    def __init__(self, spec: ClusterSpec, *, registry: Registry | None = None):
+        super().__init__(spec)
+        self.registry = registry
+        self.labels = {LABEL: "1", RUN_LABEL: spec.run_id}
+        self.client: Any = None
+        self.network: Any = None
+        self.toxiproxy: ContainerToxiproxy | None = None
+        self._broker: DockerBroker | None = None
+        self._broker_ip = ""
+        self._nodes: dict[str, DockerNode] = {}
+        self._links: dict[tuple[str, str], Link] = {}
+        self._netem_nodes: set[str] = set()
+        self.timings: dict[str, float] = {}
+        self.incidents: list[dict[str, Any]] = []
+
+    def _name(self, role: str) -> str:
+        return f"swarmshake-{self.spec.run_id}-{role}"
+
+    async def _run(self, image: str, role: str, alias: str, **kwargs: Any) -> Any:
+        def start() -> Any:
+            # Created on the project network only (not also on docker0), reachable
+            # by its alias, so eth0 inside is the cluster's interface (netem acts there).
+            endpoint = self.client.api.create_endpoint_config(aliases=[alias])
+            container = self.client.containers.create(
+                image, name=self._name(role), labels=self.labels, detach=True,
+                network=self.network.name, networking_config={self.network.name: endpoint}, **kwargs,
+            )  # fmt: skip
+            container.start()
+            return container
+
+        return await asyncio.to_thread(start)
+
+    def _ip(self, container: Any) -> str:
+        container.reload()
+        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+
+    async def up(self) -> None:
+        import docker
+
+        started = time.monotonic()
+        spec = self.spec
+        for folder in ("logs", "events", "checkpoints", "nodes", "broker"):
+            (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
+        if self.registry:
+            self.registry.uses_docker()
+        self.client = await asyncio.to_thread(docker.from_env, timeout=DOCKER_TIMEOUT_S)
+        node_image = await asyncio.to_thread(self._node_image)
+        self.timings["image_s"] = time.monotonic() - started
+        self.network = await asyncio.to_thread(
+            self.client.networks.create, self._name("net"), driver="bridge", labels=self.labels
+        )
+        base = docker_image.base_tag()
+        toxi = await self._run(
+            base, "toxiproxy", "toxiproxy",
+            entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(TOXIPROXY_API_PORT)],
+            volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
+        )  # fmt: skip
+        config = spec.run_dir / "broker" / "mosquitto.conf"
+        config.write_text(
+            f"listener {BROKER_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
+        )
+        broker = await self._run(
+            base, "broker", "broker",
+            entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
+            environment={"LD_LIBRARY_PATH": "/hostlib"},
+            volumes={
+                str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
+                HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
+                str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
+            },
+        )  # fmt: skip
+        self._broker = DockerBroker(broker)
+        self._broker_ip = await asyncio.to_thread(self._ip, broker)
+        toxi_ip = await asyncio.to_thread(self._ip, toxi)
+        self.toxiproxy = ContainerToxiproxy(
+            toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}",
+            lambda kind, data: self.incidents.append({"kind": kind, **data}),
+        )  # fmt: skip
+        await self.toxiproxy.wait_ready()
+        listeners = await self._create_proxies()
+        self.timings["infrastructure_s"] = time.monotonic() - started
+        uid = f"{os.getuid()}:{os.getgid()}"
+        for name in spec.nodes:
+            peers = {
+                peer: node_config.Endpoint(
+                    "toxiproxy", listeners[proxy_name(name, peer, "control")],
+                    listeners[proxy_name(name, peer, "bulk")],
+                )
+                for peer in spec.nodes if peer != name
+            }  # fmt: skip
+            raw = node_config.build(
+                spec, name, listen_host="0.0.0.0", control_port=CONTROL_PORT, bulk_port=BULK_PORT,
+                http_port=HTTP_PORT, peers=peers, broker_host="toxiproxy",
+                broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
+            )  # fmt: skip
+            path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
+            command = ["--config", str(path), *[arg for bug in spec.bugs for arg in ("--bug", bug)]]
+            volumes = {str(spec.run_dir): {"bind": str(spec.run_dir), "mode": "rw"}}
+            entrypoint = ["/opt/venv/bin/python", "-m", spec.node_program]
+            if spec.node_program.endswith(".py"):  # a test's stand-in program: mount it
+                program = Path(spec.node_program).resolve()
+                volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
+                entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
+            container = await self._run(
+                node_image, f"node-{name}", name, command=command, user=uid, entrypoint=entrypoint,
+                volumes=volumes,
+                environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
+                cap_add=["NET_ADMIN"],
+            )  # fmt: skip
+            self._nodes[name] = DockerNode(self, name, container)
+        self.timings["nodes_started_s"] = time.monotonic() - started
+
+    def _node_image(self) -> str:
+        import docker.errors
+
+        tag = docker_image.node_tag()
+        try:
+            self.client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        wheelhouse = (
+            Path(os.environ.get("SWARMSHAKE_CACHE", Path.home() / ".cache/swarmshake"))
+            / "wheelhouse"
+        )
+        try:
+            return docker_image.build_node(self.client, wheelhouse)
+        except Exception as error:  # noqa: BLE001 - any build failure means no Docker runs here
+            raise BackendError(
+                f"node image {tag} missing and could not be built ({error}); fix: `make image`"
+            ) from None
+
+    async def _create_proxies(self) -> dict[str, int]:
+        assert self.toxiproxy is not None
+        listeners: dict[str, int] = {}
+        port = FIRST_PROXY_PORT
+        wanted: list[tuple[str, str]] = []
+        for src in self.spec.nodes:
+            wanted.append((broker_proxy_name(src), f"broker:{BROKER_PORT}"))
+            for dst in self.spec.nodes:
+                if src != dst:
+                    for channel, upstream in zip(CHANNELS, (CONTROL_PORT, BULK_PORT), strict=True):
+                        wanted.append((proxy_name(src, dst, channel), f"{dst}:{upstream}"))
+        for name, _ in wanted:
+            listeners[name] = port
+            port += 1
+        toxiproxy = self.toxiproxy
+        gate = asyncio.Semaphore(16)  # Toxiproxy serialises creation; more buys nothing
+
+        async def create(name: str, upstream: str) -> None:
+            async with gate:
+                await toxiproxy.create_proxy(name, f"0.0.0.0:{listeners[name]}", upstream)
+
+        await asyncio.gather(*(create(n, u) for n, u in wanted))
+        for src in self.spec.nodes:
+            for dst in self.spec.nodes:
+                if src != dst:
+                    self._links[(src, dst)] = Link(toxiproxy, src, dst)
+        return listeners
+
+    async def down(self) -> None:
+        if self.client is None:
+            return
+        await asyncio.gather(
+            *(node.stop() for node in self._nodes.values()), return_exceptions=True
+        )
+        if self.toxiproxy is not None:
+            with contextlib.suppress(Exception):
+                await self.toxiproxy.client.aclose()
+        from swarmshake.chaos.cleanup import remove_docker_objects
+
+        await asyncio.to_thread(remove_docker_objects, self.spec.run_id)
+        # Containers ran as this user, but a node may have created root-owned files
+        # when run by an older image; make the run directory removable either way.
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self.client.close)
+        self.client = None
+
+    def node(self, name: str) -> DockerNode:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
+
+    def link(self, src: str, dst: str) -> Link:
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            raise BackendError(f"no link {src}→{dst} in this cluster") from None
+
+    @property
+    def broker(self) -> DockerBroker:
+        if self._broker is None:
+            raise BackendError("the cluster is not up")
+        return self._broker
+
+    async def send_command(self, node: str, command: Command) -> None:
+        if self.broker.lost:
+            raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
+        await publish_command(self._broker_ip, BROKER_PORT, self.spec.topic_prefix, node, command)
+
+    async def reset_links(self) -> None:
+        if self.toxiproxy is not None:
+            await self.toxiproxy.reset()
+        for link in self._links.values():
+            link.cut_now = False
+            link.toxics.clear()
+
+    async def apply_netem(self, links: list[tuple[str, str]], op: Any) -> None:
+        """``tc netem`` on the egress of every sending node of ``links``.
+
+        A node's peer traffic all goes to the Toxiproxy container, so netem acts on
+        all of a sender's links at once; the fault event names the senders."""
+        senders = sorted({src for src, _ in links})
+        args = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem"]
+        if op.delay_ms:
+            args += ["delay", f"{op.delay_ms}ms"]
+        if op.loss_pct:
+            args += ["loss", f"{op.loss_pct}%"]
+        if op.duplicate_pct:
+            args += ["duplicate", f"{op.duplicate_pct}%"]
+        if op.reorder_pct:
+            args += ["reorder", f"{op.reorder_pct}%"]
+        if op.corrupt_pct:
+            args += ["corrupt", f"{op.corrupt_pct}%"]
+        try:
+            await asyncio.gather(*(self.node(n).exec(args) for n in senders))
+        except BackendError as error:
+            if "qdisc kind is unknown" in str(error):
+                raise UnsupportedFault(
+                    "netem is unsupported on this machine: its kernel has no sch_netem qdisc "
+                    "(modprobe sch_netem, or run on a stock Linux kernel)"
+                ) from None
+            raise
+        self._netem_nodes |= set(senders)
+
+    async def clear_netem(self, links: list[tuple[str, str]] | None = None) -> None:
+        senders = (
+            set(self._netem_nodes)
+            if links is None
+            else {src for src, _ in links} & self._netem_nodes
+        )
+        for name in sorted(senders):
+            with contextlib.suppress(BackendError):
+                await self.node(name).exec(["tc", "qdisc", "del", "dev", "eth0", "root"])
+            self._netem_nodes.discard(name)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "network": self.network.name if self.network is not None else None,
+            "toxiproxy": self.toxiproxy.client.base_url if self.toxiproxy else None,
+            "broker": f"{self._broker_ip}:{BROKER_PORT}" if self._broker_ip else None,
+            "nodes": {
+                name: {
+                    "container": node.container.name,
+                    "running": node.is_running(),
+                    "paused": node.paused,
+                }
+                for name, node in self._nodes.items()
+            },
+            "incidents": self.incidents,
+        }
+
+
+def docker_available() -> str | None:
+    """None when Docker can run a cluster here, else the reason it cannot."""
+    if shutil.which("docker") is None:
+        return "the docker CLI/daemon is not installed (make setup installs docker.io)"
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.close()
+    except Exception as error:  # noqa: BLE001 - any failure: no Docker here
+        return f"dockerd does not answer: {error}"
+    return None

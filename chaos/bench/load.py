@@ -1,0 +1,243 @@
+"""Load under chaos: Locust users post ``/infer`` to the nodes while faults run.
+
+``run_load`` starts Locust headless in a child process (it gevent-patches the
+standard library on import, so it never runs inside the harness), with a bounded user
+count, rate and duration, against loopback (or Docker bridge) addresses only.  Every
+request is recorded (``RUN_DIR/load/requests.jsonl``); ``window_load`` then cuts them
+by the run's fault windows (from ``RUN_DIR/events``) into ``RUN_DIR/load.json``,
+which ``report.html`` and ``summary.md`` show.  The harness can call ``start_load``
+before the fault phase and ``finish_load`` after it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
+
+from swarmshake.reference_node.protocol.history import History
+from swarmshake.reports.load_model import (
+    LoadResults,
+    RequestRecord,
+    read_request_records,
+    summarise_window,
+)
+from swarmshake.reports.series import fault_windows, run_origin
+
+MAX_USERS = 64  # the node's HTTP API accepts 64 connections (http_api.MAX_CONNECTIONS)
+MAX_DURATION_S = 3600.0  # a load test is a run's companion, not a soak test
+MAX_RATE_PER_USER = 50.0  # requests/s per user; with MAX_USERS bounds the record file
+STOP_GRACE_S = 30.0  # Locust's own shutdown (stop users, write stats) after --run-time
+DOCKER_NETWORKS = (ipaddress.ip_network("172.16.0.0/12"),)  # Docker's default bridge pool
+
+
+class LoadConfigError(ValueError):
+    """Bad targets or bounds; the message names the value and the fix."""
+
+
+class LoadRunError(RuntimeError):
+    """Locust failed to run; the message holds the tail of its output."""
+
+
+def check_target(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+        raise LoadConfigError(f"target {url!r}: write http://HOST:PORT (a node's HTTP API)")
+    host = parts.hostname
+    if host == "localhost":
+        return url.rstrip("/")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise LoadConfigError(f"target {url!r}: give an IP address, not a name") from None
+    if not (address.is_loopback or any(address in network for network in DOCKER_NETWORKS)):
+        raise LoadConfigError(
+            f"target {url!r}: load goes only to this machine (loopback) or the project's "
+            "Docker network (172.16.0.0/12)"
+        )
+    return url.rstrip("/")
+
+
+@dataclass
+class LoadProcess:
+    process: subprocess.Popen[str]
+    records: Path
+    targets: list[tuple[str, str]]
+    users: int
+    duration_s: float
+    log: Path
+
+
+def start_load(
+    targets: list[str] | dict[str, str],
+    *,
+    users: int,
+    duration_s: float,
+    run_dir: Path,
+    rate_per_user: float = 10.0,
+    input_dim: int = 32,
+    batch: int = 4,
+) -> LoadProcess:
+    """Start Locust in the background; ``targets`` are URLs (named n1, n2 … in order)
+    or a ``{node: url}`` mapping."""
+    named = (
+        list(targets.items())
+        if isinstance(targets, dict)
+        else [(f"n{i}", url) for i, url in enumerate(targets, start=1)]
+    )
+    if not named:
+        raise LoadConfigError("no target: give at least one node URL")
+    named = [(node, check_target(url)) for node, url in named]
+    if not 1 <= users <= MAX_USERS:
+        raise LoadConfigError(f"users = {users} must lie in [1, {MAX_USERS}]")
+    if not 1.0 <= duration_s <= MAX_DURATION_S:
+        raise LoadConfigError(f"duration {duration_s}s must lie in [1, {MAX_DURATION_S:.0f}] s")
+    if not 0.1 <= rate_per_user <= MAX_RATE_PER_USER:
+        raise LoadConfigError(
+            f"rate_per_user = {rate_per_user} must lie in [0.1, {MAX_RATE_PER_USER}]"
+        )
+    load_dir = run_dir / "load"
+    load_dir.mkdir(parents=True, exist_ok=True)
+    records = load_dir / "requests.jsonl"
+    records.unlink(missing_ok=True)
+    log = load_dir / "locust.log"
+    environment = {
+        **os.environ,
+        "SWARMSHAKE_LOAD_TARGETS": ",".join(f"{node}={url}" for node, url in named),
+        "SWARMSHAKE_LOAD_RECORDS": str(records),
+        "SWARMSHAKE_LOAD_INPUT_DIM": str(input_dim),
+        "SWARMSHAKE_LOAD_BATCH": str(batch),
+        "SWARMSHAKE_LOAD_RATE": str(rate_per_user),
+    }
+    locustfile = Path(__file__).with_name("locustfile.py")
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(locustfile),
+        "--headless",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(users),  # all users at once: the fault phase should see full load
+        "--run-time",
+        f"{int(round(duration_s))}s",
+        "--stop-timeout",
+        "5",
+        "--host",
+        named[0][1],
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
+    with open(log, "w", encoding="utf-8") as log_file:
+        process = subprocess.Popen(
+            command, env=environment, stdout=log_file, stderr=subprocess.STDOUT, text=True
+        )
+    return LoadProcess(process, records, named, users, duration_s, log)
+
+
+def finish_load(load: LoadProcess, run_dir: Path, *, stop_now: bool = False) -> LoadResults:
+    """Wait for Locust (bounded; ``stop_now`` asks it to stop at once, as the harness
+    does when the fault phase ends early), then write and return ``RUN_DIR/load.json``."""
+    if stop_now and load.process.poll() is None:
+        load.process.send_signal(signal.SIGTERM)  # Locust's graceful quit: stop users, summary
+    try:
+        load.process.wait(timeout=load.duration_s + STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        load.process.send_signal(signal.SIGINT)
+        try:
+            load.process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            load.process.kill()
+            load.process.wait()
+    if not load.records.is_file():
+        tail = load.log.read_text(errors="replace")[-1500:] if load.log.is_file() else ""
+        raise LoadRunError(f"Locust recorded no request (exit {load.process.returncode}): {tail}")
+    records = read_request_records(load.records)
+    results = window_load(
+        records,
+        run_dir,
+        users=load.users,
+        duration_s=load.duration_s,
+        targets=[url for _, url in load.targets],
+    )
+    (run_dir / "load.json").write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2))
+    return results
+
+
+def records_so_far(load: LoadProcess) -> int:
+    """Requests recorded until now (a cheap readiness probe: load has really started)."""
+    if not load.records.is_file():
+        return 0
+    with open(load.records, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def run_load(
+    targets: list[str] | dict[str, str],
+    *,
+    users: int,
+    duration_s: float,
+    run_dir: Path,
+    **options: float,
+) -> LoadResults:
+    """``start_load`` then ``finish_load``: the blocking form ``bench load`` uses."""
+    return finish_load(
+        start_load(targets, users=users, duration_s=duration_s, run_dir=run_dir, **options), run_dir
+    )
+
+
+def window_load(
+    records: list[RequestRecord],
+    run_dir: Path,
+    *,
+    users: int,
+    duration_s: float,
+    targets: list[str],
+) -> LoadResults:
+    """Cut requests by the run's fault windows: one ``steady`` window for requests sent
+    outside every fault, one per fault window (a request in overlapping faults counts
+    in each).  Without events, everything is ``steady``, measured from the first request."""
+    history = History.load(run_dir) if (run_dir / "events").is_dir() else None
+    if history is not None and history.events:
+        origin = run_origin(history)
+        windows = fault_windows(history)
+    else:
+        origin = min((r.t_mono for r in records), default=time.monotonic())
+        windows = []
+    relative = [(r.t_mono - origin, r) for r in records]
+    inside = [False] * len(relative)
+    summaries = []
+    for window in windows:
+        # A fault never healed lasts until the load stops, not until the last event.
+        end = window.end if window.healed else float("inf")
+        chosen = []
+        for index, (t, record) in enumerate(relative):
+            if window.start <= t < end:
+                chosen.append(record)
+                inside[index] = True
+        last_t = max((t for t, _ in relative), default=window.start)
+        shown_end = window.end if window.healed else max(window.end, last_t)
+        summaries.append(summarise_window(window.label, window.start, shown_end, chosen))
+    steady = [record for (t, record), hit in zip(relative, inside, strict=True) if not hit]
+    last = max((t for t, _ in relative), default=0.0)
+    first = min((t for t, _ in relative), default=0.0)
+    summaries.insert(0, summarise_window("steady", first, last, steady))
+    return LoadResults(
+        users=users,
+        duration_s=duration_s,
+        targets=targets,
+        requests=len(records),
+        errors=sum(1 for r in records if not r.ok),
+        windows=summaries,
+    )

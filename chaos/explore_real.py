@@ -1,0 +1,187 @@
+"""Exploration on real backends: the hook ``swarmshake explore --backend local|docker`` calls.
+
+``run_schedule`` runs one fault schedule as a scenario on a real cluster and returns
+its verdict; ``confirm`` re-runs a failing schedule to tell a reproducible violation
+from real-world noise; ``explore`` draws schedules (seeded), and on a violation
+shrinks it and prints a scenario that ``swarmshake run`` replays.
+
+Why a greedy shrinker rather than Hypothesis's: one real run costs tens of seconds,
+and Hypothesis's shrinker spends hundreds of examples; removing one entry at a
+time (then shortening heal delays), each candidate confirmed by re-runs, finds a
+small schedule in a few dozen runs.  The simulator's explore (thousands of cheap
+runs) keeps Hypothesis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from swarmshake.chaos import faults as F
+from swarmshake.chaos.runner import RunOptions, RunResult, run_scenario
+from swarmshake.chaos.scenario import GENERATOR_OPS, Generator, Scenario, draw, dumps, resolve
+
+CONFIRM_ATTEMPTS = 3  # a real violation that shows 0 of 3 times is treated as noise
+MAX_SHRINK_RUNS = 40  # bounds the shrink phase's cost (each run is tens of seconds)
+
+
+@dataclass
+class RealOutcome:
+    status: str  # valid | invalid | unknown
+    violated: list[str]
+    run_dir: Path
+    message: str
+
+    @classmethod
+    def of(cls, result: RunResult) -> RealOutcome:
+        return cls(result.status, result.violated, result.run_dir, result.message)
+
+
+@dataclass
+class ExploreResult:
+    runs: int = 0
+    failing: Scenario | None = None  # the shrunk scenario, when a violation was confirmed
+    violated: list[str] = field(default_factory=list)
+    outcomes: list[RealOutcome] = field(default_factory=list)
+
+    def scenario_yaml(self) -> str:
+        return dumps(self.failing) if self.failing else ""
+
+
+def scenario_for(
+    schedule: F.FaultSchedule,
+    *,
+    backend: str,
+    nodes: int,
+    seed: int,
+    bugs: list[str] | None = None,
+    duration_s: float | None = None,
+    base: Scenario | None = None,
+    name: str = "explore",
+) -> Scenario:
+    """A runnable scenario around ``schedule`` (``base`` supplies cluster, bounds …)."""
+    latest = (
+        max((e.at_s or 0.0) + (e.heal_after_s or 0.0) for e in schedule.entries)
+        if schedule.entries
+        else 0.0
+    )
+    template = base or Scenario(name=name)
+    scenario = msgspec.structs.replace(
+        template,
+        name=name,
+        seed=seed,
+        faults=list(schedule.entries),
+        generator=None,
+        duration_s=duration_s if duration_s is not None else max(template.duration_s, latest + 1.0),
+    )
+    return resolve(scenario, nodes=nodes, backend=backend, bugs=bugs or [])
+
+
+async def run_schedule(
+    schedule: F.FaultSchedule,
+    *,
+    backend: str = "local",
+    nodes: int = 4,
+    seed: int = 0,
+    bugs: list[str] | None = None,
+    out: Path = Path("runs"),
+    base: Scenario | None = None,
+    quiet: bool = True,
+) -> RealOutcome:
+    """Run ``schedule`` on a real cluster; the outcome names the violated properties."""
+    scenario = scenario_for(schedule, backend=backend, nodes=nodes, seed=seed, bugs=bugs, base=base)
+    result = await run_scenario(scenario, RunOptions(out=out, quiet=quiet, json_mode=quiet))
+    return RealOutcome.of(result)
+
+
+async def confirm(
+    scenario: Scenario, *, out: Path, attempts: int = CONFIRM_ATTEMPTS
+) -> tuple[bool, list[RealOutcome]]:
+    """Re-run ``scenario`` up to ``attempts`` times; confirmed once any run is invalid."""
+    outcomes: list[RealOutcome] = []
+    for _ in range(attempts):
+        result = await run_scenario(scenario, RunOptions(out=out, quiet=True, json_mode=True))
+        outcomes.append(RealOutcome.of(result))
+        if result.status == "invalid":
+            return True, outcomes
+    return False, outcomes
+
+
+async def shrink(
+    scenario: Scenario, *, out: Path, attempts: int = CONFIRM_ATTEMPTS
+) -> tuple[Scenario, int]:
+    """Greedy one-entry-at-a-time removal, each candidate confirmed on the real backend."""
+    current = scenario
+    runs = 0
+    changed = True
+    while changed and runs < MAX_SHRINK_RUNS:
+        changed = False
+        for index in range(len(current.faults)):
+            candidate = msgspec.structs.replace(
+                current, faults=[e for i, e in enumerate(current.faults) if i != index]
+            )
+            failed, outcomes = await confirm(candidate, out=out, attempts=attempts)
+            runs += len(outcomes)
+            if failed:
+                current, changed = candidate, True
+                break
+            if runs >= MAX_SHRINK_RUNS:
+                break
+    return current, runs
+
+
+async def explore(
+    *,
+    backend: str = "local",
+    budget: int = 5,
+    seed: int = 0,
+    nodes: int = 4,
+    bugs: list[str] | None = None,
+    out: Path = Path("runs"),
+    base: Scenario | None = None,
+    ops: list[str] | None = None,
+) -> ExploreResult:
+    """Draw up to ``budget`` schedules; stop at the first confirmed violation and shrink it."""
+    result = ExploreResult()
+    rng = random.Random(seed)
+    template = base or Scenario(name="explore", duration_s=30.0, quiesce_s=15.0)
+    generator = Generator(
+        ops=list(ops or ("crash", "pause", "partition", "latency")), rate_per_min=8.0
+    )
+    for _ in range(budget):
+        run_seed = rng.randrange(1 << 31)
+        entries = draw(
+            generator, [f"n{i}" for i in range(1, nodes + 1)], template.duration_s, run_seed
+        )
+        scenario = scenario_for(
+            F.FaultSchedule(entries=entries),
+            backend=backend,
+            nodes=nodes,
+            seed=run_seed,
+            bugs=bugs,
+            base=template,
+        )
+        outcome = RealOutcome.of(
+            await run_scenario(scenario, RunOptions(out=out, quiet=True, json_mode=True))
+        )
+        result.runs += 1
+        result.outcomes.append(outcome)
+        if outcome.status == "invalid":
+            shrunk, runs = await shrink(scenario, out=out)
+            result.runs += runs
+            result.failing = shrunk
+            result.violated = outcome.violated
+            return result
+    return result
+
+
+def explore_blocking(**kwargs) -> ExploreResult:  # noqa: ANN003 - same keywords as explore()
+    return asyncio.run(explore(**kwargs))
+
+
+__all__ = ["GENERATOR_OPS", "ExploreResult", "RealOutcome", "confirm", "explore", "explore_blocking",
+           "run_schedule", "scenario_for", "shrink"]  # fmt: skip

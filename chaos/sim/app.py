@@ -1,0 +1,629 @@
+"""The simulated worker: abstract training driven through the real step-commit,
+membership, rejoin and checkpoint-policy cores (DRIVERS.md), one ``NodeApp`` per
+node process.
+
+A step, in the simulator's terms:
+
+1. compute (``compute_s``, slower when throttled), then log ``agg_send`` and send the
+   contribution to the step's coordinator and one backup aggregator (bulk channel);
+2. the coordinator proposes the aggregate of the contributions it holds once every
+   node in its detector view contributed, or at ``collect_s``; the backup proposes at
+   ``collect_s + backup_delay_s`` and everyone else later still, if the step is not
+   decided yet (so a dead coordinator stalls nothing, and a healthy run has one
+   proposer per step);
+3. a proposer pushes the aggregate's bytes on the bulk channel before its accept
+   requests on the control channel; an acceptor that lacks them when asked to accept
+   waits ``push_grace_s`` for the push, then pulls from the sources the core names;
+4. ``ApplyStep`` adds the aggregate of exactly the committed contributors to the
+   integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
+
+What survives a crash is ``NodeDisk``: acceptor records (``Persist``) and the last
+checkpoint.  A restarted node runs the rejoin core (state from a live peer, verified
+by fingerprint; else the local checkpoint) and starts its commit core after the step
+it got.  Every bound below has its reason next to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from swarmshake.chaos.sim import training
+from swarmshake.reference_node.protocol import checkpoint_policy, rejoin
+from swarmshake.reference_node.protocol.commit import (
+    AcceptedValue,
+    AcceptorRecord,
+    Applied,
+    ApplyStep,
+    Behind,
+    CommitMessage,
+    Committed,
+    FetchAggregate,
+    HoldsAggregate,
+    MessageReceived,
+    Persist,
+    Promised,
+    ProposeValue,
+    Proposed,
+    Send,
+    StepCommit,
+    ViewUpdated,
+)
+from swarmshake.reference_node.protocol.commit import Tick as CommitTick
+from swarmshake.reference_node.protocol.errors import RemoteProtocolError
+from swarmshake.reference_node.protocol.history import (
+    Accept,
+    AggSend,
+    CheckpointWrite,
+    Commit,
+    ConfigChange,
+    FrameDrop,
+    Promise,
+    Propose,
+    RejoinBegin,
+    RejoinDone,
+)
+from swarmshake.reference_node.protocol.membership import (
+    ConfigChanged,
+    ConfigCommitted,
+    Membership,
+    PeerAlive,
+    PeerDeclaredDead,
+)
+from swarmshake.reference_node.protocol.messages import (
+    AcceptRequest,
+    AggregateRequest,
+    StateOffer,
+    StateRequest,
+    StepValue,
+)
+
+RETAINED_STEPS = 16  # aggregates and acceptor records kept for laggards (= the core's)
+FETCH_ROUNDS_MAX = 3  # pull attempts per source list before waiting for a new decision
+AHEAD_STEPS_MAX = 8  # contributions buffered this far ahead (the commit core's window)
+
+
+class AppSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The simulated workload; defaults give ~1 step/s on the 50 ± 25 ms envelope."""
+
+    compute_s: float = 0.5  # one local training step
+    collect_s: float = 0.3  # the coordinator waits this long for missing contributions
+    backup_delay_s: float = 0.7  # then the backup aggregator proposes
+    fallback_delay_s: float = 3.0  # then anyone (rank-staggered by 0.5 s)
+    push_grace_s: float = 0.4  # wait for a pushed aggregate before pulling it
+    fetch_timeout_s: float = 0.5  # one pull attempt
+    rejoin_delay_s: float = 0.2  # a restarted node lets its detector see a view first
+    aggregate_nbytes: int = 4_000_000  # the bulk transfer per aggregate (4 MB)
+    state_nbytes: int = 4_000_000
+    checkpoint_every_steps: int = 10
+
+
+# --- sim-internal bulk messages (the bytes the real node moves as tensors) -----------------
+
+
+class Contribution(msgspec.Struct, frozen=True):
+    step: int
+    sender: str
+
+
+class AggregateBytes(msgspec.Struct, frozen=True):
+    step: int
+    value_fp: str
+    contributors: tuple[str, ...]
+
+
+class NoAggregate(msgspec.Struct, frozen=True):
+    step: int
+    value_fp: str
+
+
+class StateBytes(msgspec.Struct, frozen=True):
+    step: int
+    params: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass
+class NodeDisk:
+    """What a node's disk keeps across crashes."""
+
+    records: dict[int, AcceptorRecord] = field(default_factory=dict)
+    checkpoint: tuple[int, tuple[int, ...], str] | None = None  # (step, params, fp)
+
+
+class NodeApp:
+    def __init__(self, sim: Any, proc: Any, settings: AppSettings, disk: NodeDisk, first: bool):
+        self.sim = sim
+        self.proc = proc
+        self.name = proc.name
+        self.settings = settings
+        self.disk = disk
+        self.first = first
+        self.bugs = sim.bugs
+        self.commit: StepCommit | None = None
+        self.rejoin: rejoin.Rejoin | None = None
+        self.membership = Membership(
+            node=self.name, voters=sim.names, incarnation=proc.incarnation, bugs=sim.bugs
+        )
+        self.policy = checkpoint_policy.FixedInterval(every_steps=settings.checkpoint_every_steps)
+        self.params = training.INITIAL_PARAMS
+        self.param_step = -1  # the committed step the parameters hold (-1: initial)
+        self.held: dict[int, dict[str, tuple[str, ...]]] = {}
+        self.contributions: dict[int, set[str]] = {}
+        self.proposed_step = -1
+        self.computed_step = -1
+        self.applying: tuple[int, StepValue] | None = None
+        self.fetches: dict[tuple[int, str], list] = {}  # key -> [sources, attempt]
+        self.commit_timer_at = math.inf
+        self.rejoin_timer_at = math.inf
+        self.highest_step_seen = -1
+        self.pending_state: tuple[str, StateBytes] | None = None
+        self.alive_view: tuple[str, ...] = sim.names
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _local(self, t: float) -> float:
+        return self.proc.clock.local(t)
+
+    def _true(self, local: float) -> float:
+        clock = self.proc.clock
+        return local if clock.identity else clock.true_time(local)
+
+    def _log(self, cls: type, t: float, **fields: Any) -> None:
+        self.sim.log(cls, self.proc, t, **fields)
+
+    def _send(self, t: float, to: str, message: Any, channel: str = "control", nbytes: int = 0) -> None:
+        self.sim.send(self.proc, t, to, message, nbytes=nbytes, channel=channel)
+
+    def _timer(self, t: float, payload: tuple) -> None:
+        self.sim.timer(self.proc, t, payload)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self, t: float) -> None:
+        if self.first:
+            self.commit = StepCommit(
+                node=self.name,
+                voters=self.sim.names,
+                first_step=0,
+                seed=self.sim.core_seed,
+                bugs=self.bugs,
+            )
+            self._begin_step(t)
+        else:
+            self._timer(t + self.settings.rejoin_delay_s, ("rejoin_begin",))
+
+    def clock_changed(self, t: float) -> None:
+        self._arm_commit_timer(t)
+
+    def view_changed(self, t: float, alive: tuple[str, ...]) -> None:
+        self.alive_view = alive
+        if self.commit is not None:
+            self._commit(t, ViewUpdated(alive=tuple(alive)))
+
+    def peer_dead(self, t: float, peer: str) -> None:
+        if peer != self.name:
+            incarnation = self.proc.detector.known_incarnation.get(peer, 0)
+            self.membership.handle(PeerDeclaredDead(peer=peer, incarnation=incarnation), self._local(t))
+
+    def peer_alive(self, t: float, peer: str) -> None:
+        incarnation = self.proc.detector.known_incarnation.get(peer, 0)
+        self.membership.handle(PeerAlive(peer=peer, incarnation=incarnation), self._local(t))
+
+    # --- the step loop ------------------------------------------------------------------
+
+    def _begin_step(self, t: float) -> None:
+        step = self.commit.step
+        self.contributions.setdefault(step, set())
+        self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
+
+    def _aggregators(self, step: int) -> tuple[str, str]:
+        voters = self.commit.voters
+        return voters[step % len(voters)], voters[(step + 1) % len(voters)]
+
+    def _computed(self, t: float, step: int) -> None:
+        if self.commit is None or self.commit.step != step:
+            return
+        self.computed_step = step
+        coordinator, backup = self._aggregators(step)
+        for aggregator in dict.fromkeys((coordinator, backup)):
+            self._log(AggSend, t, step=step, to=aggregator, nbytes=self.settings.aggregate_nbytes)
+            if aggregator == self.name:
+                self.contributions.setdefault(step, set()).add(self.name)
+            else:
+                self._send(t, aggregator, Contribution(step, self.name), "bulk", self.settings.aggregate_nbytes)
+        settings = self.settings
+        if self.name == coordinator:
+            self._timer(t + settings.collect_s, ("propose", step))
+            self._maybe_propose_early(t, step)
+        elif self.name == backup:
+            self._timer(t + settings.collect_s + settings.backup_delay_s, ("propose", step))
+        else:
+            voters = self.commit.voters
+            rank = (voters.index(self.name) - step) % len(voters) if self.name in voters else 0
+            self._timer(t + settings.fallback_delay_s + 0.5 * rank, ("propose", step))
+
+    def _maybe_propose_early(self, t: float, step: int) -> None:
+        got = self.contributions.get(step, set())
+        if self.computed_step == step and all(node in got for node in self.alive_view):
+            self._propose(t, step)
+
+    def _propose(self, t: float, step: int) -> None:
+        commit = self.commit
+        if commit is None or commit.step != step or self.proposed_step == step:
+            return
+        if commit.phase == "decided" or self.computed_step != step:
+            return
+        members = set(commit.members)
+        contributors = tuple(sorted(n for n in self.contributions.get(step, ()) if n in members))
+        if not contributors:
+            return
+        value_fp = training.fingerprint(training.aggregate(self.sim.seed, step, contributors))
+        self.held.setdefault(step, {})[value_fp] = contributors
+        self.proposed_step = step
+        value = StepValue(
+            agg_fp=value_fp,
+            contributors=list(contributors),
+            config_change=self.membership.change_for_next_step(),
+        )
+        self._commit(t, ProposeValue(step=step, value=value))
+
+    # --- the commit core ----------------------------------------------------------------
+
+    def _commit(self, t: float, event: Any) -> None:
+        try:
+            actions = self.commit.handle(event, self._local(t))
+        except RemoteProtocolError as error:
+            sender = getattr(getattr(event, "message", None), "sender", "")
+            self._log(FrameDrop, t, peer=sender or "?", reason=error.reason)
+            return
+        self._perform(t, actions)
+        self._arm_commit_timer(t)
+
+    def _arm_commit_timer(self, t: float) -> None:
+        if self.commit is None:
+            return
+        deadline = self.commit.next_deadline()
+        if deadline is None:
+            return
+        at = max(self._true(deadline), t)
+        if at < self.commit_timer_at or self.commit_timer_at <= t:
+            self.commit_timer_at = at
+            self._timer(at, ("commit_tick",))
+
+    def _perform(self, t: float, actions: list) -> None:
+        for action in actions:
+            if self.commit is None:
+                return  # a Behind earlier in the list handed the node to the rejoin core
+            if isinstance(action, Send):
+                self._send_commit(t, action)
+            elif isinstance(action, Persist):
+                if not self.proc.up:
+                    return  # killed before the write: the rest of the list is lost too
+                record = action.record
+                self.disk.records[record.step] = record
+                for old in [s for s in self.disk.records if s < record.step - RETAINED_STEPS]:
+                    del self.disk.records[old]
+            elif isinstance(action, Proposed):
+                self._log(
+                    Propose,
+                    t,
+                    step=action.step,
+                    ballot=list(action.ballot),
+                    value_fp=action.value.agg_fp,
+                    contributors=list(action.value.contributors),
+                )
+            elif isinstance(action, Promised):
+                self._log(Promise, t, step=action.step, ballot=list(action.ballot), to=action.to)
+            elif isinstance(action, AcceptedValue):
+                self._log(
+                    Accept,
+                    t,
+                    step=action.step,
+                    ballot=list(action.ballot),
+                    value_fp=action.value.agg_fp,
+                    contributors=list(action.value.contributors),
+                    to=action.to,
+                    holds_bytes=action.holds_bytes,
+                )
+            elif isinstance(action, FetchAggregate):
+                key = (action.step, action.value_fp)
+                if key not in self.fetches and action.value_fp not in self.held.get(action.step, {}):
+                    self.fetches[key] = [action.sources, 0]
+                    self._timer(t + self.settings.push_grace_s, ("fetch", key))
+            elif isinstance(action, ApplyStep):
+                self.applying = (action.step, action.value)
+                self._apply_if_held(t)
+            elif isinstance(action, Committed):
+                self._committed(t, action)
+            elif isinstance(action, Behind):
+                self.highest_step_seen = max(self.highest_step_seen, action.peer_step)
+                self._start_rejoin(t)
+
+    def _send_commit(self, t: float, action: Send) -> None:
+        message = action.message
+        if isinstance(message, AcceptRequest):
+            contributors = self.held.get(message.step, {}).get(message.value.agg_fp)
+            if contributors is not None:
+                push = AggregateBytes(message.step, message.value.agg_fp, contributors)
+                for peer in action.to:
+                    self._send(t, peer, push, "bulk", self.settings.aggregate_nbytes)
+        for peer in action.to:
+            self._send(t, peer, message)
+
+    def _apply_if_held(self, t: float) -> None:
+        if self.applying is None:
+            return
+        step, value = self.applying
+        if value.agg_fp not in self.held.get(step, {}):
+            return
+        self.applying = None
+        update = training.aggregate(self.sim.seed, step, value.contributors)
+        self.params = training.apply(self.params, update)
+        self.param_step = step
+        self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
+
+    def _committed(self, t: float, action: Committed) -> None:
+        value = action.value
+        self._log(
+            Commit,
+            t,
+            step=action.step,
+            value_fp=value.agg_fp,
+            contributors=list(value.contributors),
+            param_fp=action.param_fp,
+            voters=list(action.voters),
+            quorum=list(action.quorum),
+        )
+        if value.config_change is not None:
+            for change in self.membership.handle(
+                ConfigCommitted(step=action.step, change=value.config_change), self._local(t)
+            ):
+                if isinstance(change, ConfigChanged):
+                    self._log(
+                        ConfigChange,
+                        t,
+                        step=change.step,
+                        change=change.change,
+                        peer=change.peer,
+                        voters=list(change.voters),
+                        learners=list(change.learners),
+                    )
+        for write in self.policy.handle(checkpoint_policy.StepCommitted(step=action.step), self._local(t)):
+            self.disk.checkpoint = (write.step, self.params, action.param_fp)
+            self._log(
+                CheckpointWrite,
+                t,
+                step=write.step,
+                path=f"checkpoints/{self.name}/step-{write.step}",
+                sha256=action.param_fp,
+                param_fp=action.param_fp,
+                nbytes=self.settings.state_nbytes,
+            )
+        for old in [s for s in self.held if s < action.step - RETAINED_STEPS]:
+            del self.held[old]
+        for old in [s for s in self.contributions if s <= action.step]:
+            del self.contributions[old]
+        self._begin_step(t)
+
+    # --- messages -----------------------------------------------------------------------
+
+    def receive(self, t: float, sender: str, message: Any) -> None:
+        if isinstance(message, CommitMessage.__args__):  # type: ignore[attr-defined]
+            self.highest_step_seen = max(self.highest_step_seen, message.step)
+            if self.commit is not None:
+                self._commit(t, MessageReceived(message=message))
+        elif isinstance(message, Contribution):
+            self._contribution(t, message)
+        elif isinstance(message, AggregateBytes):
+            self._aggregate_bytes(t, message)
+        elif isinstance(message, AggregateRequest):
+            contributors = self.held.get(message.step, {}).get(message.value_fp)
+            if contributors is None:
+                self._send(t, sender, NoAggregate(message.step, message.value_fp))
+            else:
+                reply = AggregateBytes(message.step, message.value_fp, contributors)
+                self._send(t, sender, reply, "bulk", self.settings.aggregate_nbytes)
+        elif isinstance(message, NoAggregate):
+            self._fetch_next(t, (message.step, message.value_fp), sender)
+        elif isinstance(message, StateRequest):
+            self._serve_state(t, sender)
+        elif isinstance(message, StateOffer | StateBytes):
+            self._state_arrived(t, sender, message)
+
+    def _contribution(self, t: float, message: Contribution) -> None:
+        if self.commit is None:
+            return
+        step = self.commit.step
+        if step <= message.step <= step + AHEAD_STEPS_MAX:
+            self.contributions.setdefault(message.step, set()).add(message.sender)
+            if message.step == step and self._aggregators(step)[0] == self.name:
+                self._maybe_propose_early(t, step)
+
+    def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
+        held = self.held.setdefault(message.step, {})
+        if message.value_fp in held:
+            return
+        held[message.value_fp] = message.contributors
+        self.fetches.pop((message.step, message.value_fp), None)
+        commit = self.commit
+        if commit is not None and commit.step <= message.step <= commit.step + AHEAD_STEPS_MAX:
+            self._commit(t, HoldsAggregate(step=message.step, value_fp=message.value_fp))
+        self._apply_if_held(t)
+
+    def _fetch(self, t: float, key: tuple[int, str]) -> None:
+        entry = self.fetches.get(key)
+        if entry is None or key[1] in self.held.get(key[0], {}):
+            self.fetches.pop(key, None)
+            return
+        sources, attempt = entry
+        if not sources or attempt >= FETCH_ROUNDS_MAX * len(sources):
+            self.fetches.pop(key, None)  # no one has it: a later decision or rejoin decides
+            return
+        source = sources[attempt % len(sources)]
+        entry[1] = attempt + 1
+        self._send(t, source, AggregateRequest(sender=self.name, step=key[0], value_fp=key[1]))
+        self._timer(t + self.settings.fetch_timeout_s, ("fetch_timeout", key, attempt + 1))
+
+    def _fetch_next(self, t: float, key: tuple[int, str], source: str) -> None:
+        entry = self.fetches.get(key)
+        if entry is not None:
+            self._fetch(t, key)
+
+    # --- rejoin -------------------------------------------------------------------------
+
+    def _start_rejoin(self, t: float) -> None:
+        checkpoint = self.disk.checkpoint
+        info = None
+        local_fp = training.INITIAL_FP
+        if checkpoint is not None:
+            info = rejoin.CheckpointInfo(
+                path=f"checkpoints/{self.name}/step-{checkpoint[0]}",
+                step=checkpoint[0],
+                param_fp=checkpoint[2],
+            )
+            local_fp = checkpoint[2]
+        if self.commit is not None and self.param_step >= 0:
+            local_fp = training.fingerprint(self.params)  # a live node that fell behind
+        self.commit = None
+        self.applying = None
+        # The peers' committed step: one below the highest step their messages carry.
+        self.rejoin = rejoin.Rejoin(
+            node=self.name,
+            incarnation=self.proc.incarnation,
+            seed=self.sim.core_seed,
+            local_checkpoint=info,
+            local_param_fp=local_fp,
+            cluster_step=max(self.highest_step_seen - 1, -1),
+            bugs=self.bugs,
+        )
+        live = tuple(p for p in self.alive_view if p != self.name)
+        self._rejoin(t, rejoin.Begin(live_peers=live))
+
+    def _rejoin(self, t: float, event: Any) -> None:
+        if self.rejoin is None:
+            return
+        try:
+            actions = self.rejoin.handle(event, self._local(t))
+        except RemoteProtocolError as error:
+            self._log(FrameDrop, t, peer=getattr(event, "source", "?"), reason=error.reason)
+            return
+        for action in actions:
+            if isinstance(action, rejoin.RequestState):
+                self.pending_state = None
+                self._log(RejoinBegin, t, source=action.source, from_step=action.from_step)
+                self._send(t, action.source, StateRequest(sender=self.name, incarnation=self.proc.incarnation))
+            elif isinstance(action, rejoin.LoadCheckpoint):
+                self._log(RejoinBegin, t, source="checkpoint", from_step=action.step)
+                step, params, _ = self.disk.checkpoint
+                self.params = params
+                self._rejoin(t, rejoin.CheckpointLoaded(step=step, computed_fp=training.fingerprint(params)))
+            elif isinstance(action, rejoin.RejoinDone):
+                self._rejoined(t, action)
+            elif isinstance(action, rejoin.RejoinFailed):
+                self.rejoin = None  # strict mode stalls by design; the history shows no rejoin_done
+        deadline = self.rejoin.next_deadline() if self.rejoin is not None else None
+        if deadline is not None:
+            at = max(self._true(deadline), t)
+            if at < self.rejoin_timer_at or self.rejoin_timer_at <= t:
+                self.rejoin_timer_at = at
+                self._timer(at, ("rejoin_tick",))
+
+    def _rejoined(self, t: float, done: rejoin.RejoinDone) -> None:
+        if done.source == "local":  # stale-rejoin: whatever the disk holds, unverified
+            self.params = self.disk.checkpoint[1] if self.disk.checkpoint else training.INITIAL_PARAMS
+        self.param_step = done.step
+        self._log(
+            RejoinDone,
+            t,
+            step=done.step,
+            source=done.source,
+            param_fp=done.param_fp,
+            nbytes=done.nbytes,
+            verified=done.verified,
+        )
+        self.rejoin = None
+        records = tuple(r for s, r in sorted(self.disk.records.items()) if s > done.step)
+        self.commit = StepCommit(
+            node=self.name,
+            voters=self.sim.names,
+            first_step=done.step + 1,
+            seed=self.sim.core_seed,
+            persisted=records,
+            bugs=self.bugs,
+        )
+        self.proposed_step = -1
+        self.commit_timer_at = math.inf
+        self._commit(t, ViewUpdated(alive=tuple(self.alive_view)))
+        self._begin_step(t)
+
+    def _serve_state(self, t: float, requester: str) -> None:
+        if self.commit is None or self.param_step < 0:
+            return  # nothing verified to give: the requester times out and moves on
+        nbytes = self.settings.state_nbytes
+        offer = StateOffer(
+            sender=self.name,
+            step=self.param_step,
+            param_fp=training.fingerprint(self.params),
+            nbytes=nbytes,
+        )
+        self._send(t, requester, offer)
+        self._send(t, requester, StateBytes(self.param_step, self.params, nbytes), "bulk", nbytes)
+
+    def _state_arrived(self, t: float, sender: str, message: StateOffer | StateBytes) -> None:
+        if self.rejoin is None:
+            return
+        if isinstance(message, StateOffer):
+            self._rejoin(
+                t,
+                rejoin.StateOffered(
+                    source=sender, step=message.step, param_fp=message.param_fp, nbytes=message.nbytes
+                ),
+            )
+            pending = self.pending_state
+            if pending is not None and pending[0] == sender:
+                self.pending_state = None
+                self._state_arrived(t, sender, pending[1])
+            return
+        if self.rejoin.offer is None or self.rejoin.source != sender:
+            self.pending_state = (sender, message)  # the bytes overtook their offer
+            return
+        self.params = message.params
+        self._rejoin(
+            t,
+            rejoin.StateReceived(
+                source=sender,
+                step=message.step,
+                computed_fp=training.fingerprint(message.params),
+                nbytes=message.nbytes,
+            ),
+        )
+
+    # --- timers -------------------------------------------------------------------------
+
+    def timer(self, t: float, payload: tuple) -> None:
+        kind = payload[0]
+        if kind == "computed":
+            self._computed(t, payload[1])
+        elif kind == "propose":
+            self._propose(t, payload[1])
+        elif kind == "commit_tick":
+            if self.commit is not None and t >= self.commit_timer_at:
+                self.commit_timer_at = math.inf
+                self._commit(t, CommitTick())
+        elif kind == "fetch":
+            self._fetch(t, payload[1])
+        elif kind == "fetch_timeout":
+            entry = self.fetches.get(payload[1])
+            if entry is not None and entry[1] == payload[2]:
+                self._fetch(t, payload[1])
+        elif kind == "rejoin_begin":
+            self._start_rejoin(t)
+        elif kind == "rejoin_tick":
+            if self.rejoin is not None and t >= self.rejoin_timer_at:
+                self.rejoin_timer_at = math.inf
+                self._rejoin(t, rejoin.Tick())
+

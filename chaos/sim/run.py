@@ -1,0 +1,192 @@
+"""One simulated run: build the cluster, apply the schedule, check the history.
+
+``run_simulation(config, schedule) -> SimRun`` is what ``swarmshake sim`` and
+``swarmshake explore --backend sim`` call.  Everything the run does follows from
+``config`` (its seed, every knob) and ``schedule``: the ``digest`` over the history
+lines is equal for equal inputs, in any process (no ``hash()``, no wall clock, no
+unsorted set iteration anywhere in the simulator or the cores).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgspec
+
+from swarmshake.chaos import faults
+from swarmshake.chaos.sim.app import AppSettings, NodeApp, NodeDisk
+from swarmshake.chaos.sim.engine import NodeProcess, Simulation
+from swarmshake.chaos.sim.nemesis import Nemesis
+from swarmshake.chaos.sim.network import LinkProfile, Network
+from swarmshake.chaos.sim.recorder import Recorder
+from swarmshake.chaos.sim.rng import RngStreams
+from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.history import HARNESS, Commit, History, RunMark
+from swarmshake.verify.checkers import Bounds, Verdict, build_timeline, check_history
+from swarmshake.verify.checkers.detector import detection_delays_s, false_positive_refs
+
+MAX_NODES = 2048  # the cores' MAX_CLUSTER_NODES
+MAX_DURATION_S = 7 * 86_400.0  # a week of virtual time: beyond that say what you want
+
+
+class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    nodes: int = 8
+    duration_s: float = 60.0
+    seed: int = 0
+    bugs: tuple[str, ...] = ()
+    delay_ms: float = 50.0
+    jitter_ms: float = 25.0
+    training: bool = True  # False: detector and membership only (no step commits)
+    app: AppSettings = AppSettings()
+    bounds: Bounds = Bounds()
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes = {self.nodes} must lie in [1, {MAX_NODES}]")
+        if not 0.0 < self.duration_s <= MAX_DURATION_S:
+            raise ValueError(f"duration_s = {self.duration_s} must lie in (0, {MAX_DURATION_S}]")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError("seed must be a non-negative 63-bit integer")
+        if self.jitter_ms < 0 or self.delay_ms < self.jitter_ms:
+            raise ValueError("need 0 <= jitter_ms <= delay_ms")
+        BugSet.parse(list(self.bugs))
+
+
+class DetectionMs(msgspec.Struct, frozen=True):
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+class Violation(msgspec.Struct, frozen=True):
+    property: str
+    message: str
+    evidence: list[dict]
+
+
+class SimResult(msgspec.Struct, frozen=True):
+    nodes: int
+    sim_seconds: float
+    wall_seconds: float
+    events: int
+    commits: int
+    violations: list[Violation]
+    detection_ms: DetectionMs
+    false_positives: int
+    digest: str
+    status: str  # the verdict: valid | invalid | unknown
+    seed: int
+    bugs: list[str]
+    faults_injected: int
+    run_dir: str | None = None
+
+
+class SimRun(msgspec.Struct):
+    result: SimResult
+    history: History
+    verdict: Verdict
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float | None:
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def run_simulation(
+    config: SimConfig, schedule: faults.FaultSchedule | None = None, out_dir: Path | None = None
+) -> SimRun:
+    schedule = schedule or faults.FaultSchedule()
+    wall_start = time.perf_counter()
+    bugs = BugSet.parse(list(config.bugs))
+    rngs = RngStreams(config.seed)
+    recorder = Recorder(out_dir)
+    network = Network(LinkProfile(delay_ms=config.delay_ms, jitter_ms=config.jitter_ms), rngs)
+    disks: dict[str, NodeDisk] = {}
+
+    def make_app(sim: Simulation, proc: NodeProcess) -> NodeApp:
+        first = proc.name not in disks
+        disk = disks.setdefault(proc.name, NodeDisk())
+        return NodeApp(sim, proc, config.app, disk, first)
+
+    sim = Simulation(
+        nodes=config.nodes,
+        seed=config.seed,
+        bugs=bugs,
+        network=network,
+        rngs=rngs,
+        recorder=recorder,
+        app_factory=make_app if config.training else None,
+    )
+    nemesis = Nemesis(sim, schedule, rngs.get("nemesis"))
+    mark = RunMark(t_wall=0.0, t_mono=0.0, node=HARNESS, mark="run_start", data={"seed": config.seed})
+    recorder.log(mark)
+    for name in sim.names:
+        sim.start(name, 0.0)
+    sim.run(config.duration_s)
+    recorder.log(
+        RunMark(
+            t_wall=config.duration_s,
+            t_mono=config.duration_s,
+            node=HARNESS,
+            lamport=recorder.next_lamport(HARNESS),
+            mark="run_end",
+        )
+    )
+    recorder.close()
+    history = History.from_events(recorder.events)
+    verdict = check_history(history, config.bounds)
+    timeline = build_timeline(history, config.bounds)
+    delays, _ = detection_delays_s(history, timeline, config.bounds)
+    delays_ms = sorted(d * 1000.0 for d in delays)
+    false_positives, _ = false_positive_refs(history, timeline, config.bounds)
+    violations = [
+        Violation(
+            property=name,
+            message=result.message,
+            evidence=[msgspec.to_builtins(ref) for ref in result.evidence[:5]],
+        )
+        for name, result in verdict.results.items()
+        if result.status == "invalid"
+    ]
+    result = SimResult(
+        nodes=config.nodes,
+        sim_seconds=config.duration_s,
+        wall_seconds=round(time.perf_counter() - wall_start, 3),
+        events=recorder.count,
+        commits=sum(1 for e in history.events if isinstance(e, Commit)),
+        violations=violations,
+        detection_ms=DetectionMs(
+            p50=_round(_percentile(delays_ms, 0.5)),
+            p99=_round(_percentile(delays_ms, 0.99)),
+            max=_round(delays_ms[-1] if delays_ms else None),
+        ),
+        false_positives=len(false_positives),
+        digest=recorder.digest(),
+        status=verdict.status,
+        seed=config.seed,
+        bugs=list(config.bugs),
+        faults_injected=nemesis.injected,
+        run_dir=str(out_dir) if out_dir is not None else None,
+    )
+    if out_dir is not None:
+        _write_run_dir(out_dir, config, schedule, verdict)
+    return SimRun(result=result, history=history, verdict=verdict)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _write_run_dir(out_dir: Path, config: SimConfig, schedule: faults.FaultSchedule, verdict: Verdict) -> None:
+    resolved = {
+        "backend": "sim",
+        "seed": config.seed,
+        "config": msgspec.to_builtins(config),
+        "faults": msgspec.to_builtins(schedule)["entries"],
+    }
+    (out_dir / "scenario.yaml").write_bytes(msgspec.yaml.encode(resolved))
+    (out_dir / "bounds.json").write_bytes(msgspec.json.encode(config.bounds))
+    (out_dir / "verdict.json").write_bytes(verdict.to_json())

@@ -1,0 +1,929 @@
+"""Strict-mode step commit: one single-decree Paxos instance per training step.
+
+How a driver uses it (see also DRIVERS.md)
+------------------------------------------
+One ``StepCommit(node=..., voters=..., learners=..., first_step=..., seed=...)`` per
+node process; after a restart pass the acceptor records the driver persisted
+(``persisted=``).  Feed it with ``handle(event, now) -> list[CommitAction]``:
+
+- ``ProposeValue(step, value)`` once this node holds an aggregate for ``step``
+  (``value`` = aggregate fingerprint + sorted contributor set, optionally one
+  membership change).  Proposing implies holding that aggregate's bytes.
+- ``MessageReceived(message)`` for every ``Prepare``/``PromiseReply``/``AcceptRequest``/
+  ``AcceptedReply``/``Nack``/``Decided`` received.
+- ``HoldsAggregate(step, value_fp)`` once the aggregate's bytes are held and verified.
+- ``Applied(step, param_fp)`` once the worker applied the step's committed aggregate.
+- ``ViewUpdated(alive)`` when the detector view changes (used only by ``no-quorum``).
+- ``Tick()`` at ``next_deadline()`` (proposer retries with backoff).
+
+Perform the returned actions **in order**; each one completes before the next:
+
+=====================  ==========================================================
+``Proposed``           log ``propose`` (ballot, value_fp, contributors)
+``Promised``           log ``promise`` (ballot, to)
+``AcceptedValue``      log ``accept`` (ballot, value_fp, contributors, to, holds_bytes)
+``Persist``            write ``record`` durably (replace the record of its step)
+                       *before* any later action: the reply after it is only
+                       sent once the promise/accept survives a crash
+``Send``               send ``message`` to every name in ``to`` (control channel)
+``FetchAggregate``     fetch the aggregate with ``value_fp`` from one of
+                       ``sources`` (bulk channel); then feed ``HoldsAggregate``
+``ApplyStep``          apply the committed aggregate of ``step`` (fetch it first if
+                       not held); then feed ``Applied``
+``Committed``          log ``commit`` (value_fp, contributors, param_fp, voters, quorum)
+``Behind``             peers are at a step this node cannot join: start rejoin
+=====================  ==========================================================
+
+Protocol (Lamport's single-decree Paxos, one instance per step)
+---------------------------------------------------------------
+Ballots are ``(round, proposer index)`` tuples, the index being the node's position
+in the sorted members of the step's configuration, so ballots are unique and totally
+ordered.  The step's *coordinator* (``voters[step % len(voters)]``) may start at ballot
+``(0, index)`` without phase 1: it is the lowest possible ballot and no one else can
+use it, so there is nothing lower to discover.  Everyone else, and the coordinator on
+a retry, runs phase 1 with a round above every round seen.  A retry adopts the value
+of the highest accepted ballot among the promises (Paxos's rule).  An acceptor
+accepts only once it holds the aggregate's bytes (DESIGN), so every value that can
+be chosen can be applied by any member of the quorum that chose it.  The quorum is a
+majority of the step's configured voters, never of the detector view (S3); learners
+don't vote.  A committed value carrying a membership change takes effect from the
+next step (one change at a time: Raft's single-server changes).
+
+Acceptor rules (the acceptor's whole transition table; ``p`` is the promised
+ballot, ``b`` the message's):
+
+===================  ============================  =============================
+message              condition                     effect
+===================  ============================  =============================
+Prepare(b)           b >= p                        p := b; persist; PromiseReply
+Prepare(b)           b < p                         Nack(p)
+AcceptRequest(b,v)   b >= p, holds v's bytes        p := b, accept (b, v); persist;
+                                                   AcceptedReply
+AcceptRequest(b,v)   b >= p, bytes not held         remember it; FetchAggregate;
+                                                   accept on HoldsAggregate if still
+                                                   b >= p
+AcceptRequest(b,v)   b < p                         Nack(p)
+===================  ============================  =============================
+
+The proposer's phases are ``PROPOSER_TRANSITIONS`` below.
+
+Bug switches: ``no-quorum`` counts a majority of the voters in the current detector
+view; ``ack-before-apply`` accepts without holding the bytes; ``forget-vote`` does not
+persist accepts (a restart forgets them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+import msgspec
+
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.messages import (
+    AcceptedReply,
+    AcceptRequest,
+    Ballot,
+    ConfigChangeRequest,
+    Decided,
+    Nack,
+    Prepare,
+    PromiseReply,
+    StepValue,
+)
+from swarmshake.reference_node.protocol.structs import (
+    Clock,
+    CoreAction,
+    CoreEvent,
+    check_count,
+    check_name,
+    check_names,
+    check_positive,
+)
+
+Phase = Literal["idle", "preparing", "accepting", "backoff", "decided"]
+CommitMessage = Prepare | PromiseReply | AcceptRequest | AcceptedReply | Nack | Decided
+
+# Everything that moves a proposer between phases of one step.  Inputs:
+#   start_round0      the coordinator proposes at ballot (0, index), skipping phase 1
+#   retry             the retry timer fired: new round, phase 1
+#   promise_quorum    promises from a quorum: send accept requests
+#   accepted_quorum   accepts from a quorum: the value is chosen
+#   nack              an acceptor promised higher: back off, retry above it
+#   decided           learned the decision (own quorum or a Decided message)
+PROPOSER_TRANSITIONS: dict[tuple[Phase, str], Phase] = {
+    ("idle", "start_round0"): "accepting",
+    ("idle", "retry"): "preparing",
+    ("idle", "decided"): "decided",
+    ("preparing", "promise_quorum"): "accepting",
+    ("preparing", "nack"): "backoff",
+    ("preparing", "retry"): "preparing",
+    ("preparing", "decided"): "decided",
+    ("accepting", "accepted_quorum"): "decided",
+    ("accepting", "nack"): "backoff",
+    ("accepting", "retry"): "preparing",
+    ("accepting", "decided"): "decided",
+    ("backoff", "retry"): "preparing",
+    ("backoff", "decided"): "decided",
+}
+
+
+class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
+    # First retry after 0.2 s: a round trip is <= 150 ms in the 50 +- 25 ms envelope,
+    # so the coordinator's round 0 normally completes before anyone retries.
+    retry_base_s: float = 0.2
+    retry_max_s: float = 3.2  # backoff doubles up to this: bounded wait after a heal
+    steps_ahead_max: int = 8  # buffer messages this far ahead; beyond: this node is Behind
+    buffered_messages_max: int = 512  # bounded memory for early messages (N voters x phases)
+    retained_steps: int = 16  # decided values kept to answer laggards with Decided
+
+    def __post_init__(self) -> None:
+        check_positive(self.retry_base_s, "CommitConfig.retry_base_s")
+        check_positive(self.retry_max_s, "CommitConfig.retry_max_s")
+        for name in ("steps_ahead_max", "buffered_messages_max", "retained_steps"):
+            check_count(getattr(self, name), f"CommitConfig.{name}")
+
+
+class AcceptorRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What an acceptor must not forget about one step (the Persist payload)."""
+
+    step: int
+    promised: Ballot | None = None
+    accepted_ballot: Ballot | None = None
+    accepted_value: StepValue | None = None
+
+
+# --- events --------------------------------------------------------------------------------
+
+
+class ProposeValue(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    value: StepValue
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "ProposeValue.step")
+        if not isinstance(self.value, StepValue):
+            raise LocalProtocolError("ProposeValue.value must be a StepValue")
+
+
+class MessageReceived(CoreEvent, frozen=True, kw_only=True):
+    message: CommitMessage
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, CommitMessage.__args__):  # type: ignore[attr-defined]
+            raise LocalProtocolError(f"not a commit message: {type(self.message).__name__}")
+
+
+class HoldsAggregate(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    value_fp: str
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "HoldsAggregate.step")
+        if not isinstance(self.value_fp, str) or not self.value_fp:
+            raise LocalProtocolError("HoldsAggregate.value_fp must be a fingerprint string")
+
+
+class Applied(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    param_fp: str
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "Applied.step")
+        if not isinstance(self.param_fp, str) or not self.param_fp:
+            raise LocalProtocolError("Applied.param_fp must be a fingerprint string")
+
+
+class ViewUpdated(CoreEvent, frozen=True, kw_only=True):
+    alive: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        check_names(self.alive, "ViewUpdated.alive")
+
+
+class Tick(CoreEvent, frozen=True, kw_only=True):
+    pass
+
+
+CommitEvent = ProposeValue | MessageReceived | HoldsAggregate | Applied | ViewUpdated | Tick
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+class Proposed(CoreAction, frozen=True, kw_only=True):
+    step: int
+    ballot: Ballot
+    value: StepValue
+
+
+class Promised(CoreAction, frozen=True, kw_only=True):
+    step: int
+    ballot: Ballot
+    to: str
+
+
+class AcceptedValue(CoreAction, frozen=True, kw_only=True):
+    step: int
+    ballot: Ballot
+    value: StepValue
+    to: str
+    holds_bytes: bool
+
+
+class Persist(CoreAction, frozen=True, kw_only=True):
+    record: AcceptorRecord
+
+
+class Send(CoreAction, frozen=True, kw_only=True):
+    to: tuple[str, ...]
+    message: CommitMessage
+
+
+class FetchAggregate(CoreAction, frozen=True, kw_only=True):
+    step: int
+    value_fp: str
+    sources: tuple[str, ...]
+
+
+class ApplyStep(CoreAction, frozen=True, kw_only=True):
+    step: int
+    value: StepValue
+
+
+class Committed(CoreAction, frozen=True, kw_only=True):
+    step: int
+    value: StepValue
+    param_fp: str
+    voters: tuple[str, ...]
+    learners: tuple[str, ...]
+    quorum: tuple[str, ...]
+
+
+class Behind(CoreAction, frozen=True, kw_only=True):
+    step: int  # this node's step
+    peer_step: int  # a step peers are working on
+    peer: str
+
+
+CommitAction = (
+    Proposed
+    | Promised
+    | AcceptedValue
+    | Persist
+    | Send
+    | FetchAggregate
+    | ApplyStep
+    | Committed
+    | Behind
+)
+
+
+# --- per-step state ------------------------------------------------------------------------
+
+
+class _Acceptor:
+    __slots__ = ("promised", "accepted_ballot", "accepted_value", "pending")
+
+    def __init__(self, record: AcceptorRecord | None = None):
+        self.promised: tuple[int, int] | None = None if record is None else _tuple(record.promised)
+        self.accepted_ballot = None if record is None else _tuple(record.accepted_ballot)
+        self.accepted_value: StepValue | None = None if record is None else record.accepted_value
+        self.pending: tuple[tuple[int, int], StepValue, str] | None = None  # waits for bytes
+
+    def snapshot(self) -> tuple:
+        return (self.promised, self.accepted_ballot, self.accepted_value, self.pending)
+
+
+class _Proposer:
+    __slots__ = (
+        "phase",
+        "candidate",
+        "ballot",
+        "value",
+        "promises",
+        "accepts",
+        "highest_round",
+        "attempts",
+        "retry_at",
+    )
+
+    def __init__(self) -> None:
+        self.phase: Phase = "idle"
+        self.candidate: StepValue | None = None
+        self.ballot: tuple[int, int] | None = None
+        self.value: StepValue | None = None
+        self.promises: dict[str, tuple[tuple[int, int] | None, StepValue | None]] = {}
+        self.accepts: set[str] = set()
+        self.highest_round = 0
+        self.attempts = 0
+        self.retry_at: float | None = None
+
+    def snapshot(self) -> tuple:
+        return (
+            self.phase,
+            self.candidate,
+            self.ballot,
+            self.value,
+            tuple(sorted(self.promises.items())),
+            tuple(sorted(self.accepts)),
+            self.highest_round,
+            self.attempts,
+            self.retry_at,
+        )
+
+
+def _tuple(ballot: object) -> tuple[int, int] | None:
+    return None if ballot is None else (int(ballot[0]), int(ballot[1]))  # type: ignore[index]
+
+
+class StepCommit:
+    """One node's proposer, acceptor and learner for the per-step commit."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        voters: tuple[str, ...],
+        learners: tuple[str, ...] = (),
+        first_step: int = 0,
+        seed: int = 0,
+        persisted: tuple[AcceptorRecord, ...] = (),
+        config: CommitConfig | None = None,
+        bugs: BugSet = NO_BUGS,
+    ):
+        check_name(node, "node")
+        check_names(voters, "voters")
+        check_names(learners, "learners")
+        check_count(first_step, "first_step")
+        check_count(seed, "seed")
+        if not voters:
+            raise LocalProtocolError("a configuration needs at least one voter")
+        if set(voters) & set(learners):
+            raise LocalProtocolError("a node is either a voter or a learner, not both")
+        if node not in voters and node not in learners:
+            raise LocalProtocolError(f"node {node!r} is neither a voter nor a learner")
+        self.node = node
+        self.seed = seed
+        self.config = config or CommitConfig()
+        self.bugs = bugs
+        self._no_quorum = "no-quorum" in bugs
+        self._ack_before_apply = "ack-before-apply" in bugs
+        self._forget_vote = "forget-vote" in bugs
+        self.voters: tuple[str, ...] = tuple(sorted(voters))
+        self.learners: tuple[str, ...] = tuple(sorted(learners))
+        self.step = first_step
+        self.view: tuple[str, ...] = tuple(sorted(set(voters) | set(learners)))
+        self._clock = Clock()
+        self._acceptors: dict[int, _Acceptor] = {}
+        for record in persisted:
+            if not isinstance(record, AcceptorRecord):
+                raise LocalProtocolError("persisted must hold AcceptorRecord values")
+            self._acceptors[record.step] = _Acceptor(record)
+        self._proposer = _Proposer()
+        self._held: dict[int, set[str]] = {}
+        self._decided: dict[int, tuple[StepValue, tuple[str, ...]]] = {}
+        self._applying: int | None = None
+        self._buffer: list[CommitMessage] = []
+        self.dropped = 0  # messages dropped by bounds (counted, never silently lost)
+
+    # -- public API -------------------------------------------------------------------------
+
+    def handle(self, event: CommitEvent, now: float) -> list[CommitAction]:
+        self._clock.check(now)
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"StepCommit cannot handle {type(event).__name__}")
+        actions: list[CommitAction] = []
+        handler(self, event, now, actions)
+        self._clock.last = now
+        return self._deliver_locally(actions, now)
+
+    def next_deadline(self, now: float | None = None) -> float | None:
+        return self._proposer.retry_at
+
+    def _deliver_locally(self, actions: list, now: float) -> list:
+        """Messages this node sends to itself are handled here, *before* the same
+        message goes to the others: the coordinator's own accept of a round-0 value is
+        persisted before any peer can see that value, so a restarted coordinator finds
+        it and never proposes a second value at ballot (0, index)."""
+        out: list = []
+        for action in actions:
+            if isinstance(action, Send) and self.node in action.to:
+                local: list = []
+                self._dispatch(action.message, now, local)
+                out.extend(self._deliver_locally(local, now))
+                others = tuple(name for name in action.to if name != self.node)
+                if others:
+                    out.append(Send(to=others, message=action.message))
+            else:
+                out.append(action)
+        return out
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(sorted(self.voters + self.learners))
+
+    def quorum_size(self) -> int:
+        if self._no_quorum:  # bug: a majority of whoever the detector sees
+            return len(set(self.view) & set(self.voters)) // 2 + 1
+        return len(self.voters) // 2 + 1
+
+    def coordinator(self, step: int) -> str:
+        return self.voters[step % len(self.voters)]
+
+    def decided_value(self, step: int) -> StepValue | None:
+        entry = self._decided.get(step)
+        return None if entry is None else entry[0]
+
+    def acceptor_record(self, step: int) -> AcceptorRecord | None:
+        acceptor = self._acceptors.get(step)
+        if acceptor is None:
+            return None
+        return AcceptorRecord(
+            step=step,
+            promised=acceptor.promised,
+            accepted_ballot=acceptor.accepted_ballot,
+            accepted_value=acceptor.accepted_value,
+        )
+
+    @property
+    def phase(self) -> Phase:
+        return self._proposer.phase
+
+    def snapshot(self) -> tuple:
+        return (
+            self.node,
+            self.step,
+            self.voters,
+            self.learners,
+            self.view,
+            tuple(sorted((s, a.snapshot()) for s, a in self._acceptors.items())),
+            self._proposer.snapshot(),
+            tuple(sorted((s, tuple(sorted(f))) for s, f in self._held.items())),
+            tuple(sorted(self._decided.items())),
+            self._applying,
+            tuple(self._buffer),
+            self.dropped,
+            self._clock.last,
+        )
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _index(self, node: str) -> int:
+        return self.members.index(node)
+
+    def _check_value(self, value: StepValue, error: type[Exception]) -> None:
+        members = set(self.members)
+        unknown = [c for c in value.contributors if c not in members]
+        if unknown:
+            raise error(f"contributors {unknown} are not members", reason="invalid-value")
+        change = value.config_change
+        if change is not None:
+            problem = self._config_change_problem(change)
+            if problem:
+                raise error(f"invalid membership change: {problem}", reason="invalid-value")
+
+    def _config_change_problem(self, change: ConfigChangeRequest) -> str:
+        if change.change == "add" and change.peer in self.members:
+            return f"{change.peer} is already a member"
+        if change.change == "promote" and change.peer not in self.learners:
+            return f"{change.peer} is not a learner"
+        if change.change == "remove":
+            if change.peer not in self.members:
+                return f"{change.peer} is not a member"
+            if self.voters == (change.peer,):
+                return "cannot remove the last voter"
+        return ""
+
+    def _check_message(self, message: CommitMessage) -> None:
+        sender = message.sender
+        if sender not in self.members:
+            raise RemoteProtocolError(
+                f"{type(message).__name__} from non-member {sender!r}", reason="unknown-peer"
+            )
+        if isinstance(message, PromiseReply | AcceptedReply | Nack) and sender not in self.voters:
+            raise RemoteProtocolError(
+                f"{sender!r} is not a voter and cannot vote", reason="not-voter"
+            )
+        if isinstance(message, Prepare | AcceptRequest):
+            if message.ballot[1] != self._index(sender):
+                raise RemoteProtocolError(
+                    f"ballot {tuple(message.ballot)} does not carry {sender!r}'s index "
+                    f"{self._index(sender)}",
+                    reason="forged-ballot",
+                )
+        if isinstance(message, AcceptRequest | Decided | PromiseReply):
+            value = (
+                message.value if not isinstance(message, PromiseReply) else message.accepted_value
+            )
+            if value is not None and message.step == self.step:
+                self._check_value(value, RemoteProtocolError)
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _on_propose(self, event: ProposeValue, now: float, actions: list) -> None:
+        if event.step != self.step:
+            raise LocalProtocolError(
+                f"ProposeValue for step {event.step}; this node is at step {self.step}"
+            )
+        if self._proposer.candidate is not None:
+            raise LocalProtocolError(f"step {self.step} already has a proposal")
+        self._check_value(event.value, LocalProtocolError)
+        proposer = self._proposer
+        proposer.candidate = event.value
+        self._held.setdefault(self.step, set()).add(event.value.agg_fp)
+        if proposer.phase == "decided":
+            return
+        self._retry_later(now)
+        acceptor = self._acceptors.get(self.step)
+        if self.coordinator(self.step) == self.node and (
+            acceptor is None or acceptor.promised is None
+        ):
+            self._move("start_round0")
+            proposer.ballot = (0, self._index(self.node))
+            self._send_accepts(event.value, actions)
+        # Our own pending accept request may have been waiting for these bytes.
+        self._acceptor_bytes_arrived(self.step, event.value.agg_fp, actions)
+
+    def _on_message(self, event: MessageReceived, now: float, actions: list) -> None:
+        message = event.message
+        self._check_message(message)
+        self._dispatch(message, now, actions)
+
+    def _dispatch(self, message: CommitMessage, now: float, actions: list) -> None:
+        step = message.step
+        if step > self.step:
+            if step > self.step + self.config.steps_ahead_max:
+                self.dropped += 1
+                actions.append(Behind(step=self.step, peer_step=step, peer=message.sender))
+                return
+            if len(self._buffer) >= self.config.buffered_messages_max:
+                self.dropped += 1
+                return
+            self._buffer.append(message)
+            return
+        if step < self.step:
+            self._answer_laggard(message, actions)
+            return
+        if isinstance(message, Prepare):
+            self._acceptor_prepare(message, actions)
+        elif isinstance(message, AcceptRequest):
+            self._acceptor_accept_request(message, actions)
+        elif isinstance(message, PromiseReply):
+            self._proposer_promise(message, actions)
+        elif isinstance(message, AcceptedReply):
+            self._proposer_accepted(message, actions)
+        elif isinstance(message, Nack):
+            self._proposer_nack(message, now, actions)
+        else:
+            self._learn(message.value, tuple(message.quorum), actions)
+
+    def _on_holds(self, event: HoldsAggregate, now: float, actions: list) -> None:
+        if event.step < self.step:
+            return
+        if event.step > self.step + self.config.steps_ahead_max:
+            raise LocalProtocolError(
+                f"HoldsAggregate for step {event.step} is far ahead of {self.step}"
+            )
+        held = self._held.setdefault(event.step, set())
+        if (
+            event.value_fp not in held and len(held) >= 16
+        ):  # distinct aggregates per step are few (one per contributor set)
+            raise LocalProtocolError(f"more than 16 distinct aggregates held for step {event.step}")
+        held.add(event.value_fp)
+        if event.step == self.step:
+            self._acceptor_bytes_arrived(event.step, event.value_fp, actions)
+            if self._proposer.phase == "decided" and self._applying is None:
+                self._start_apply(actions)
+
+    def _on_applied(self, event: Applied, now: float, actions: list) -> None:
+        if self._applying != event.step:
+            raise LocalProtocolError(
+                f"Applied for step {event.step}, but the step being applied is {self._applying}"
+            )
+        value, quorum = self._decided[event.step]
+        actions.append(
+            Committed(
+                step=event.step,
+                value=value,
+                param_fp=event.param_fp,
+                voters=self.voters,
+                learners=self.learners,
+                quorum=quorum,
+            )
+        )
+        self._advance(value, now, actions)
+
+    def _on_view(self, event: ViewUpdated, now: float, actions: list) -> None:
+        self.view = tuple(sorted(event.alive))
+
+    def _on_tick(self, event: Tick, now: float, actions: list) -> None:
+        proposer = self._proposer
+        if proposer.retry_at is None or proposer.retry_at > now:
+            return
+        if proposer.phase == "decided" or proposer.candidate is None:
+            proposer.retry_at = None
+            return
+        self._move("retry")
+        proposer.attempts += 1
+        round_ = proposer.highest_round + 1
+        acceptor = self._acceptors.get(self.step)
+        if acceptor is not None and acceptor.promised is not None:
+            round_ = max(round_, acceptor.promised[0] + 1)
+        proposer.highest_round = round_
+        proposer.ballot = (round_, self._index(self.node))
+        proposer.promises = {}
+        proposer.accepts = set()
+        proposer.value = None
+        self._retry_later(now)
+        actions.append(
+            Send(
+                to=self.voters,
+                message=Prepare(sender=self.node, step=self.step, ballot=proposer.ballot),
+            )
+        )
+
+    # -- acceptor -------------------------------------------------------------------------------
+
+    def _acceptor(self, step: int) -> _Acceptor:
+        acceptor = self._acceptors.get(step)
+        if acceptor is None:
+            acceptor = self._acceptors[step] = _Acceptor()
+        return acceptor
+
+    def _acceptor_prepare(self, message: Prepare, actions: list) -> None:
+        if self.node not in self.voters:
+            return  # learners don't vote
+        ballot = _tuple(message.ballot)
+        acceptor = self._acceptor(message.step)
+        if acceptor.promised is not None and ballot < acceptor.promised:
+            actions.append(self._nack(message, acceptor.promised))
+            return
+        acceptor.promised = ballot
+        actions.append(Promised(step=message.step, ballot=ballot, to=message.sender))
+        actions.append(Persist(record=self._record(message.step, acceptor)))
+        actions.append(
+            Send(
+                to=(message.sender,),
+                message=PromiseReply(
+                    sender=self.node,
+                    step=message.step,
+                    ballot=ballot,
+                    accepted_ballot=acceptor.accepted_ballot,
+                    accepted_value=acceptor.accepted_value,
+                ),
+            )
+        )
+
+    def _acceptor_accept_request(self, message: AcceptRequest, actions: list) -> None:
+        if self.node not in self.voters:
+            return
+        ballot = _tuple(message.ballot)
+        acceptor = self._acceptor(message.step)
+        if acceptor.promised is not None and ballot < acceptor.promised:
+            actions.append(self._nack(message, acceptor.promised))
+            return
+        holds = message.value.agg_fp in self._held.get(message.step, ())
+        if holds or self._ack_before_apply:
+            self._accept(message.step, ballot, message.value, message.sender, holds, actions)
+            if not holds:
+                actions.append(self._fetch(message.step, message.value.agg_fp, message.sender))
+            return
+        if acceptor.pending is None or acceptor.pending[0] <= ballot:
+            acceptor.pending = (ballot, message.value, message.sender)
+            actions.append(self._fetch(message.step, message.value.agg_fp, message.sender))
+
+    def _acceptor_bytes_arrived(self, step: int, value_fp: str, actions: list) -> None:
+        acceptor = self._acceptors.get(step)
+        if acceptor is None or acceptor.pending is None:
+            return
+        ballot, value, proposer = acceptor.pending
+        if value.agg_fp != value_fp:
+            return
+        acceptor.pending = None
+        if acceptor.promised is not None and ballot < acceptor.promised:
+            actions.append(
+                Send(
+                    to=(proposer,),
+                    message=Nack(
+                        sender=self.node, step=step, ballot=ballot, promised=acceptor.promised
+                    ),
+                )
+            )
+            return
+        self._accept(step, ballot, value, proposer, True, actions)
+
+    def _accept(
+        self, step: int, ballot, value: StepValue, proposer: str, holds: bool, actions: list
+    ) -> None:
+        acceptor = self._acceptor(step)
+        acceptor.promised = ballot
+        acceptor.accepted_ballot = ballot
+        acceptor.accepted_value = value
+        actions.append(
+            AcceptedValue(step=step, ballot=ballot, value=value, to=proposer, holds_bytes=holds)
+        )
+        if not self._forget_vote:  # bug: the vote is not made durable
+            actions.append(Persist(record=self._record(step, acceptor)))
+        actions.append(
+            Send(
+                to=(proposer,),
+                message=AcceptedReply(
+                    sender=self.node, step=step, ballot=ballot, value_fp=value.agg_fp
+                ),
+            )
+        )
+
+    def _record(self, step: int, acceptor: _Acceptor) -> AcceptorRecord:
+        return AcceptorRecord(
+            step=step,
+            promised=acceptor.promised,
+            accepted_ballot=acceptor.accepted_ballot,
+            accepted_value=acceptor.accepted_value,
+        )
+
+    def _nack(self, message: Prepare | AcceptRequest, promised) -> Send:
+        return Send(
+            to=(message.sender,),
+            message=Nack(
+                sender=self.node, step=message.step, ballot=message.ballot, promised=promised
+            ),
+        )
+
+    def _fetch(self, step: int, value_fp: str, proposer: str) -> FetchAggregate:
+        sources = (proposer, *(v for v in self.voters if v not in (proposer, self.node)))
+        return FetchAggregate(step=step, value_fp=value_fp, sources=sources)
+
+    # -- proposer -------------------------------------------------------------------------------
+
+    def _move(self, trigger: str) -> None:
+        proposer = self._proposer
+        new_phase = PROPOSER_TRANSITIONS.get((proposer.phase, trigger))
+        if new_phase is None:
+            raise LocalProtocolError(f"proposer cannot {trigger} in phase {proposer.phase}")
+        proposer.phase = new_phase
+
+    def _send_accepts(self, value: StepValue, actions: list) -> None:
+        proposer = self._proposer
+        proposer.value = value
+        proposer.accepts = set()
+        actions.append(Proposed(step=self.step, ballot=proposer.ballot, value=value))
+        actions.append(
+            Send(
+                to=self.voters,
+                message=AcceptRequest(
+                    sender=self.node, step=self.step, ballot=proposer.ballot, value=value
+                ),
+            )
+        )
+
+    def _proposer_promise(self, message: PromiseReply, actions: list) -> None:
+        proposer = self._proposer
+        if proposer.phase != "preparing" or _tuple(message.ballot) != proposer.ballot:
+            return  # an answer to an older round
+        proposer.promises[message.sender] = (
+            _tuple(message.accepted_ballot),
+            message.accepted_value,
+        )
+        if self._quorum(proposer.promises):
+            accepted = [(b, v) for b, v in proposer.promises.values() if b is not None]
+            value = max(accepted, key=lambda bv: bv[0])[1] if accepted else proposer.candidate
+            self._move("promise_quorum")
+            self._send_accepts(value, actions)
+
+    def _proposer_accepted(self, message: AcceptedReply, actions: list) -> None:
+        proposer = self._proposer
+        if proposer.phase != "accepting" or _tuple(message.ballot) != proposer.ballot:
+            return
+        if proposer.value is None or message.value_fp != proposer.value.agg_fp:
+            raise RemoteProtocolError(
+                "an accept of a value this ballot did not propose", reason="invalid-value"
+            )
+        proposer.accepts.add(message.sender)
+        if self._quorum(proposer.accepts):
+            quorum = tuple(sorted(proposer.accepts))
+            value = proposer.value
+            actions.append(
+                Send(
+                    to=tuple(m for m in self.members if m != self.node),
+                    message=Decided(
+                        sender=self.node, step=self.step, value=value, quorum=list(quorum)
+                    ),
+                )
+            )
+            self._learn(value, quorum, actions)
+
+    def _proposer_nack(self, message: Nack, now: float, actions: list) -> None:
+        proposer = self._proposer
+        proposer.highest_round = max(proposer.highest_round, message.promised[0])
+        if (
+            proposer.phase in ("preparing", "accepting")
+            and _tuple(message.ballot) == proposer.ballot
+        ):
+            self._move("nack")
+            self._retry_later(now)
+
+    def _quorum(self, voters_heard) -> bool:
+        counted = [v for v in voters_heard if v in self.voters]
+        if self._no_quorum:
+            counted = [v for v in counted if v in self.view]
+        return len(counted) >= self.quorum_size()
+
+    def _retry_later(self, now: float) -> None:
+        proposer = self._proposer
+        backoff = min(self.config.retry_base_s * (2**proposer.attempts), self.config.retry_max_s)
+        # Deterministic jitter in [1, 2): dueling proposers drift apart without randomness.
+        digest = hashlib.blake2b(
+            f"{self.seed}:{self.node}:{self.step}:{proposer.attempts}".encode(), digest_size=4
+        )
+        jitter = 1.0 + int.from_bytes(digest.digest(), "big") / 2**32
+        proposer.retry_at = now + backoff * jitter
+
+    # -- learner --------------------------------------------------------------------------------
+
+    def _learn(self, value: StepValue, quorum: tuple[str, ...], actions: list) -> None:
+        if self.step in self._decided:
+            return  # the first decision stands (a second would be an S1 violation to log)
+        self._decided[self.step] = (value, quorum)
+        proposer = self._proposer
+        proposer.phase = (
+            PROPOSER_TRANSITIONS[(proposer.phase, "decided")]
+            if proposer.phase != "decided"
+            else "decided"
+        )
+        proposer.retry_at = None
+        self._start_apply(actions)
+
+    def _start_apply(self, actions: list) -> None:
+        value, _ = self._decided[self.step]
+        self._applying = self.step
+        if value.agg_fp not in self._held.get(self.step, ()):
+            actions.append(
+                FetchAggregate(
+                    step=self.step,
+                    value_fp=value.agg_fp,
+                    sources=tuple(v for v in self.voters if v != self.node),
+                )
+            )
+        actions.append(ApplyStep(step=self.step, value=value))
+
+    def _answer_laggard(self, message: CommitMessage, actions: list) -> None:
+        if isinstance(message, Prepare | AcceptRequest):
+            entry = self._decided.get(message.step)
+            if entry is not None:
+                actions.append(
+                    Send(
+                        to=(message.sender,),
+                        message=Decided(
+                            sender=self.node,
+                            step=message.step,
+                            value=entry[0],
+                            quorum=list(entry[1]),
+                        ),
+                    )
+                )
+
+    def _advance(self, value: StepValue, now: float, actions: list) -> None:
+        change = value.config_change
+        if change is not None:
+            voters, learners = set(self.voters), set(self.learners)
+            if change.change == "add":
+                learners.add(change.peer)
+            elif change.change == "promote":
+                learners.discard(change.peer)
+                voters.add(change.peer)
+            else:
+                voters.discard(change.peer)
+                learners.discard(change.peer)
+            self.voters, self.learners = tuple(sorted(voters)), tuple(sorted(learners))
+        self._applying = None
+        self.step += 1
+        self._proposer = _Proposer()
+        low = self.step - self.config.retained_steps
+        for table in (self._acceptors, self._decided, self._held):
+            for old in [s for s in table if s < low]:
+                del table[old]
+        self._held.pop(self.step - 1, None)
+        buffered, self._buffer = self._buffer, []
+        if self.node not in self.members:
+            return  # removed: this node stops taking part
+        for message in buffered:
+            if message.step >= self.step:
+                try:
+                    self._check_message(message)
+                except RemoteProtocolError:
+                    self.dropped += 1
+                    continue
+                self._dispatch(message, now, actions)
+
+
+_HANDLERS = {
+    ProposeValue: StepCommit._on_propose,
+    MessageReceived: StepCommit._on_message,
+    HoldsAggregate: StepCommit._on_holds,
+    Applied: StepCommit._on_applied,
+    ViewUpdated: StepCommit._on_view,
+    Tick: StepCommit._on_tick,
+}

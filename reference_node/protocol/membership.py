@@ -1,0 +1,333 @@
+"""Membership core: the configured membership (voters, learners) and the live view.
+
+Two different things, kept apart (DESIGN): the *configuration* changes only through
+committed steps, one node at a time (Raft's single-server changes, so the majorities
+of two consecutive configurations overlap); the *view* is what the failure detector
+currently believes is alive, with an epoch that grows on every change.  A crashed
+node stays a voter until a committed ``remove``; a node declared dead must come back
+with a higher incarnation.
+
+How a driver uses it (see also DRIVERS.md)
+------------------------------------------
+``Membership(node=..., voters=..., learners=..., incarnation=...)``; then
+``handle(event, now) -> list[MembershipAction]``:
+
+- ``JoinRequested(peer, incarnation)`` for a ``messages.JoinRequest``;
+  ``LeaveRequested(peer, incarnation)`` for a ``messages.LeaveNotice``;
+- ``PeerDeclaredDead`` / ``PeerAlive`` from the detector's ``DeclaredDead`` /
+  ``DeclaredAlive`` actions (``ViewChanged`` needs no event here);
+- ``SelfDeclaredDead(incarnation)`` from the detector's ``SelfDeclaredDead``;
+- ``LearnerCaughtUp(peer, step)`` when a learner's committed step reaches the cluster's;
+- ``ConfigCommitted(step, change)`` for every committed ``StepValue`` with a
+  ``config_change`` (from the commit core's ``Committed``).
+
+Before proposing a step's value, ask ``change_for_next_step()`` and put the result in
+``StepValue.config_change`` (``None`` if nothing is pending).
+
+Actions: ``ConfigChanged`` -> log ``config_change`` and feed ``MembersChanged`` to the
+detector; ``JoinRejected`` -> answer the joiner (no event); ``MustRejoin`` -> this node
+was declared dead: stop taking part, restart the rejoin core with ``incarnation``.
+
+Per-peer role transitions (``ROLE_TRANSITIONS``): absent --add--> learner
+--promote--> voter; learner/voter --remove--> absent.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.messages import MAX_CLUSTER_NODES, ConfigChangeRequest
+from swarmshake.reference_node.protocol.structs import (
+    Clock,
+    CoreAction,
+    CoreEvent,
+    check_count,
+    check_name,
+    check_names,
+)
+
+Role = Literal["absent", "learner", "voter"]
+
+ROLE_TRANSITIONS: dict[tuple[Role, str], Role] = {
+    ("absent", "add"): "learner",
+    ("learner", "promote"): "voter",
+    ("learner", "remove"): "absent",
+    ("voter", "remove"): "absent",
+}
+
+PENDING_CHANGES_MAX = 64  # join/leave requests waiting their turn; more is a join storm
+
+
+class JoinRequested(CoreEvent, frozen=True, kw_only=True):
+    peer: str
+    incarnation: int
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "JoinRequested.peer")
+        check_count(self.incarnation, "JoinRequested.incarnation")
+
+
+class LeaveRequested(CoreEvent, frozen=True, kw_only=True):
+    peer: str
+    incarnation: int
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "LeaveRequested.peer")
+        check_count(self.incarnation, "LeaveRequested.incarnation")
+
+
+class PeerDeclaredDead(CoreEvent, frozen=True, kw_only=True):
+    peer: str
+    incarnation: int
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "PeerDeclaredDead.peer")
+        check_count(self.incarnation, "PeerDeclaredDead.incarnation")
+
+
+class PeerAlive(CoreEvent, frozen=True, kw_only=True):
+    peer: str
+    incarnation: int
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "PeerAlive.peer")
+        check_count(self.incarnation, "PeerAlive.incarnation")
+
+
+class SelfDeclaredDead(CoreEvent, frozen=True, kw_only=True):
+    incarnation: int
+
+    def __post_init__(self) -> None:
+        check_count(self.incarnation, "SelfDeclaredDead.incarnation")
+
+
+class LearnerCaughtUp(CoreEvent, frozen=True, kw_only=True):
+    peer: str
+    step: int
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "LearnerCaughtUp.peer")
+        check_count(self.step, "LearnerCaughtUp.step")
+
+
+class ConfigCommitted(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    change: ConfigChangeRequest
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "ConfigCommitted.step")
+        if not isinstance(self.change, ConfigChangeRequest):
+            raise LocalProtocolError("ConfigCommitted.change must be a ConfigChangeRequest")
+
+
+MembershipEvent = (
+    JoinRequested
+    | LeaveRequested
+    | PeerDeclaredDead
+    | PeerAlive
+    | SelfDeclaredDead
+    | LearnerCaughtUp
+    | ConfigCommitted
+)
+
+
+class ConfigChanged(CoreAction, frozen=True, kw_only=True):
+    step: int
+    change: Literal["add", "remove", "promote"]
+    peer: str
+    voters: tuple[str, ...]
+    learners: tuple[str, ...]
+
+
+class JoinRejected(CoreAction, frozen=True, kw_only=True):
+    peer: str
+    reason: str
+
+
+class MustRejoin(CoreAction, frozen=True, kw_only=True):
+    incarnation: int  # the incarnation to come back with
+
+
+MembershipAction = ConfigChanged | JoinRejected | MustRejoin
+
+
+class Membership:
+    def __init__(
+        self,
+        *,
+        node: str,
+        voters: tuple[str, ...],
+        learners: tuple[str, ...] = (),
+        incarnation: int = 0,
+        bugs: BugSet = NO_BUGS,
+    ):
+        check_name(node, "node")
+        check_names(voters, "voters")
+        check_names(learners, "learners")
+        check_count(incarnation, "incarnation")
+        if not voters or set(voters) & set(learners):
+            raise LocalProtocolError("need >= 1 voter, and voters and learners are disjoint")
+        self.node = node
+        self.incarnation = incarnation
+        self.bugs = bugs
+        self.voters: tuple[str, ...] = tuple(sorted(voters))
+        self.learners: tuple[str, ...] = tuple(sorted(learners))
+        self.config_step = -1  # the step whose commit made this configuration
+        self.dead: dict[str, int] = {}  # peer -> incarnation declared dead
+        self.incarnations: dict[str, int] = {}
+        self.pending: deque[ConfigChangeRequest] = deque()
+        self.must_rejoin = False
+        self._clock = Clock()
+
+    def handle(self, event: MembershipEvent, now: float) -> list[MembershipAction]:
+        self._clock.check(now)
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"Membership cannot handle {type(event).__name__}")
+        actions: list[MembershipAction] = []
+        handler(self, event, actions)
+        self._clock.last = now
+        return actions
+
+    def role(self, peer: str) -> Role:
+        if peer in self.voters:
+            return "voter"
+        if peer in self.learners:
+            return "learner"
+        return "absent"
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return tuple(sorted(self.voters + self.learners))
+
+    def change_for_next_step(self) -> ConfigChangeRequest | None:
+        """The one change to carry in the next proposed value (still valid), or None."""
+        while self.pending:
+            head = self.pending[0]
+            if (self.role(head.peer), head.change) in ROLE_TRANSITIONS and not (
+                head.change == "remove" and self.voters == (head.peer,)
+            ):
+                return head
+            self.pending.popleft()  # no longer applicable (e.g. another node's copy won)
+        return None
+
+    def snapshot(self) -> tuple:
+        return (
+            self.node,
+            self.incarnation,
+            self.voters,
+            self.learners,
+            self.config_step,
+            tuple(sorted(self.dead.items())),
+            tuple(sorted(self.incarnations.items())),
+            tuple(self.pending),
+            self.must_rejoin,
+            self._clock.last,
+        )
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def _want(self, change: ConfigChangeRequest) -> None:
+        if change in self.pending:
+            return
+        if len(self.pending) >= PENDING_CHANGES_MAX:
+            raise RemoteProtocolError(
+                f"{PENDING_CHANGES_MAX} membership changes already pending", reason="overload"
+            )
+        self.pending.append(change)
+
+    def _on_join(self, event: JoinRequested, actions: list) -> None:
+        dead_at = self.dead.get(event.peer)
+        if dead_at is not None and event.incarnation <= dead_at:
+            actions.append(
+                JoinRejected(
+                    peer=event.peer,
+                    reason=f"declared dead at incarnation {dead_at}; rejoin with a higher one",
+                )
+            )
+            return
+        if event.incarnation < self.incarnations.get(event.peer, 0):
+            actions.append(JoinRejected(peer=event.peer, reason="an older incarnation"))
+            return
+        if self.role(event.peer) == "absent":
+            if len(self.members) >= MAX_CLUSTER_NODES:
+                actions.append(JoinRejected(peer=event.peer, reason="cluster is full"))
+                return
+            self._want(
+                ConfigChangeRequest(change="add", peer=event.peer, incarnation=event.incarnation)
+            )
+        self.incarnations[event.peer] = event.incarnation
+        self.dead.pop(event.peer, None)
+
+    def _on_leave(self, event: LeaveRequested, actions: list) -> None:
+        if self.role(event.peer) != "absent":
+            self._want(
+                ConfigChangeRequest(change="remove", peer=event.peer, incarnation=event.incarnation)
+            )
+
+    def _on_dead(self, event: PeerDeclaredDead, actions: list) -> None:
+        if event.incarnation >= self.dead.get(event.peer, -1):
+            self.dead[event.peer] = event.incarnation
+
+    def _on_alive(self, event: PeerAlive, actions: list) -> None:
+        dead_at = self.dead.get(event.peer)
+        if dead_at is not None and event.incarnation > dead_at:
+            del self.dead[event.peer]
+        if event.incarnation > self.incarnations.get(event.peer, 0):
+            self.incarnations[event.peer] = event.incarnation
+
+    def _on_self_dead(self, event: SelfDeclaredDead, actions: list) -> None:
+        if self.must_rejoin:
+            return
+        self.must_rejoin = True
+        actions.append(MustRejoin(incarnation=max(self.incarnation, event.incarnation) + 1))
+
+    def _on_caught_up(self, event: LearnerCaughtUp, actions: list) -> None:
+        if self.role(event.peer) == "learner":
+            self._want(ConfigChangeRequest(change="promote", peer=event.peer))
+
+    def _on_committed(self, event: ConfigCommitted, actions: list) -> None:
+        change = event.change
+        if event.step <= self.config_step:
+            raise LocalProtocolError(
+                f"config change at step {event.step} after one at step {self.config_step}: "
+                "committed changes arrive in step order"
+            )
+        new_role = ROLE_TRANSITIONS.get((self.role(change.peer), change.change))
+        if new_role is None:
+            raise LocalProtocolError(
+                f"committed change {change.change} {change.peer} does not apply to role "
+                f"{self.role(change.peer)} (the commit core validates changes)"
+            )
+        voters = [v for v in self.voters if v != change.peer]
+        learners = [v for v in self.learners if v != change.peer]
+        if new_role == "voter":
+            voters.append(change.peer)
+        elif new_role == "learner":
+            learners.append(change.peer)
+        self.voters, self.learners = tuple(sorted(voters)), tuple(sorted(learners))
+        self.config_step = event.step
+        self.pending = deque(p for p in self.pending if p != change)
+        actions.append(
+            ConfigChanged(
+                step=event.step,
+                change=change.change,
+                peer=change.peer,
+                voters=self.voters,
+                learners=self.learners,
+            )
+        )
+
+
+_HANDLERS = {
+    JoinRequested: Membership._on_join,
+    LeaveRequested: Membership._on_leave,
+    PeerDeclaredDead: Membership._on_dead,
+    PeerAlive: Membership._on_alive,
+    SelfDeclaredDead: Membership._on_self_dead,
+    LearnerCaughtUp: Membership._on_caught_up,
+    ConfigCommitted: Membership._on_committed,
+}

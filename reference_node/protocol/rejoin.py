@@ -1,0 +1,389 @@
+"""Rejoin core: how a restarted node gets back the cluster's state.
+
+Policy: ask a live peer for the state of its latest committed step, choosing the
+source by rendezvous hashing over the live peers that are not busy (so several nodes
+restarting at once spread over different sources, and the choice is stable while the
+view is); verify the received bytes by fingerprint against the source's offer; on a
+timeout, failure or mismatch try the next source with a progressively longer timeout;
+after ``sources_max`` attempts, or with no live peer, fall back to the local
+checkpoint.  The node joins at a step boundary: ``RejoinDone.step`` is the committed
+step it now holds, and the commit core starts at ``step + 1``.
+
+How a driver uses it (see also DRIVERS.md)
+------------------------------------------
+``Rejoin(node=..., incarnation=..., seed=..., local_checkpoint=...)`` then
+``handle(event, now)``:
+
+- ``Begin(live_peers, busy)`` once the detector has a view after the restart;
+- ``StateOffered(source, step, param_fp, nbytes)`` for a ``messages.StateOffer``;
+- ``StateReceived(source, step, computed_fp, nbytes)`` once the bulk bytes arrived
+  and the driver computed their fingerprint (the one fingerprint function);
+- ``FetchFailed(source, reason)`` for a broken transfer;
+- ``CheckpointLoaded(step, computed_fp)`` after a ``LoadCheckpoint``;
+- ``Tick()`` at ``next_deadline()``.
+
+Actions: ``RequestState`` -> log ``rejoin_begin(source, from_step)``, send a
+``StateRequest``; ``LoadCheckpoint`` -> log ``rejoin_begin(source="checkpoint")`` and
+load it; ``RejoinDone`` -> log ``rejoin_done``, install the state, start the commit
+core at ``step + 1``; ``RejoinFailed`` -> nothing to load: the node cannot rejoin
+(strict mode stalls by design; the reason says why).
+
+``stale-rejoin`` (bug): ``Begin`` answers ``RejoinDone(source="local",
+verified=False)`` with the stale local fingerprint at once, with no transfer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+import msgspec
+
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.structs import (
+    Clock,
+    CoreAction,
+    CoreEvent,
+    check_count,
+    check_name,
+    check_names,
+    check_positive,
+)
+
+Phase = Literal["idle", "fetching", "checkpoint", "done", "failed"]
+
+# (phase, input) -> next phase; everything that moves the rejoin lives here.
+REJOIN_TRANSITIONS: dict[tuple[Phase, str], Phase] = {
+    ("idle", "begin_with_source"): "fetching",
+    ("idle", "begin_without_source"): "checkpoint",
+    ("idle", "begin_stale"): "done",  # the stale-rejoin bug
+    ("idle", "begin_nothing"): "failed",
+    ("fetching", "verified"): "done",
+    ("fetching", "next_source"): "fetching",
+    ("fetching", "sources_exhausted"): "checkpoint",
+    ("fetching", "nothing_left"): "failed",
+    ("checkpoint", "verified"): "done",
+    ("checkpoint", "corrupt"): "failed",
+}
+
+
+class CheckpointInfo(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    step: int
+    param_fp: str
+
+
+class RejoinConfig(msgspec.Struct, frozen=True, kw_only=True):
+    # Transfers of ~100M parameters over loopback take seconds; the first attempt gets
+    # 5 s and each retry doubles it, so a slow but healthy source is not abandoned.
+    fetch_timeout_s: float = 5.0
+    fetch_timeout_max_s: float = 40.0
+    sources_max: int = 3  # then the local checkpoint: bounded time before a fallback
+
+    def __post_init__(self) -> None:
+        check_positive(self.fetch_timeout_s, "RejoinConfig.fetch_timeout_s")
+        check_positive(self.fetch_timeout_max_s, "RejoinConfig.fetch_timeout_max_s")
+        check_count(self.sources_max, "RejoinConfig.sources_max")
+
+
+class Begin(CoreEvent, frozen=True, kw_only=True):
+    live_peers: tuple[str, ...]
+    busy: tuple[str, ...] = ()  # peers already serving a transfer
+
+    def __post_init__(self) -> None:
+        check_names(self.live_peers, "Begin.live_peers")
+        check_names(self.busy, "Begin.busy")
+
+
+class StateOffered(CoreEvent, frozen=True, kw_only=True):
+    source: str
+    step: int
+    param_fp: str
+    nbytes: int
+
+    def __post_init__(self) -> None:
+        check_name(self.source, "StateOffered.source")
+        check_count(self.step, "StateOffered.step")
+        check_count(self.nbytes, "StateOffered.nbytes")
+
+
+class StateReceived(CoreEvent, frozen=True, kw_only=True):
+    source: str
+    step: int
+    computed_fp: str
+    nbytes: int
+
+    def __post_init__(self) -> None:
+        check_name(self.source, "StateReceived.source")
+        check_count(self.step, "StateReceived.step")
+        check_count(self.nbytes, "StateReceived.nbytes")
+
+
+class FetchFailed(CoreEvent, frozen=True, kw_only=True):
+    source: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        check_name(self.source, "FetchFailed.source")
+
+
+class CheckpointLoaded(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    computed_fp: str
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "CheckpointLoaded.step")
+
+
+class Tick(CoreEvent, frozen=True, kw_only=True):
+    pass
+
+
+RejoinEvent = Begin | StateOffered | StateReceived | FetchFailed | CheckpointLoaded | Tick
+
+
+class RequestState(CoreAction, frozen=True, kw_only=True):
+    source: str
+    attempt: int
+    deadline: float
+    from_step: int  # the step of the local checkpoint, -1 without one
+
+
+class LoadCheckpoint(CoreAction, frozen=True, kw_only=True):
+    path: str
+    step: int
+    param_fp: str
+
+
+class RejoinDone(CoreAction, frozen=True, kw_only=True):
+    source: str  # a peer, "checkpoint", or "local" (stale-rejoin bug)
+    step: int
+    param_fp: str
+    nbytes: int
+    verified: bool
+
+
+class RejoinFailed(CoreAction, frozen=True, kw_only=True):
+    reason: str
+
+
+RejoinAction = RequestState | LoadCheckpoint | RejoinDone | RejoinFailed
+
+
+def rendezvous_order(
+    seed: int, node: str, incarnation: int, peers: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Peers by decreasing rendezvous score for this (node, incarnation)."""
+
+    def score(peer: str) -> tuple[int, str]:
+        text = f"{seed}\x1f{node}\x1f{incarnation}\x1f{peer}".encode()
+        return (-int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big"), peer)
+
+    return tuple(sorted(peers, key=score))
+
+
+class Rejoin:
+    def __init__(
+        self,
+        *,
+        node: str,
+        incarnation: int,
+        seed: int,
+        local_checkpoint: CheckpointInfo | None = None,
+        local_param_fp: str = "",
+        cluster_step: int = -1,
+        config: RejoinConfig | None = None,
+        bugs: BugSet = NO_BUGS,
+    ):
+        check_name(node, "node")
+        check_count(incarnation, "incarnation")
+        check_count(seed, "seed")
+        self.node = node
+        self.incarnation = incarnation
+        self.seed = seed
+        self.local_checkpoint = local_checkpoint
+        self.local_param_fp = local_param_fp  # what is in memory/disk now (stale)
+        self.cluster_step = cluster_step  # the step peers are at, if known
+        self.config = config or RejoinConfig()
+        self.bugs = bugs
+        self._stale = "stale-rejoin" in bugs
+        self.phase: Phase = "idle"
+        self.candidates: tuple[str, ...] = ()
+        self.attempt = 0
+        self.source: str | None = None
+        self.offer: StateOffered | None = None
+        self.deadline: float | None = None
+        self._clock = Clock()
+
+    def handle(self, event: RejoinEvent, now: float) -> list[RejoinAction]:
+        self._clock.check(now)
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"Rejoin cannot handle {type(event).__name__}")
+        actions: list[RejoinAction] = []
+        handler(self, event, now, actions)
+        self._clock.last = now
+        return actions
+
+    def next_deadline(self, now: float | None = None) -> float | None:
+        return self.deadline if self.phase == "fetching" else None
+
+    def snapshot(self) -> tuple:
+        return (
+            self.phase,
+            self.candidates,
+            self.attempt,
+            self.source,
+            self.offer,
+            self.deadline,
+            self._clock.last,
+        )
+
+    def _move(self, trigger: str) -> None:
+        new_phase = REJOIN_TRANSITIONS.get((self.phase, trigger))
+        if new_phase is None:
+            raise LocalProtocolError(
+                f"rejoin cannot {trigger} in phase {self.phase}", reason="order"
+            )
+        self.phase = new_phase
+
+    def _on_begin(self, event: Begin, now: float, actions: list) -> None:
+        if self.phase != "idle":
+            raise LocalProtocolError("Begin twice", reason="order")
+        if self._stale:
+            self._move("begin_stale")
+            actions.append(
+                RejoinDone(
+                    source="local",
+                    step=max(self.cluster_step, 0),
+                    param_fp=self.local_param_fp,
+                    nbytes=0,
+                    verified=False,
+                )
+            )
+            return
+        peers = tuple(p for p in event.live_peers if p != self.node and p not in event.busy)
+        if not peers:  # every live peer busy: still better than the checkpoint alone
+            peers = tuple(p for p in event.live_peers if p != self.node)
+        self.candidates = rendezvous_order(self.seed, self.node, self.incarnation, peers)[
+            : self.config.sources_max
+        ]
+        if self.candidates:
+            self._move("begin_with_source")
+            self._request(now, actions)
+        elif self.local_checkpoint is not None:
+            self._move("begin_without_source")
+            self._load_checkpoint(actions)
+        else:
+            self._move("begin_nothing")
+            actions.append(RejoinFailed(reason="no live peer and no local checkpoint"))
+
+    def _request(self, now: float, actions: list) -> None:
+        self.source = self.candidates[self.attempt]
+        self.offer = None
+        timeout = min(
+            self.config.fetch_timeout_s * 2**self.attempt, self.config.fetch_timeout_max_s
+        )
+        self.deadline = now + timeout
+        from_step = -1 if self.local_checkpoint is None else self.local_checkpoint.step
+        actions.append(
+            RequestState(
+                source=self.source,
+                attempt=self.attempt,
+                deadline=self.deadline,
+                from_step=from_step,
+            )
+        )
+
+    def _next_source(self, now: float, actions: list) -> None:
+        self.attempt += 1
+        if self.attempt < len(self.candidates):
+            self._move("next_source")
+            self._request(now, actions)
+        elif self.local_checkpoint is not None:
+            self._move("sources_exhausted")
+            self.deadline = None
+            self._load_checkpoint(actions)
+        else:
+            self._move("nothing_left")
+            self.deadline = None
+            actions.append(
+                RejoinFailed(
+                    reason=f"{len(self.candidates)} sources failed and no local checkpoint"
+                )
+            )
+
+    def _load_checkpoint(self, actions: list) -> None:
+        checkpoint = self.local_checkpoint
+        assert checkpoint is not None
+        actions.append(
+            LoadCheckpoint(path=checkpoint.path, step=checkpoint.step, param_fp=checkpoint.param_fp)
+        )
+
+    def _on_offer(self, event: StateOffered, now: float, actions: list) -> None:
+        if self.phase != "fetching" or event.source != self.source:
+            return  # a late answer from an abandoned source
+        self.offer = event
+
+    def _on_received(self, event: StateReceived, now: float, actions: list) -> None:
+        if self.phase != "fetching" or event.source != self.source:
+            return
+        if self.offer is None:
+            raise RemoteProtocolError(
+                f"state bytes from {event.source} without an offer", reason="order"
+            )
+        if event.step != self.offer.step or event.computed_fp != self.offer.param_fp:
+            self._next_source(now, actions)  # corrupted or inconsistent: never install it
+            return
+        self._move("verified")
+        self.deadline = None
+        actions.append(
+            RejoinDone(
+                source=event.source,
+                step=event.step,
+                param_fp=event.computed_fp,
+                nbytes=event.nbytes,
+                verified=True,
+            )
+        )
+
+    def _on_failed(self, event: FetchFailed, now: float, actions: list) -> None:
+        if self.phase == "fetching" and event.source == self.source:
+            self._next_source(now, actions)
+
+    def _on_checkpoint(self, event: CheckpointLoaded, now: float, actions: list) -> None:
+        if self.phase != "checkpoint":
+            raise LocalProtocolError("CheckpointLoaded without a LoadCheckpoint", reason="order")
+        checkpoint = self.local_checkpoint
+        assert checkpoint is not None
+        if event.step != checkpoint.step or event.computed_fp != checkpoint.param_fp:
+            self._move("corrupt")
+            actions.append(
+                RejoinFailed(reason=f"checkpoint {checkpoint.path} fails its fingerprint")
+            )
+            return
+        self._move("verified")
+        actions.append(
+            RejoinDone(
+                source="checkpoint",
+                step=event.step,
+                param_fp=event.computed_fp,
+                nbytes=0,
+                verified=True,
+            )
+        )
+
+    def _on_tick(self, event: Tick, now: float, actions: list) -> None:
+        if self.phase == "fetching" and self.deadline is not None and now >= self.deadline:
+            self._next_source(now, actions)
+
+
+_HANDLERS = {
+    Begin: Rejoin._on_begin,
+    StateOffered: Rejoin._on_offer,
+    StateReceived: Rejoin._on_received,
+    FetchFailed: Rejoin._on_failed,
+    CheckpointLoaded: Rejoin._on_checkpoint,
+    Tick: Rejoin._on_tick,
+}

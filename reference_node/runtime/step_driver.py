@@ -1,0 +1,449 @@
+"""Asyncio driver of the step-commit core (``protocol.commit.StepCommit``).
+
+One training step ``s`` on this node, as the driver runs it:
+
+1. ``Contribute(s)``: the worker computes this node's gradient and streams it to
+   every other member on the bulk channel (it logs ``agg_send`` before each send).
+2. Contributions arrive (``ContributionArrived``).  The step's coordinator proposes
+   once every member in its detector view has contributed, or ``contribution_wait_s``
+   after its own contribution with whatever arrived: it asks the worker to
+   aggregate that set and feeds ``ProposeValue`` with the aggregate's fingerprint.
+   Other nodes propose too, but only when the coordinator is out of their view or
+   the step is still undecided ``takeover_s`` later, so the fast path has one
+   proposer (the core's retries with backoff handle the rest).
+3. The core's actions are performed in order: events logged *before* the sends they
+   describe, acceptor records persisted (fsync) before any later action.  An
+   acceptor that must hold a value's bytes first rebuilds the aggregate from the
+   contributions it holds and compares fingerprints, and fetches it from the
+   proposer over the bulk channel only if that fails.
+4. ``ApplyStep`` -> the worker applies the aggregate -> ``Applied`` -> the core says
+   ``Committed`` (logged as ``commit``) and moves to ``s + 1``.
+
+A node that finds peers beyond its reach (``Behind``, or a restart behind the
+cluster) pulls the live state from a peer in streamed chunks, verified against
+its fingerprint, and restarts its commit core at the installed step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from swarmshake.reference_node.protocol import commit as cm
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol.detector import ViewChanged
+from swarmshake.reference_node.protocol.errors import RemoteProtocolError
+from swarmshake.reference_node.runtime import ipc
+
+if TYPE_CHECKING:
+    from swarmshake.reference_node.runtime.node import ControlProcess
+
+IDLE_RECHECK_S = 0.5  # bound on any wait; every input that matters also wakes the loop
+FETCH_RETRY_S = 1.0  # a fetch that got no answer is retried from the next source
+REJOIN_TIMEOUT_S = 30.0  # a state pull that has not installed by then is retried elsewhere
+RECORDS_KEPT = 32  # acceptor records kept on disk (the core retains 16 steps)
+
+
+class AcceptorStore:
+    """Durable acceptor records, one small file per step, written atomically with fsync."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(cm.AcceptorRecord)
+
+    def write(self, record: cm.AcceptorRecord) -> None:
+        final = self.folder / f"step-{record.step:012d}.json"
+        temporary = self.folder / f".{final.name}.tmp"
+        with open(temporary, "wb") as handle:
+            handle.write(self._encoder.encode(record))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, final)
+        folder = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        for old in sorted(self.folder.glob("step-*.json"))[:-RECORDS_KEPT]:
+            old.unlink(missing_ok=True)
+
+    def load(self) -> list[cm.AcceptorRecord]:
+        records = []
+        for path in sorted(self.folder.glob("step-*.json")):
+            try:
+                records.append(self._decoder.decode(path.read_bytes()))
+            except (msgspec.DecodeError, OSError):
+                continue  # a torn write of the newest record: its reply was never sent
+        return records
+
+
+class StepDriver:
+    def __init__(self, node: ControlProcess):
+        self.node = node
+        self.config = node.config
+        self.name = node.node
+        self.members = node.members
+        self.store = AcceptorStore(node.config.data_dir / "acceptor")
+        self.persisted = self.store.load()
+        assert node.worker_ready is not None
+        self.step = node.worker_ready.step  # the next step to run
+        self.param_fp = node.worker_ready.param_fp
+        self.core = self._new_core(self.step)
+        self.committed = 0
+        self._wake = asyncio.Event()
+        # Per-step bookkeeping for the current step (reset when the step advances).
+        self.contributed_at: float | None = None
+        self.requested_contribution = -1
+        self.arrived: dict[int, set[str]] = {}
+        self.proposed = False
+        self.building = None
+        self.values: dict[tuple[int, str], msgs.StepValue] = {}
+        self.fetching: dict[tuple[int, str], tuple[tuple[str, ...], int, float]] = {}
+        # (step, contributors) -> fingerprints that a local rebuild must reproduce.
+        self.rebuilds: dict[tuple[int, tuple[str, ...]], set[str]] = {}
+        self.pending_apply: tuple[int, str] | None = None
+        self.applying = False
+        self.rejoining: tuple[str, float] | None = None
+        self.started_at = time.monotonic()
+        self.step_started_at = time.monotonic()
+        self.step_durations: list[float] = []
+        self.peer_steps: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.loop_iterations = 0
+        self.last_due: float | None = None
+
+    def _new_core(self, first_step: int) -> cm.StepCommit:
+        return cm.StepCommit(
+            node=self.name,
+            voters=self.members,
+            first_step=first_step,
+            seed=self.config.node.seed,
+            persisted=tuple(r for r in self.persisted if r.step >= first_step),
+        )
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def on_message(self, message: msgs.Message) -> None:
+        step = getattr(message, "step", None)
+        if step is not None:
+            self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
+        if isinstance(message, msgs.AcceptRequest | msgs.Decided):
+            self.values[(message.step, message.value.agg_fp)] = message.value
+        if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
+            if self.rejoining is not None:
+                return  # our core restarts at the installed step; older traffic is moot
+            self.feed(cm.MessageReceived(message=message))
+        self.wake()
+
+    def on_detector_action(self, action: object) -> None:
+        if isinstance(action, ViewChanged):
+            self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
+            self.wake()
+
+    def on_worker(self, message: object) -> None:
+        match message:
+            case ipc.Contributed():
+                if message.step == self.step:
+                    self.contributed_at = self.node.clock.now()
+                    self.arrived.setdefault(message.step, set()).add(self.name)
+            case ipc.ContributionArrived():
+                self.arrived.setdefault(message.step, set()).add(message.sender)
+            case ipc.AggregateHeld():
+                self._on_aggregate_held(message)
+            case ipc.AggregateMissing():
+                self._on_aggregate_missing(message)
+            case ipc.Applied():
+                self._on_applied(message)
+            case ipc.StateInstalled():
+                self._on_state_installed(message)
+            case ipc.StateFailed():
+                self.errors["state_failed"] = self.errors.get("state_failed", 0) + 1
+                self.rejoining = None
+            case ipc.CheckpointDone():
+                pass
+        self.wake()
+
+    # -- the core ------------------------------------------------------------------------------
+
+    def feed(self, event: object) -> None:
+        try:
+            actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
+        except RemoteProtocolError as error:
+            self.node.drops.drop(f"commit_{error.reason}", getattr(getattr(event, "message", None), "sender", ""))
+            return
+        self.perform(actions)
+
+    def perform(self, actions: list) -> None:
+        events = self.node.events
+        for action in actions:
+            match action:
+                case cm.Proposed():
+                    events.log(
+                        history.Propose, step=action.step, ballot=list(action.ballot),
+                        value_fp=action.value.agg_fp, contributors=list(action.value.contributors),
+                    )
+                case cm.Promised():
+                    events.log(history.Promise, step=action.step, ballot=list(action.ballot), to=action.to)
+                case cm.AcceptedValue():
+                    events.log(
+                        history.Accept, step=action.step, ballot=list(action.ballot),
+                        value_fp=action.value.agg_fp, contributors=list(action.value.contributors),
+                        to=action.to, holds_bytes=action.holds_bytes,
+                    )
+                case cm.Persist():
+                    self.store.write(action.record)  # durable before any later action
+                case cm.Send():
+                    for peer in action.to:
+                        self.node.send_message(peer, action.message)
+                case cm.FetchAggregate():
+                    self._fetch(action.step, action.value_fp, action.sources)
+                case cm.ApplyStep():
+                    self.pending_apply = (action.step, action.value.agg_fp)
+                    self.values[(action.step, action.value.agg_fp)] = action.value
+                    self._maybe_apply()
+                case cm.Committed():
+                    events.log(
+                        history.Commit, step=action.step, value_fp=action.value.agg_fp,
+                        contributors=list(action.value.contributors), param_fp=action.param_fp,
+                        voters=list(action.voters), quorum=list(action.quorum),
+                    )
+                case cm.Behind():
+                    self._start_rejoin(action.peer)
+
+    # -- aggregates ------------------------------------------------------------------------------
+
+    def _fetch(self, step: int, agg_fp: str, sources: tuple[str, ...]) -> None:
+        key = (step, agg_fp)
+        if key in self.fetching:
+            return  # already on its way
+        value = self.values.get(key)
+        held = self.arrived.get(step, set())
+        if value is not None and set(value.contributors) <= held:
+            # Rebuild locally from the contributions we hold (same inputs, same bits);
+            # fetch over the network only if the fingerprint differs.
+            contributors = tuple(sorted(value.contributors))
+            self.rebuilds.setdefault((step, contributors), set()).add(agg_fp)
+            self.fetching[key] = (sources, 0, self.node.clock.now())
+            self.node.to_worker(ipc.BuildAggregate(step=step, contributors=list(contributors)))
+            return
+        self._fetch_from(key, sources, 0)
+
+    def _fetch_from(self, key: tuple[int, str], sources: tuple[str, ...], index: int) -> None:
+        alive = self.node.detector.core.alive_view()
+        live = [s for s in sources if s in alive and s != self.name]
+        candidates = live or [s for s in sources if s != self.name]
+        if not candidates:
+            self.fetching.pop(key, None)
+            return
+        source = candidates[index % len(candidates)]
+        self.fetching[key] = (sources, index + 1, self.node.clock.now())
+        self.node.to_worker(ipc.FetchAggregate(step=key[0], agg_fp=key[1], source=source))
+
+    def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
+        key = (message.step, message.agg_fp)
+        contributors = tuple(message.contributors)
+        if contributors:  # the answer to a BuildAggregate
+            if self.building == (message.step, contributors) and not self.proposed:
+                self.building = None
+                if self.core.step == message.step:
+                    self.proposed = True
+                    value = msgs.StepValue(agg_fp=message.agg_fp, contributors=list(contributors))
+                    self.values[key] = value
+                    self.feed(cm.ProposeValue(step=message.step, value=value))
+            for expected in self.rebuilds.pop((message.step, contributors), set()):
+                if expected != message.agg_fp and (message.step, expected) in self.fetching:
+                    # A peer's aggregate over the same set differs from ours: fetch its bytes.
+                    self.errors["rebuild_mismatch"] = self.errors.get("rebuild_mismatch", 0) + 1
+                    sources, index, _ = self.fetching[(message.step, expected)]
+                    self._fetch_from((message.step, expected), sources, index)
+        self.fetching.pop(key, None)
+        core_step = self.core.step
+        if core_step <= message.step <= core_step + self.core.config.steps_ahead_max:
+            self.feed(cm.HoldsAggregate(step=message.step, value_fp=message.agg_fp))
+        self._maybe_apply()
+
+    def _on_aggregate_missing(self, message: ipc.AggregateMissing) -> None:
+        if not message.agg_fp:  # a BuildAggregate that could not run
+            if self.building is not None and self.building[0] == message.step:
+                self.building = None  # propose later with what arrives next
+            self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
+            return
+        key = (message.step, message.agg_fp)
+        if self.pending_apply == key and self.applying:
+            self.applying = False  # not held yet: fetch, then apply on arrival
+            if key not in self.fetching:
+                sources = tuple(m for m in self.members if m != self.name)
+                self._fetch_from(key, sources, 0)
+            return
+        if key in self.fetching:
+            sources, index, _ = self.fetching[key]
+            self._fetch_from(key, sources, index)
+
+    def _maybe_apply(self) -> None:
+        if self.pending_apply is None or self.applying:
+            return
+        step, agg_fp = self.pending_apply
+        self.applying = True
+        self.node.to_worker(ipc.ApplyCommitted(step=step, agg_fp=agg_fp))
+
+    def _on_applied(self, message: ipc.Applied) -> None:
+        self.applying = False
+        if self.pending_apply != (message.step, message.agg_fp):
+            return
+        self.pending_apply = None
+        self.param_fp = message.param_fp
+        self.feed(cm.Applied(step=message.step, param_fp=message.param_fp))
+        self._advance_to(self.core.step)
+        self.committed += 1
+
+    # -- rejoin -----------------------------------------------------------------------------------
+
+    def _start_rejoin(self, peer: str) -> None:
+        if self.rejoining is not None:
+            return
+        self.rejoining = (peer, time.monotonic())
+        self.node.to_worker(ipc.PullState(source=peer))
+
+    def _on_state_installed(self, message: ipc.StateInstalled) -> None:
+        self.rejoining = None
+        self.param_fp = message.param_fp
+        self.persisted = self.store.load()
+        self.core = self._new_core(message.step)
+        self.pending_apply = None
+        self.applying = False
+        self._advance_to(message.step)
+        self.feed(cm.ViewUpdated(alive=tuple(self.node.detector.core.alive_view())))
+
+    # -- the step loop ------------------------------------------------------------------------------
+
+    def _advance_to(self, step: int) -> None:
+        now = time.monotonic()
+        if step != self.step:
+            self.step_durations.append(now - self.step_started_at)
+            if len(self.step_durations) > 1000:  # bounded: the recent window is what matters
+                del self.step_durations[:500]
+        self.step = step
+        self.step_started_at = now
+        self.contributed_at = None
+        self.proposed = False
+        self.building = None
+        self.arrived = {s: c for s, c in self.arrived.items() if s >= step}
+        self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
+        self.fetching = {k: v for k, v in self.fetching.items() if k[0] >= step}
+        self.rebuilds = {k: v for k, v in self.rebuilds.items() if k[0] >= step}
+
+    def _done(self) -> bool:
+        limit = self.config.step.max_steps
+        return bool(limit) and self.step >= limit
+
+    def _behind_peers(self) -> str | None:
+        """A live peer at least two steps ahead: catching up step by step would lag."""
+        alive = set(self.node.detector.core.alive_view())
+        ahead = [(s, p) for p, s in self.peer_steps.items() if p in alive and s >= self.step + 2]
+        return max(ahead)[1] if ahead else None
+
+    def _maybe_progress(self, now: float) -> float | None:
+        """Start what is due; returns the next node-clock time something is due."""
+        if self.rejoining is not None:
+            source, since = self.rejoining
+            if time.monotonic() - since > REJOIN_TIMEOUT_S:
+                self.rejoining = None  # retry (possibly from another peer)
+            return None
+        peer = self._behind_peers()
+        if peer is not None and self.pending_apply is None:
+            self._start_rejoin(peer)
+            return None
+        if self._done():
+            return None
+        step = self.step
+        if self.requested_contribution < step:
+            self.requested_contribution = step
+            others = [m for m in self.members if m != self.name]
+            self.node.to_worker(ipc.Contribute(step=step, to=others))
+            return None
+        if self.contributed_at is None or self.proposed or self.building is not None:
+            return None
+        arrived = self.arrived.get(step, set())
+        view = set(self.node.detector.core.alive_view()) & set(self.members)
+        coordinator = self.core.coordinator(step)
+        wait_s = self.config.step.contribution_wait_s
+        if self.name == coordinator:
+            due = self.contributed_at + wait_s
+            if view <= arrived or now >= due:
+                self._build(arrived)
+                return None
+            return due
+        # Takeover: the coordinator is gone from our view, or the step is stuck.
+        due = self.contributed_at + wait_s + self.config.step.round_timeout_s
+        if coordinator not in view and (view <= arrived or now >= self.contributed_at + wait_s):
+            self._build(arrived)
+            return None
+        if now >= due:
+            self._build(arrived)
+            return None
+        return due
+
+    def _build(self, arrived: set[str]) -> None:
+        contributors = tuple(sorted(arrived))
+        self.building = (self.step, contributors)
+        self.node.to_worker(ipc.BuildAggregate(step=self.step, contributors=list(contributors)))
+
+    def _retry_stale_fetches(self, now: float) -> None:
+        for key, (sources, index, since) in list(self.fetching.items()):
+            if now - since > FETCH_RETRY_S:
+                self._fetch_from(key, sources, index)
+
+    async def run(self, group: asyncio.TaskGroup) -> None:
+        del group  # every task this driver needs is this one loop
+        clock = self.node.clock
+        while True:
+            now = clock.now()
+            deadline = self.core.next_deadline()
+            if deadline is not None and deadline <= now:
+                self.feed(cm.Tick())
+                continue
+            due = self._maybe_progress(now)
+            self.loop_iterations += 1
+            self.last_due = due
+            self._retry_stale_fetches(now)
+            wake_at = min((t for t in (deadline, due) if t is not None), default=None)
+            delay = IDLE_RECHECK_S if wake_at is None else min(IDLE_RECHECK_S, clock.host_delay_s(wake_at - now))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(delay, 0.0)):
+                    await self._wake.wait()
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        recent = self.step_durations[-50:]
+        return {
+            "core_step": self.core.step,
+            "phase": self.core.phase,
+            "coordinator": self.core.coordinator(self.core.step),
+            "rejoining": self.rejoining[0] if self.rejoining else "",
+            "step_time_s_mean_recent": sum(recent) / len(recent) if recent else 0.0,
+            "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,
+            "dropped_by_core": self.core.dropped,
+            "contributed": self.contributed_at is not None,
+            "arrived": sorted(self.arrived.get(self.step, ())),
+            "building": list(self.building[1]) if self.building else None,
+            "proposed": self.proposed,
+            "loop_iterations": self.loop_iterations,
+            "last_due_in_s": None if self.last_due is None else self.last_due - self.node.clock.now(),
+            "pending_apply": list(self.pending_apply) if self.pending_apply else None,
+            "fetching": [f"{s}:{fp}" for s, fp in self.fetching],
+            "errors": dict(self.errors),
+        }

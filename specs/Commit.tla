@@ -1,0 +1,232 @@
+------------------------------- MODULE Commit -------------------------------
+(***************************************************************************)
+(* Strict-mode step commit: single-decree Paxos per training step, as the *)
+(* commit core runs it.  Mirrors the history events: Promise (phase 1b),   *)
+(* Propose (phase 2a), Accept (phase 2b), Commit (learn and apply).        *)
+(*   - ballots are (round, proposer) pairs, encoded round * N + proposer;  *)
+(*   - an acceptor persists its promise and its accept before replying;    *)
+(*   - a retry adopts the value of the highest accepted ballot it hears;   *)
+(*   - an acceptor accepts only while holding the aggregate's bytes (it    *)
+(*     writes them with its accept, so they survive a restart);            *)
+(*   - a quorum is a majority of the configured voters, never of the       *)
+(*     detector view; the leader of a side is its lowest live node.        *)
+(* The value of a step is the aggregate (its fingerprint plus contributor *)
+(* set), abstracted to an element of Values; a node's parameters are the   *)
+(* sequence of values it applied, so equal sequences = equal fingerprints. *)
+(*                                                                         *)
+(* Environment: Crash, Restart, Partition (any split into two sides) and   *)
+(* Heal.  Messages live in a set that only grows, so loss, delay,          *)
+(* duplication and reordering are all behaviours; a message crosses only  *)
+(* between nodes on the same side at the time it is received.             *)
+(*                                                                         *)
+(* Fairness (what the implementation assumes, for L2): every enabled      *)
+(* protocol step of a live node is eventually taken (WF); a proposer       *)
+(* starts a new round only after a fault since its last one (its retry    *)
+(* timeout exceeds a fault-free round trip), so rounds are bounded by      *)
+(* faults; the environment has no fairness but injects finitely many       *)
+(* faults (MaxCrashes, MaxPartitions).                                     *)
+(***************************************************************************)
+EXTENDS Integers, FiniteSets, Sequences
+
+CONSTANTS
+    N,              \* number of configured voters, named 1..N
+    MaxStep,        \* steps to commit
+    MaxCrashes,     \* crashes the environment may inject
+    MaxPartitions,  \* partitions the environment may inject
+    Bugs            \* switched-on known bugs, by their bugs.py names
+
+ASSUME Bugs \subseteq {"no-quorum", "ack-before-apply", "forget-vote"}
+
+Nodes == 1..N
+\* The aggregate each node computes from the gradients it received: odd and
+\* even nodes saw different contributor sets, so two values compete.
+AggregateOf(n) == IF n % 2 = 1 THEN "a" ELSE "b"
+Values == {AggregateOf(n) : n \in Nodes}
+Steps == 1..MaxStep
+MaxRound == MaxCrashes + 2 * MaxPartitions
+Ballots == 0..((MaxRound + 1) * N - 1)
+Owner(b) == (b % N) + 1
+Round(b) == b \div N
+None == "none"
+Bug(name) == name \in Bugs
+
+VARIABLES
+    up,         \* up[n]: the process runs
+    side,       \* side[n]: 0 or 1; nodes talk only within a side
+    maxBal,     \* maxBal[n][s]: highest ballot promised (persisted), -1 none
+    accBal,     \* accBal[n][s]: ballot of the last accept (persisted), -1 none
+    accVal,     \* accVal[n][s]: value of the last accept (persisted)
+    bytes,      \* bytes[n][s]: aggregates whose bytes n holds (on disk); each
+                \* node starts every step holding its own aggregate
+    params,     \* params[n]: values applied, in step order
+    proposals,  \* every proposal (phase 2a message) ever sent
+    commits,    \* ghost: [node, step, value, quorum] of every commit
+    faults      \* [crashes, partitions] injected so far
+
+vars == <<up, side, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
+
+FaultCount == faults.crashes + faults.partitions
+Reachable(a, b) == side[a] = side[b]
+View(n) == {m \in Nodes : up[m] /\ Reachable(n, m)}
+IsMajorityOf(q, set) == q \subseteq set /\ 2 * Cardinality(q) > Cardinality(set)
+\* The mistake no-quorum makes: a majority of the detector view will do.
+IsQuorum(q, n) == IF Bug("no-quorum") THEN IsMajorityOf(q, View(n)) /\ q # {}
+                  ELSE IsMajorityOf(q, Nodes)
+Leader(n) == n = CHOOSE m \in View(n) : \A k \in View(n) : m <= k
+NextStep(n) == Len(params[n]) + 1
+
+Init ==
+    /\ up = [n \in Nodes |-> TRUE]
+    /\ side = [n \in Nodes |-> 0]
+    /\ maxBal = [n \in Nodes |-> [s \in Steps |-> -1]]
+    /\ accBal = [n \in Nodes |-> [s \in Steps |-> -1]]
+    /\ accVal = [n \in Nodes |-> [s \in Steps |-> None]]
+    /\ bytes = [n \in Nodes |-> [s \in Steps |-> {AggregateOf(n)}]]
+    /\ params = [n \in Nodes |-> <<>>]
+    /\ proposals = {}
+    /\ commits = {}
+    /\ faults = [crashes |-> 0, partitions |-> 0]
+
+
+-----------------------------------------------------------------------------
+(* Protocol. *)
+
+\* Bulk transfer, folded into the step that needs the bytes: v's bytes are
+\* held by n already, or fetched now from a live peer on n's side.
+CanFetch(n, s, v) ==
+    \/ v \in bytes[n][s]
+    \/ \E h \in Nodes : up[h] /\ Reachable(n, h) /\ v \in bytes[h][s]
+Fetch(n, s, v) == bytes' = [bytes EXCEPT ![n][s] = @ \cup {v}]
+
+\* Phase 1a + 1b, the event "promise": the side's leader asks for promises
+\* on ballot b (its first round, or a retry after a fault); acceptor a on its
+\* side promises b (persisted before replying) if b beats its promise.
+Promise(a, n, b) ==
+    LET s == NextStep(n) IN
+    /\ up[n] /\ up[a] /\ Reachable(a, n) /\ Leader(n) /\ Owner(b) = n /\ s \in Steps
+    /\ Round(b) = FaultCount
+    /\ b > maxBal[a][s]
+    /\ maxBal' = [maxBal EXCEPT ![a][s] = b]
+    /\ UNCHANGED <<up, side, accBal, accVal, bytes, params, proposals, commits, faults>>
+
+\* Phase 2a, the event "propose": a quorum q still holds n's promise on b; n
+\* adopts the value of the highest ballot q accepted, or its own aggregate.
+\* (Reading the acceptors' persisted state stands for their promise replies:
+\* with maxBal = b they accepted nothing since promising, so it is the same.)
+Propose(n, b, q) ==
+    LET s == NextStep(n)
+        voted == {a \in q : accBal[a][s] >= 0}
+        highest == CHOOSE a \in voted : \A k \in voted : accBal[k][s] <= accBal[a][s]
+        v == IF voted = {} THEN AggregateOf(n) ELSE accVal[highest][s]
+    IN
+    /\ up[n] /\ Owner(b) = n /\ s \in Steps
+    /\ ~\E p \in proposals : p.step = s /\ p.bal = b
+    /\ IsQuorum(q, n)
+    /\ \A a \in q : maxBal[a][s] = b /\ up[a] /\ Reachable(a, n)
+    /\ proposals' = proposals \cup {[from |-> n, step |-> s, bal |-> b, val |-> v]}
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, bytes, params, commits, faults>>
+
+\* Phase 2b, the event "accept": persisted before the reply.
+Accept(a, p) ==
+    /\ p \in proposals /\ up[a] /\ Reachable(p.from, a)
+    /\ p.bal >= maxBal[a][p.step] /\ accBal[a][p.step] # p.bal
+    /\ IF Bug("ack-before-apply") THEN UNCHANGED bytes  \* votes without the bytes
+       ELSE CanFetch(a, p.step, p.val) /\ Fetch(a, p.step, p.val)
+    /\ maxBal' = [maxBal EXCEPT ![a][p.step] = p.bal]
+    /\ accBal' = [accBal EXCEPT ![a][p.step] = p.bal]
+    /\ accVal' = [accVal EXCEPT ![a][p.step] = p.val]
+    /\ UNCHANGED <<up, side, params, proposals, commits, faults>>
+
+\* The event "commit": n sees a quorum q that accepted (s, b, v) and applies v,
+\* which needs v's bytes.
+Commit(n, b, q) ==
+    LET s == NextStep(n)
+        v == accVal[CHOOSE a \in q : TRUE][s]
+    IN
+    /\ up[n] /\ s \in Steps /\ IsQuorum(q, n)
+    /\ \A a \in q : accBal[a][s] = b /\ accVal[a][s] = v /\ Reachable(a, n)
+    /\ CanFetch(n, s, v) /\ Fetch(n, s, v)
+    /\ params' = [params EXCEPT ![n] = Append(@, v)]
+    /\ commits' = commits \cup {[node |-> n, step |-> s, value |-> v, quorum |-> q]}
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, faults>>
+
+-----------------------------------------------------------------------------
+(* Environment. *)
+
+Crash(n) ==
+    /\ up[n] /\ faults.crashes < MaxCrashes
+    /\ up' = [up EXCEPT ![n] = FALSE]
+    /\ faults' = [faults EXCEPT !.crashes = @ + 1]
+    /\ UNCHANGED <<side, maxBal, accBal, accVal, bytes, params, proposals, commits>>
+
+\* A restart keeps what was persisted; forget-vote loses the promise and accept.
+Restart(n) ==
+    /\ ~up[n]
+    /\ up' = [up EXCEPT ![n] = TRUE]
+    /\ IF Bug("forget-vote")
+       THEN /\ maxBal' = [maxBal EXCEPT ![n] = [s \in Steps |-> -1]]
+            /\ accBal' = [accBal EXCEPT ![n] = [s \in Steps |-> -1]]
+            /\ accVal' = [accVal EXCEPT ![n] = [s \in Steps |-> None]]
+       ELSE UNCHANGED <<maxBal, accBal, accVal>>
+    /\ UNCHANGED <<side, bytes, params, proposals, commits, faults>>
+
+\* One node cut off from the rest (with N = 3 every split is of this shape).
+Partition(group) ==
+    /\ faults.partitions < MaxPartitions /\ Cardinality(group) = 1
+    /\ \A n \in Nodes : side[n] = 0
+    /\ group # {} /\ group # Nodes
+    /\ side' = [n \in Nodes |-> IF n \in group THEN 1 ELSE 0]
+    /\ faults' = [faults EXCEPT !.partitions = @ + 1]
+    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, proposals, commits>>
+
+Heal ==
+    /\ \E n \in Nodes : side[n] = 1
+    /\ side' = [n \in Nodes |-> 0]
+    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
+
+-----------------------------------------------------------------------------
+Protocol ==
+    \/ \E a, n \in Nodes, b \in Ballots : Promise(a, n, b)
+    \/ \E n \in Nodes, b \in Ballots, q \in SUBSET Nodes : Propose(n, b, q) \/ Commit(n, b, q)
+    \/ \E a \in Nodes, p \in proposals : Accept(a, p)
+
+Environment ==
+    \/ \E n \in Nodes : Crash(n) \/ Restart(n)
+    \/ \E group \in SUBSET Nodes : Partition(group)
+    \/ Heal
+
+Next == Protocol \/ Environment
+
+Fairness ==
+    \A n \in Nodes :
+        /\ WF_vars(\E a \in Nodes, b \in Ballots : Promise(a, n, b))
+        /\ WF_vars(\E b \in Ballots, q \in SUBSET Nodes : Propose(n, b, q))
+        /\ WF_vars(\E p \in proposals : Accept(n, p))
+        /\ WF_vars(\E b \in Ballots, q \in SUBSET Nodes : Commit(n, b, q))
+
+Spec == Init /\ [][Next]_vars /\ Fairness
+
+-----------------------------------------------------------------------------
+(* Properties. *)
+
+TypeOK ==
+    /\ up \in [Nodes -> BOOLEAN]
+    /\ \A n \in Nodes : Len(params[n]) <= MaxStep
+
+\* S1 agreement: replicas that applied step s hold the same parameters for s.
+S1 == \A n, m \in Nodes : \A s \in 1..MaxStep :
+        (s <= Len(params[n]) /\ s <= Len(params[m])) => params[n][s] = params[m][s]
+
+\* S2 durability: while fewer than a majority have crashed, some live node can
+\* still apply every committed step (it holds the committed aggregate's bytes).
+S2 == 2 * Cardinality({n \in Nodes : ~up[n]}) < N =>
+        \A c \in commits : \E n \in Nodes : up[n] /\ c.value \in bytes[n][c.step]
+
+\* S3 no split brain: every commit rests on a majority of the configured voters.
+S3 == \A c \in commits : IsMajorityOf(c.quorum, Nodes)
+
+\* L2 progress: if, from some point on, all nodes are connected and a majority
+\* stays up, every live node eventually commits every step.
+Stable == (\A n \in Nodes : side[n] = 0) /\ 2 * Cardinality({n \in Nodes : up[n]}) > N
+L2 == <>[]Stable => <>(\A n \in Nodes : up[n] => Len(params[n]) = MaxStep)
+=============================================================================

@@ -1,0 +1,37 @@
+"""bench rejoin (state transfer through the runtime's framing) and the gloo baseline."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmshake.chaos.bench import overhead, rejoin
+from swarmshake.chaos.commands._args import UsageError
+from swarmshake.reference_node.training.config import TrainingConfig
+
+
+def test_state_transfer_is_verified_end_to_end() -> None:
+    result = rejoin.run(params=200_000, optimizer="adam", repeats=2)
+    assert result["verified"] is True
+    assert result["frame_drops"] == {}
+    # params plus Adam's two moment buffers, float32, plus the checkpoint header
+    assert 200_000 * 4 * 3 < result["state_bytes"] < 200_000 * 4 * 3 + 4096
+    assert result["gb_per_s"]["best"] > 0 and result["seconds"]["min"] <= result["seconds"]["max"]
+
+
+def test_parameter_counts_parse_and_are_bounded() -> None:
+    assert rejoin.parse_count("100M") == 100_000_000
+    assert rejoin.parse_count("500k") == 500_000
+    assert rejoin.parse_count("1G") == 1_000_000_000
+    with pytest.raises(UsageError):
+        rejoin.parse_count("2G")
+    with pytest.raises(UsageError):
+        rejoin.parse_count("lots")
+
+
+@pytest.mark.slow
+def test_gloo_baseline_trains_the_reference_model() -> None:
+    config = TrainingConfig(seed=3, hidden=[32], threads=1)
+    result = overhead.gloo_baseline(config, world=2, steps=20, warmup=2)
+    assert result["world"] == 2 and result["steps"] == 20
+    assert result["steps_per_s"] > 0
+    assert result["last_loss"] < result["first_loss"]  # it really trains

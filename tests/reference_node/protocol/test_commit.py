@@ -1,0 +1,284 @@
+"""Step commit: model-vs-implementation under random schedules, bug switches, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from protocol_harness import CommitNet, ConsensusModel, step_value
+
+from swarmshake.reference_node.protocol import commit as C
+from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.messages import (
+    AcceptedReply,
+    AcceptRequest,
+    Decided,
+    Prepare,
+    StepValue,
+)
+
+NAMES = ("a", "b", "c")
+
+
+def drain(net: CommitNet, *, drop_to=frozenset(), rounds: int = 200) -> None:
+    """Deliver everything (except to ``drop_to``), serve fetches and applies, until quiet."""
+    for _ in range(rounds):
+        if net.in_flight:
+            to, message = net.in_flight[0]
+            if to in drop_to:
+                net.in_flight.pop(0)
+            else:
+                net.deliver(0)
+        elif net.fetches:
+            node, step, fp = net.fetches.pop(0)
+            net.feed(node, C.HoldsAggregate(step=step, value_fp=fp))
+        elif net.applies:
+            node, step = net.applies.pop(0)
+            net.feed(node, C.Applied(step=step, param_fp="f" + str(step)))
+        else:
+            return
+
+
+def test_all_commit_the_same_value_with_a_majority_quorum():
+    net = CommitNet(NAMES)
+    for index, node in enumerate(NAMES):
+        net.feed(node, C.ProposeValue(step=0, value=step_value(index, NAMES)))
+    drain(net)
+    assert sorted(node for node, step, _ in net.committed) == list(NAMES)
+    assert len({value.agg_fp for _, _, value in net.committed}) == 1
+    commits = [net.cores[n] for n in NAMES]
+    assert all(core.step == 1 for core in commits)
+
+
+def test_commit_survives_the_coordinator_crashing_and_retries_adopt_the_accepted_value():
+    net = CommitNet(NAMES)
+    coordinator = net.cores["a"].coordinator(0)
+    assert coordinator == "a"
+    first = step_value(0, NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=first))
+    # b accepts a's round-0 value (after fetching its bytes); then a crashes.
+    drain(net, drop_to={"a", "c"})
+    net.crash("a")
+    net.feed("c", C.ProposeValue(step=0, value=step_value(1, NAMES)))
+    net.now = 5.0
+    net.feed("c", C.Tick())
+    drain(net, drop_to={"a"})
+    committed = {node: value for node, _, value in net.committed}
+    assert committed == {"b": first, "c": first}  # c adopted the accepted value
+
+
+def _forget_vote_scenario(bugs: BugSet) -> CommitNet:
+    """b accepts v1 (chosen with a), restarts; c then runs phase 1 with b only."""
+    net = CommitNet(NAMES, bugs=bugs)
+    v1, v2 = step_value(0, NAMES), step_value(1, NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=v1))
+    drain(net, drop_to={"a", "c"})  # b fetches and accepts; a's quorum reply is lost
+    net.crash("b")
+    net.restart("b")
+    net.feed("c", C.ProposeValue(step=0, value=v2))
+    net.now = 5.0
+    net.feed("c", C.Tick())
+    drain(net, drop_to={"a"})
+    return net
+
+
+def test_forget_vote_lets_a_restarted_acceptor_choose_a_second_value():
+    net = _forget_vote_scenario(BugSet.parse([]))
+    assert {value.agg_fp for _, _, value in net.committed} == {"a00"}
+    with pytest.raises(AssertionError, match="two values chosen"):
+        _forget_vote_scenario(BugSet.parse(["forget-vote"]))
+
+
+def _partitioned_minority(bugs: BugSet) -> CommitNet:
+    names = ("a", "b", "c", "d", "e")
+    net = CommitNet(names, bugs=bugs)
+    for node in ("a", "b"):
+        net.feed(node, C.ViewUpdated(alive=("a", "b")))
+    net.feed("a", C.ProposeValue(step=0, value=step_value(0, names)))
+    drain(net, drop_to={"c", "d", "e"})
+    return net
+
+
+def test_no_quorum_commits_in_a_minority_partition():
+    net = _partitioned_minority(BugSet.parse([]))
+    assert net.committed == [] and net.cores["a"].phase == "accepting"
+    with pytest.raises(AssertionError, match="chosen is None"):
+        _partitioned_minority(BugSet.parse(["no-quorum"]))
+
+
+def _accept_request_without_bytes(bugs: BugSet) -> list:
+    core = C.StepCommit(node="b", voters=NAMES, bugs=bugs)
+    request = AcceptRequest(sender="a", step=0, ballot=(0, 0), value=step_value(0, NAMES))
+    return core.handle(C.MessageReceived(message=request), 0.0)
+
+
+def test_acceptor_waits_for_the_aggregate_bytes_and_ack_before_apply_does_not():
+    actions = _accept_request_without_bytes(BugSet.parse([]))
+    assert [type(a) for a in actions] == [C.FetchAggregate]
+    actions = _accept_request_without_bytes(BugSet.parse(["ack-before-apply"]))
+    accepted = [a for a in actions if isinstance(a, C.AcceptedValue)]
+    assert len(accepted) == 1 and accepted[0].holds_bytes is False
+
+
+def test_promise_and_accept_are_persisted_before_the_reply():
+    core = C.StepCommit(node="b", voters=NAMES)
+    actions = core.handle(
+        C.MessageReceived(message=Prepare(sender="c", step=0, ballot=(1, 2))), 0.0
+    )
+    assert [type(a) for a in actions] == [C.Promised, C.Persist, C.Send]
+    value = step_value(0, NAMES)
+    core.handle(C.HoldsAggregate(step=0, value_fp=value.agg_fp), 0.0)
+    request = AcceptRequest(sender="c", step=0, ballot=(1, 2), value=value)
+    actions = core.handle(C.MessageReceived(message=request), 0.0)
+    assert [type(a) for a in actions] == [C.AcceptedValue, C.Persist, C.Send]
+    assert actions[1].record == C.AcceptorRecord(
+        step=0, promised=(1, 2), accepted_ballot=(1, 2), accepted_value=value
+    )
+    restarted = C.StepCommit(node="b", voters=NAMES, persisted=(actions[1].record,))
+    assert restarted.acceptor_record(0) == actions[1].record
+
+
+@pytest.mark.parametrize(
+    "message, reason",
+    [
+        (Prepare(sender="zz", step=0, ballot=(1, 0)), "unknown-peer"),
+        (Prepare(sender="b", step=0, ballot=(1, 0)), "forged-ballot"),
+        (AcceptedReply(sender="zz", step=0, ballot=(0, 0), value_fp="ab"), "unknown-peer"),
+        (
+            AcceptRequest(
+                sender="b", step=0, ballot=(1, 1), value=StepValue(agg_fp="ab", contributors=["q"])
+            ),
+            "invalid-value",
+        ),
+        (
+            Decided(sender="b", step=0, value=StepValue(agg_fp="ab", contributors=["zz"])),
+            "invalid-value",
+        ),
+    ],
+)
+def test_bad_remote_messages_raise_and_leave_the_state_unchanged(message, reason):
+    core = C.StepCommit(node="a", voters=NAMES)
+    core.handle(C.ProposeValue(step=0, value=step_value(0, NAMES)), 0.0)
+    before = core.snapshot()
+    with pytest.raises(RemoteProtocolError) as error:
+        core.handle(C.MessageReceived(message=message), 1.0)
+    assert error.value.reason == reason
+    assert core.snapshot() == before
+
+
+def test_bad_local_events_raise_and_leave_the_state_unchanged():
+    core = C.StepCommit(node="a", voters=NAMES)
+    core.handle(C.Tick(), 5.0)
+    before = core.snapshot()
+    with pytest.raises(LocalProtocolError):
+        core.handle(C.ProposeValue(step=3, value=step_value(0, NAMES)), 6.0)
+    with pytest.raises(LocalProtocolError):
+        core.handle(C.Tick(), 4.0)  # time went backwards
+    with pytest.raises(LocalProtocolError):
+        core.handle(C.Applied(step=0, param_fp="ff"), 6.0)  # nothing being applied
+    with pytest.raises(LocalProtocolError):
+        C.HoldsAggregate(step=-1, value_fp="ab")
+    assert core.snapshot() == before
+    with pytest.raises(LocalProtocolError):
+        C.StepCommit(node="x", voters=NAMES)
+
+
+def test_consensus_model_refuses_a_second_value():
+    model = ConsensusModel()
+    model.choose(0, step_value(0, NAMES), "first")
+    model.choose(0, step_value(0, NAMES), "same again")
+    with pytest.raises(AssertionError):
+        model.choose(0, step_value(1, NAMES), "second")
+
+
+class CommitMachine(RuleBasedStateMachine):
+    """Random proposals, message orders, drops, duplicates, crashes and restarts; the
+    ConsensusModel inside CommitNet checks every acceptance, decision and commit."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = NAMES  # 3 voters: small, so random schedules reach the corner cases
+        self.net = CommitNet(self.names, seed=7)
+
+    @rule(node=st.sampled_from(NAMES), index=st.integers(0, 2))
+    def propose(self, node, index):
+        core = self.net.cores[node]
+        if node in self.net.down or core._proposer.candidate is not None:
+            return
+        self.net.feed(node, C.ProposeValue(step=core.step, value=step_value(index, self.names)))
+
+    @precondition(lambda self: self.net.in_flight)
+    @rule(data=st.data())
+    def deliver(self, data):
+        self.net.deliver(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
+
+    @precondition(lambda self: self.net.in_flight)
+    @rule(data=st.data())
+    def drop(self, data):
+        self.net.in_flight.pop(data.draw(st.integers(0, len(self.net.in_flight) - 1)))
+
+    @precondition(lambda self: self.net.in_flight)
+    @rule(data=st.data())
+    def duplicate(self, data):
+        index = data.draw(st.integers(0, len(self.net.in_flight) - 1))
+        self.net.in_flight.append(self.net.in_flight[index])
+
+    @precondition(lambda self: self.net.fetches)
+    @rule(data=st.data())
+    def fetch_done(self, data):
+        node, step, fp = self.net.fetches.pop(data.draw(st.integers(0, len(self.net.fetches) - 1)))
+        self.net.feed(node, C.HoldsAggregate(step=step, value_fp=fp))
+
+    @precondition(lambda self: self.net.applies)
+    @rule()
+    def apply_done(self):
+        node, step = self.net.applies.pop(0)
+        self.net.feed(node, C.Applied(step=step, param_fp="f" + str(step)))
+
+    @rule(node=st.sampled_from(NAMES), seconds=st.floats(0.05, 4.0))
+    def tick(self, node, seconds):
+        self.net.now += seconds
+        self.net.feed(node, C.Tick())
+
+    @precondition(lambda self: len(self.net.down) < 1)
+    @rule(node=st.sampled_from(NAMES))
+    def crash(self, node):
+        self.net.crash(node)
+
+    @precondition(lambda self: self.net.down)
+    @rule()
+    def restart(self):
+        self.net.restart(sorted(self.net.down)[0])
+
+    @invariant()
+    def acceptors_never_accept_above_their_promise(self):
+        for node, core in self.net.cores.items():
+            for step in range(core.step + 2):
+                record = core.acceptor_record(step)
+                if record is None or record.accepted_ballot is None:
+                    continue
+                assert record.promised is not None and tuple(record.accepted_ballot) <= tuple(
+                    record.promised
+                )
+                if "forget-vote" in self.net.bugs:
+                    continue  # that bug's point: the accept is not persisted
+                persisted = self.net.persisted[node].get(step)
+                assert persisted is not None and tuple(persisted.promised) <= tuple(record.promised)
+
+    @invariant()
+    def committed_steps_agree(self):
+        by_step: dict[int, set] = {}
+        for _, step, value in self.net.committed:
+            by_step.setdefault(step, set()).add(value.agg_fp)
+        assert all(len(values) == 1 for values in by_step.values())
+
+
+TestCommitMachine = CommitMachine.TestCase
+TestCommitMachine.settings = settings(
+    max_examples=150,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
