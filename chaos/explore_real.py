@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from swarmshake.chaos import faults as F
+from swarmshake.chaos.backends.base import NODE_MODULE
 from swarmshake.chaos.runner import RunOptions, RunResult, run_scenario
 from swarmshake.chaos.scenario import GENERATOR_OPS, Generator, Scenario, draw, dumps, resolve
 
@@ -91,10 +92,12 @@ async def run_schedule(
     out: Path = Path("runs"),
     base: Scenario | None = None,
     quiet: bool = True,
+    node_program: str = NODE_MODULE,
 ) -> RealOutcome:
     """Run ``schedule`` on a real cluster; the outcome names the violated properties."""
     scenario = scenario_for(schedule, backend=backend, nodes=nodes, seed=seed, bugs=bugs, base=base)
-    result = await run_scenario(scenario, RunOptions(out=out, quiet=quiet, json_mode=quiet))
+    options = RunOptions(out=out, quiet=quiet, json_mode=quiet, node_program=node_program)
+    result = await run_scenario(scenario, options)
     return RealOutcome.of(result)
 
 

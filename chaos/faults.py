@@ -513,11 +513,15 @@ class OnEvent(
     kind: str
     step_at_least: int = -1
     count: int = 1
+    # 0: between the logged event and the action it announces (a crash loses the
+    # action); > 0: that many seconds later (e.g. just after a vote was sent).
+    delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
             raise ValueError(f"kind {self.kind!r} is not an event kind; known: {', '.join(EVENT_KINDS)}")
         _check_range("count", self.count, 1, 1_000_000)
+        _check_range("delay_s", self.delay_s, 0.0, 86_400.0)
 
 
 class ScheduleEntry(

@@ -75,5 +75,8 @@ class Progress:
         active = ", ".join(
             f"{op}→{','.join(t[:4])}" for op, t in (faults or events.active_faults).items()
         )
-        table.caption = f"faults: {active or 'none'}   violations so far: {', '.join(self.violations) or 'none'}"
+        violations = list(self.violations)
+        if events.divergent_steps:
+            violations.append(f"S1? steps {events.divergent_steps[:5]} committed with different fingerprints")
+        table.caption = f"faults: {active or 'none'}   violations so far: {', '.join(violations) or 'none'}"
         self._live.update(table)

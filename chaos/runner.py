@@ -260,9 +260,9 @@ class Harness:
             if backend.events.steady(steady.min_commit_step):
                 return
             if not any(backend.node(n).is_running() for n in backend.spec.nodes):
-                raise RunAborted(
-                    "every node exited before steady state; see logs/ in the run directory"
-                )
+                log = self.run_dir / "logs" / f"{backend.spec.nodes[0]}.log"
+                tail = log.read_text(errors="replace")[-600:].strip() if log.exists() else ""
+                raise RunAborted(f"every node exited before steady state; {log} ends with:\n{tail}")
             if time.monotonic() > deadline:
                 steps = {n: s.last_commit_step for n, s in backend.events.summaries.items()}
                 raise RunAborted(

@@ -28,7 +28,9 @@ FLAG_FIELDS = {
 
 
 def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
-    parser = argparse.ArgumentParser(prog="python -m swarmshake.reference_node", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m swarmshake.reference_node", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--config", required=True, type=Path, help="node.toml")
     parser.add_argument("--node-id")
     parser.add_argument("--control-port", type=int)
@@ -52,7 +54,9 @@ def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
         try:
             overrides[key] = json.loads(raw)
         except json.JSONDecodeError:
-            parser.error(f"--set {item!r}: the value is not JSON (strings need quotes: '\"median\"')")
+            parser.error(
+                f"--set {item!r}: the value is not JSON (strings need quotes: '\"median\"')"
+            )
     return args.config, overrides
 
 

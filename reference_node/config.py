@@ -112,7 +112,11 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.node.data_dir) if self.node.data_dir else self.run_dir / "nodes" / self.node.id
+        return (
+            Path(self.node.data_dir)
+            if self.node.data_dir
+            else self.run_dir / "nodes" / self.node.id
+        )
 
     @property
     def events_path(self) -> Path:
@@ -173,7 +177,9 @@ def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
     try:
         LinkTimeouts(**config.links)
     except TypeError as error:
-        raise _fail(path, f"[links]: {error}; known: {sorted(LinkTimeouts.__dataclass_fields__)}") from None
+        raise _fail(
+            path, f"[links]: {error}; known: {sorted(LinkTimeouts.__dataclass_fields__)}"
+        ) from None
     if not -20 <= config.worker.nice <= 19:
         raise _fail(path, f"[worker] nice={config.worker.nice} must be in -20..19")
     if abs(config.clock.drift_ppm) > 500_000:
@@ -234,6 +240,8 @@ def to_toml(raw: dict[str, Any]) -> str:
         lines.extend(f"{key} = {scalar(value)}" for key, value in flat.items() if value is not None)
         for name, table in nested.items():
             lines.append(f"[{section}.{name}]")
-            lines.extend(f"{key} = {scalar(value)}" for key, value in table.items() if value is not None)
+            lines.extend(
+                f"{key} = {scalar(value)}" for key, value in table.items() if value is not None
+            )
         lines.append("")
     return "\n".join(lines)

@@ -190,8 +190,16 @@ _TEMPLATE = jinja2.Environment(
 
 def render_bench_html(document: dict[str, Any]) -> str:
     results = document.get("results", {})
+    environment = document.get("environment") or {}
+    header = {
+        "command": document.get("command", "swarmshake bench recovery"),
+        "created": document.get("created", ""),
+        "backends": ", ".join(document.get("backends", [])) or "—",
+        "cpus": environment.get("cpus", "?"),
+        "seed": document.get("seed", "—"),
+    }
     return _TEMPLATE.get_template("bench.html.j2").render(
-        document=document,
+        header=header,
         rows=matrix_rows(document),
         goals=judge_goals(results),
         fmt=_fmt,
@@ -225,3 +233,49 @@ def compare_cells(
                     }
                 )
     return rows
+
+
+def render_bench_junit(document: dict[str, Any]) -> bytes:
+    """``junit.xml`` of a benchmark: one test case per goal (missed: a failure, not
+    measured: skipped) and one per cell with failed trials (an error)."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="recovery-benchmark")
+    failures = errors = skipped = 0
+    for goal in judge_goals(document.get("results", {})):
+        case = ET.SubElement(
+            suite, "testcase", classname="swarmshake.bench.recovery", name=goal["goal"], time="0"
+        )
+        measured = goal.get("measured", goal["measured_ms"])
+        if goal["met"] is None:
+            ET.SubElement(case, "skipped", message=f"not measured ({goal['fault']})")
+            skipped += 1
+        elif not goal["met"]:
+            ET.SubElement(
+                case,
+                "failure",
+                type="goal",
+                message=f"{goal['fault']} {goal['statistic']}: {measured}",
+            )
+            failures += 1
+    for fault, pooled in document.get("results", {}).items():
+        for cell in pooled.get("cells", []):
+            if cell.get("failed_trials"):
+                name = f"{fault}/{cell['backend']}/{cell['nodes']} trials"
+                case = ET.SubElement(
+                    suite, "testcase", classname="swarmshake.bench.recovery", name=name, time="0"
+                )
+                ET.SubElement(
+                    case, "error", type="trial", message=f"{cell['failed_trials']} trial(s) failed"
+                )
+                errors += 1
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    root = ET.Element("testsuites", name="swarmshake-bench")
+    root.append(suite)
+    for key in ("tests", "failures", "errors"):
+        root.set(key, suite.get(key, "0"))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

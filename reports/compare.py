@@ -95,6 +95,15 @@ def read_bench(path: Path) -> dict[str, Any]:
         raise RunDirError(f"{file}: not a readable bench.json: {error}") from None
     if not isinstance(document, dict) or not isinstance(document.get("results"), dict):
         raise RunDirError(f"{file}: no 'results' mapping; is it a bench.json?")
+    for fault, pooled in document["results"].items():
+        cells = pooled.get("cells", []) if isinstance(pooled, dict) else None
+        if not isinstance(cells, list) or not all(
+            isinstance(c, dict) and {"backend", "nodes", "trials"} <= set(c) for c in cells
+        ):
+            raise RunDirError(
+                f"{file}: results.{fault}: expected a mapping whose 'cells' each have backend, "
+                "nodes and trials (docs/report-schemas.md)"
+            )
     return document
 
 

@@ -152,7 +152,10 @@ def distribution_samples_ms(measurement: RunMeasurement) -> dict[str, list[float
 
 def reproduce_command(run: RunDir) -> str:
     scenario = run.path / "scenario.yaml"
-    backend = run.scenario.get("backend")
+    cluster = run.scenario.get("cluster")
+    backend = run.scenario.get("backend") or (
+        cluster.get("backend") if isinstance(cluster, dict) else None
+    )
     if backend == "sim":
         # The simulator's run directory records its config; its faults: section is a schedule.
         config = run.scenario.get("config") or {}

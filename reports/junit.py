@@ -24,7 +24,7 @@ import datetime as dt
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from swarmshake.reports.html import PROPERTY_NAMES
+from swarmshake.reports.html import PROPERTY_NAMES, reproduce_command
 from swarmshake.reports.rundir import RunDir
 from swarmshake.reports.series import run_duration_s
 
@@ -82,9 +82,7 @@ def testsuite(run: RunDir) -> ET.Element:
     failures += run.verdict.status == "invalid"
     errors += run.verdict.status == "unknown"
     out = ET.SubElement(suite, "system-out")
-    out.text = f"reproduce: swarmshake run {run.path / 'scenario.yaml'}" + (
-        f" --seed {run.seed}" if run.seed is not None else ""
-    )
+    out.text = f"reproduce: {reproduce_command(run)}"
     suite.set("tests", str(len(run.verdict.results) + 1))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -10,7 +10,8 @@ injected fault (a harness ``fault`` event with ``phase="inject"``):
   see, e.g. a latency spike inside the envelope).
 - **recovery**: inject → the first ``commit`` of a step above the highest step
   committed before the inject that either leaves every victim out of its
-  contributors, or comes after the heal; for faults that keep the victims in the
+  contributors, or comes after the heal (a partition whose fault event names every
+  node without its ``groups`` has no known victims: its first new commit counts); for faults that keep the victims in the
   cluster (latency, straggler, broker loss, Byzantine, clock skew) simply the next
   commit after the inject.
 - **rejoin**: for a victim that restarts, its ``start`` (or ``ready``) → its first
@@ -32,6 +33,7 @@ from swarmshake.reference_node.protocol.history import (
     Commit,
     DeclareAlive,
     DeclareDead,
+    EventBase,
     Fault,
     History,
     Ready,
@@ -95,6 +97,10 @@ def victims_of(event: Fault, nodes: list[str]) -> list[str]:
                 named.append(rest)
             largest = max(named, key=len)
             return sorted(n for g in named if g is not largest for n in g)
+        if set(nodes) <= set(event.target):
+            # Every node named and no groups recorded: the sides are unknown, so no node
+            # is a victim; recovery is then the first new commit anywhere (see module doc).
+            return []
     # "*" (every node) names no victim: a link fault on n3's links to everyone is
     # written target ["*", "n3"] and takes out n3; a crash of "*" leaves no survivor.
     return sorted(t for t in event.target if t != ALL_NODES)
@@ -121,12 +127,15 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     nodes = history.nodes()
     events = history.events
     commits = [(e.t_mono - origin, e) for e in events if isinstance(e, Commit)]
+    commit_times = [t for t, _ in commits]
     rise_times: list[float] = []
+    top_by_position: list[int] = []  # the highest step committed up to each commit
     top = -1
     for t, commit in commits:
         if commit.step > top:
             top = commit.step
             rise_times.append(t)
+        top_by_position.append(top)
     windows = {w.inject_index: w for w in fault_windows(history)}
     injects = [
         (i, e)
@@ -142,6 +151,7 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     if steady == 0:
         steady = None
     fingerprints = _majority_fingerprints(history)
+    index_ = _Index(history, origin)
     measurements: list[FaultMeasurement] = []
     for index, event in injects:
         t0 = event.t_mono - origin
@@ -155,10 +165,12 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
                 victims=tuple(victims),
                 inject_t=t0,
                 inject_index=index,
-                detection_s=_detection(history, origin, t0, victims, heal_t, event.op),
-                recovery_s=_recovery(commits, t0, victims, heal_t, event.op),
-                rejoin_s=_rejoin(history, origin, t0, victims, fingerprints, Start),
-                rejoin_from_ready_s=_rejoin(history, origin, t0, victims, fingerprints, Ready),
+                detection_s=_detection(index_, t0, victims, heal_t, event.op),
+                recovery_s=_recovery(
+                    commits, commit_times, top_by_position, t0, victims, heal_t, event.op
+                ),
+                rejoin_s=_rejoin(index_, t0, victims, fingerprints, Start),
+                rejoin_from_ready_s=_rejoin(index_, t0, victims, fingerprints, Ready),
                 throughput_kept=(
                     None
                     if steady is None or window_end <= t0
@@ -175,64 +187,67 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     )
 
 
+class _Index:
+    """The events each measurement reads, in time order, built once per run: a run of
+    thousands of events and faults would otherwise be rescanned per fault."""
+
+    def __init__(self, history: History, origin: float):
+        self.nodes = history.nodes()
+        # Detection reads starts, declarations and kills; rejoin reads one node's starts,
+        # readies, rejoins and commits.
+        self.detector: list[tuple[float, EventBase]] = []
+        self.by_node: dict[str, list[tuple[float, EventBase]]] = defaultdict(list)
+        for event in history.events:
+            t = event.t_mono - origin
+            if isinstance(event, Start | DeclareDead | DeclareAlive) or (
+                isinstance(event, Fault)
+                and event.phase == "inject"
+                and event.op in ("crash", "restart")
+            ):
+                self.detector.append((t, event))
+            if isinstance(event, Start | Ready | RejoinDone | Commit):
+                self.by_node[event.node].append((t, event))
+        self.detector_times = [t for t, _ in self.detector]
+        self.node_times = {node: [t for t, _ in items] for node, items in self.by_node.items()}
+
+
 def _detection(
-    history: History,
-    origin: float,
-    t0: float,
-    victims: list[str],
-    heal_t: float | None,
-    op: str,
+    index: _Index, t0: float, victims: list[str], heal_t: float | None, op: str
 ) -> float | None:
     if op not in DETECTABLE_OPS or not victims:
         return None
     victim_set = set(victims)
-    up_at_inject: set[str] = set()
+    started: set[str] = set()
     down: set[str] = set()
-    for event in history.events:
-        if event.t_mono - origin > t0:
-            break
-        if isinstance(event, Start):
-            up_at_inject.add(event.node)
-            down.discard(event.node)
-        elif (
-            isinstance(event, Fault)
-            and event.phase == "inject"
-            and event.op in ("crash", "restart")
-        ):
-            down.update(event.target)
-    up_at_inject = ({n for n in history.nodes()} if not up_at_inject else up_at_inject) - down
-    observers = up_at_inject - victim_set
-    if not observers:
-        return None
     # An observer that already holds a victim dead (declared after the victim's current
     # process started, not revoked) has detected it at the inject: delay 0, as L1 counts.
     standing: set[tuple[str, str]] = set()
-    for event in history.events:
-        if event.t_mono - origin > t0:
-            break
-        if isinstance(event, Start) and event.node in victim_set:
-            standing = {(o, v) for o, v in standing if v != event.node}
+    split = bisect.bisect_right(index.detector_times, t0)
+    for _, event in index.detector[:split]:
+        if isinstance(event, Start):
+            started.add(event.node)
+            down.discard(event.node)
+            if event.node in victim_set:
+                standing = {(o, v) for o, v in standing if v != event.node}
+        elif isinstance(event, Fault):
+            down.update(event.target)
         elif isinstance(event, DeclareDead) and event.peer in victim_set:
             standing.add((event.node, event.peer))
         elif isinstance(event, DeclareAlive) and event.peer in victim_set:
             standing.discard((event.node, event.peer))
+    observers = (started or set(index.nodes)) - down - victim_set
+    if not observers:
+        return None
     pending = {(o, v) for o in observers for v in victims} - standing
     if not pending:
         return 0.0
-    for event in history.events:
-        t = event.t_mono - origin
-        if t < t0:
-            continue
+    for t, event in index.detector[split:]:
         if heal_t is not None and t > heal_t and op not in ("crash", "restart"):
             return None  # healed before every observer noticed: nothing to detect
-        if (
-            isinstance(event, Fault)
-            and event.phase == "inject"
-            and event.op in ("crash", "restart")
-        ):
+        if isinstance(event, Fault):
             # an observer that dies is no longer expected to declare anything
             pending = {(o, v) for o, v in pending if o not in event.target}
-        if isinstance(event, DeclareDead) and (event.node, event.peer) in pending:
+        elif isinstance(event, DeclareDead):
             pending.discard((event.node, event.peer))
         if not pending:
             return t - t0
@@ -241,15 +256,18 @@ def _detection(
 
 def _recovery(
     commits: list[tuple[float, Commit]],
+    commit_times: list[float],
+    top_by_position: list[int],
     t0: float,
     victims: list[str],
     heal_t: float | None,
     op: str,
 ) -> float | None:
-    top_before = max((c.step for t, c in commits if t <= t0), default=-1)
+    split = bisect.bisect_right(commit_times, t0)
+    top_before = top_by_position[split - 1] if split else -1
     victim_set = set(victims)
-    for t, commit in commits:
-        if t <= t0 or commit.step <= top_before or commit.node in victim_set:
+    for t, commit in commits[split:]:
+        if commit.step <= top_before or commit.node in victim_set:
             continue
         if op in STAY_IN_OPS or not victim_set.intersection(commit.contributors):
             return t - t0
@@ -259,22 +277,15 @@ def _recovery(
 
 
 def _rejoin(
-    history: History,
-    origin: float,
-    t0: float,
-    victims: list[str],
-    fingerprints: dict[int, str],
-    since: type,
+    index: _Index, t0: float, victims: list[str], fingerprints: dict[int, str], since: type
 ) -> float | None:
     """Worst over the victims that restarted: ``since`` event → caught up."""
     worst: float | None = None
     for victim in victims:
+        items = index.by_node.get(victim, [])
         began: float | None = None
         caught: float | None = None
-        for event in history.events:
-            t = event.t_mono - origin
-            if t < t0 or event.node != victim:
-                continue
+        for t, event in items[bisect.bisect_left(index.node_times.get(victim, []), t0) :]:
             if began is None:
                 if isinstance(event, since):
                     began = t

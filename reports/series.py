@@ -287,7 +287,7 @@ def loss_curve(history: History) -> list[LossPoint]:
     origin = run_origin(history)
     sums: dict[int, tuple[float, int, float]] = {}
     for event in history.of_kind(TrainStep):
-        if event.step < 0 or not math.isfinite(event.loss):
+        if event.step < 0 or event.loss is None or not math.isfinite(event.loss):
             continue
         total, count, first_t = sums.get(event.step, (0.0, 0, event.t_mono - origin))
         sums[event.step] = (total + event.loss, count + 1, first_t)

@@ -60,7 +60,8 @@ VARIABLES
                 \* node starts every step holding its own aggregate
     params,     \* params[n]: values applied, in step order
     proposals,  \* every proposal (phase 2a message) ever sent
-    commits,    \* ghost: [node, step, value, quorum] of every commit
+    commits,    \* ghost: [step, value, majority] of every commit (majority: its
+                \* quorum was a majority of the configured voters)
     faults      \* [crashes, partitions] injected so far
 
 vars == <<up, side, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
@@ -147,7 +148,7 @@ Commit(n, b, q) ==
     /\ \A a \in q : accBal[a][s] = b /\ accVal[a][s] = v /\ Reachable(a, n)
     /\ CanFetch(n, s, v) /\ Fetch(n, s, v)
     /\ params' = [params EXCEPT ![n] = Append(@, v)]
-    /\ commits' = commits \cup {[node |-> n, step |-> s, value |-> v, quorum |-> q]}
+    /\ commits' = commits \cup {[step |-> s, value |-> v, majority |-> IsMajorityOf(q, Nodes)]}
     /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, faults>>
 
 -----------------------------------------------------------------------------
@@ -223,7 +224,7 @@ S2 == 2 * Cardinality({n \in Nodes : ~up[n]}) < N =>
         \A c \in commits : \E n \in Nodes : up[n] /\ c.value \in bytes[n][c.step]
 
 \* S3 no split brain: every commit rests on a majority of the configured voters.
-S3 == \A c \in commits : IsMajorityOf(c.quorum, Nodes)
+S3 == \A c \in commits : c.majority
 
 \* L2 progress: if, from some point on, all nodes are connected and a majority
 \* stays up, every live node eventually commits every step.

@@ -129,13 +129,15 @@ def run_tlc(
     workers: int | None = None,
     check_deadlock: bool = False,
     java_heap_mb: int | None = None,
+    root_module: str | None = None,
 ) -> TlcResult:
     """Model-check ``module_file`` with the given cfg text; never raises for TLC's verdicts.
 
     ``extra_files`` are modules the spec EXTENDS/INSTANCEs (copied beside it);
-    ``generated_files`` maps file names to text written there (trace modules).
+    ``generated_files`` maps file names to text written there (trace modules);
+    ``root_module`` names the module TLC checks when it is one of those.
     """
-    module_name = module_file.stem
+    module_name = root_module or module_file.stem
     jar = tla2tools_jar()
     java = java_executable()
     started = time.monotonic()

@@ -338,7 +338,7 @@ class DockerBackend(Backend):
             volumes = {str(spec.run_dir): {"bind": str(spec.run_dir), "mode": "rw"}}
             entrypoint = ["/opt/venv/bin/python", "-m", spec.node_program]
             if spec.node_program.endswith(".py"):  # a test's stand-in program: mount it
-                program = Path(spec.node_program).resolve()
+                program = Path(os.getcwd(), spec.node_program)  # noqa: ASYNC240 - no I/O
                 volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
                 entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
             container = await self._run(

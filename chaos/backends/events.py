@@ -25,6 +25,7 @@ from swarmshake.reference_node.protocol.history import (
     decode_event,
 )
 
+MAX_TRACKED_STEPS = 1000  # fingerprints of this many recent steps are compared live
 RECENT_EVENTS = 200  # what the progress display shows is the last few; bounds memory
 MAX_READ_BYTES_PER_POLL = 8 << 20  # one poll reads at most this per file; the rest next time
 
@@ -52,6 +53,10 @@ class EventTail:
         self._offsets: dict[Path, int] = {}
         self._partial: dict[Path, bytes] = {}
         self._listeners: list[Listener] = []
+        # Live hint for the progress display only (the verdict comes from the
+        # checkers): a step committed with two different parameter fingerprints.
+        self._step_fps: dict[int, dict[str, str]] = {}
+        self.divergent_steps: list[int] = []
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -113,6 +118,7 @@ class EventTail:
             if isinstance(event, Commit):
                 summary.commits += 1
                 summary.last_commit_step = max(summary.last_commit_step, event.step)
+                self._note_fingerprint(event)
         if isinstance(event, DeclareDead) and event.peer in self.summaries:
             self.summaries[event.peer].declared_dead_by_others += 1
         if isinstance(event, Fault) and event.node == HARNESS:
@@ -122,6 +128,14 @@ class EventTail:
                 self.active_faults.pop(event.op, None)
         for listener in list(self._listeners):
             listener(event)
+
+    def _note_fingerprint(self, event: Commit) -> None:
+        fps = self._step_fps.setdefault(event.step, {})
+        fps[event.node] = event.param_fp
+        if len(set(fps.values())) > 1 and event.step not in self.divergent_steps:
+            self.divergent_steps.append(event.step)
+        while len(self._step_fps) > MAX_TRACKED_STEPS:
+            del self._step_fps[min(self._step_fps)]
 
     def steady(self, min_commit_step: int) -> bool:
         """Every node committed a step ≥ ``min_commit_step`` (-1: every node is ready)."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -49,22 +50,47 @@ EXIT_WAIT_S = 5.0  # a SIGKILLed group is reaped within milliseconds
 STOP_GRACE_S = 3.0  # a node's clean shutdown (flush events, close sockets) takes < 1 s
 PROXY_CREATE_CONCURRENCY = 16  # Toxiproxy serialises proxy creation; more buys nothing
 SIGNAL_EFFECT_TIMEOUT_S = 1.0  # SIGSTOP/SIGCONT take effect within a scheduler tick
+PORT_RANGE_FLOOR = 20000  # below: well-known and registered services
 DUTY_PERIOD_S = 0.02  # CPU-throttle duty cycle: short enough not to look like a pause
 DISK_FULL_TMPFS = "64k"  # holds the copied checkpoints' names, not their data
 
 
-def reserve_ports(count: int, host: str = HOST) -> list[int]:
-    """``count`` distinct free ports (all bound at once, so none repeats)."""
-    sockets = []
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind((host, 0))
-            sockets.append(probe)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def reserve_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct free ports, chosen *below* the kernel's ephemeral range.
+
+    Every listener of a cluster (nodes and proxies) gets a port picked here, before
+    anything starts.  Ports from the ephemeral range could be handed to someone
+    else's outgoing connection (or a ``:0`` listener) between our pick and our bind;
+    ports below it are only taken by explicit binds.
+    """
+    low_ephemeral, _ = _ephemeral_range()
+    low = PORT_RANGE_FLOOR
+    high = max(low + count * 4, low_ephemeral - 1)
+    rng = random.Random()
+    chosen: list[int] = []
+    tried = 0
+    while len(chosen) < count:
+        tried += 1
+        if tried > count * 50:
+            raise BackendError(f"could not find {count} free ports in {low}..{high}")
+        port = rng.randrange(low, high)
+        if port in chosen:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
 
 
 class Zygote:
@@ -389,6 +415,7 @@ class LocalBackend(Backend):
         self._links: dict[tuple[str, str], Link] = {}
         self._broker: LocalBroker | None = None
         self.node_ports: dict[str, tuple[int, int, int]] = {}
+        self._proxy_ports: list[int] = []
         self.timings: dict[str, float] = {}
         self.incidents: list[dict[str, Any]] = []
 
@@ -402,12 +429,17 @@ class LocalBackend(Backend):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
         # The zygote's torch import is the slow part: start it first, overlap the rest.
         await self.zygote.start()
-        ports = reserve_ports(3 * len(spec.nodes) + 1)
+        n = len(spec.nodes)
+        ports = reserve_ports(3 * n + 2 + n * (n - 1) * len(CHANNELS) + n)
+        self._proxy_ports = ports[3 * n + 2 :]
+        api_port = ports[3 * n + 1]
+        ports = ports[: 3 * n + 1]
         self._broker = LocalBroker(self, ports.pop())
         for name in spec.nodes:
             self.node_ports[name] = (ports.pop(), ports.pop(), ports.pop())
         self.toxiproxy = ToxiproxyServer(
             host=HOST,
+            port=api_port,
             log_path=spec.run_dir / "logs" / "toxiproxy.log",
             on_incident=self._incident,
         )
@@ -451,9 +483,13 @@ class LocalBackend(Backend):
         gate = asyncio.Semaphore(PROXY_CREATE_CONCURRENCY)
         toxiproxy = self.toxiproxy
 
+        listen_ports = dict(zip((name for name, _ in wanted), self._proxy_ports, strict=True))
+
         async def create(name: str, port: int) -> tuple[str, int]:
             async with gate:
-                proxy = await toxiproxy.create_proxy(name, f"{HOST}:0", f"{HOST}:{port}")
+                proxy = await toxiproxy.create_proxy(
+                    name, f"{HOST}:{listen_ports[name]}", f"{HOST}:{port}"
+                )
                 return name, proxy.listen_port
 
         listeners = dict(await asyncio.gather(*(create(n, p) for n, p in wanted)))

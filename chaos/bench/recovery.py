@@ -94,11 +94,25 @@ def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
     }
 
 
-def measure_trial(run_dir: Path) -> tuple[FaultMeasurement | None, int]:
+class TrialNotRun(RuntimeError):
+    """The run ended before its fault was injected (no steady state, an abort)."""
+
+
+def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int]:
     """The trial's fault (its first inject) and the run's false positives."""
     measurement = measure_run(History.load(run_dir))
-    first = measurement.faults[0] if measurement.faults else None
-    return first, measurement.false_positives
+    if not measurement.faults:
+        reason = ""
+        run_record = run_dir / "run.json"  # the harness's outcome, when it wrote one
+        if run_record.is_file():
+            try:
+                reason = str(msgspec.json.decode(run_record.read_bytes()).get("message", ""))
+            except (msgspec.DecodeError, AttributeError):
+                reason = "run.json unreadable"
+        raise TrialNotRun(
+            f"no fault was injected in {run_dir.name}" + (f": {reason}" if reason else "")
+        )
+    return measurement.faults[0], measurement.false_positives
 
 
 def run_matrix(
@@ -152,11 +166,10 @@ def run_matrix(
             result.trials += 1
             result.run_dirs.append(str(run_dir))
             result.false_positives += false_positives
-            if fault is not None:
-                result.faults.append(fault)
+            result.faults.append(fault)
             progress(
-                f"{cell.key} trial {trial}: detection {_ms(fault and fault.detection_s)} "
-                f"recovery {_ms(fault and fault.recovery_s)} rejoin {_ms(fault and fault.rejoin_s)} "
+                f"{cell.key} trial {trial}: detection {_ms(fault.detection_s)} "
+                f"recovery {_ms(fault.recovery_s)} rejoin {_ms(fault.rejoin_s)} "
                 f"({time.monotonic() - started:.1f}s)"
             )
         results.append(result)
@@ -209,13 +222,18 @@ def bench_document(
 
 def write_bench_files(document: dict[str, Any], out: Path) -> list[Path]:
     # Imported here: the HTML renderer pulls in matplotlib, which --json alone never needs.
-    from swarmshake.reports.bench_report import render_bench_html, render_bench_markdown
+    from swarmshake.reports.bench_report import (
+        render_bench_html,
+        render_bench_junit,
+        render_bench_markdown,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "bench.json", out / "bench.html", out / "bench.md"]
+    paths = [out / "bench.json", out / "bench.html", out / "bench.md", out / "junit.xml"]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n")
     paths[1].write_text(render_bench_html(document), encoding="utf-8")
     paths[2].write_text(render_bench_markdown(document), encoding="utf-8")
+    paths[3].write_bytes(render_bench_junit(document))
     return paths
 
 

@@ -2,7 +2,7 @@
 
 - ``report RUN_DIR``: rewrite ``report.html``, ``junit.xml`` and ``summary.md`` (and
   ``verdict.json`` if missing) of a run directory; for a benchmark folder (one with
-  ``bench.json``), rewrite ``bench.html`` and ``bench.md``.  Exits with the run's
+  ``bench.json``), rewrite ``bench.html``, ``bench.md`` and ``junit.xml``.  Exits with the run's
   verdict: 0 valid, 1 violated, 2 unknown.
 - ``--compare OTHER``: compare RUN_DIR (new) against OTHER (old) — two runs of the
   same scenario, or two benchmark folders — and write ``compare.md`` into RUN_DIR.
@@ -29,13 +29,18 @@ EXIT_BY_STATUS = {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_
 
 
 def _regenerate_bench(folder: Path) -> int:
-    from swarmshake.reports.bench_report import render_bench_html, render_bench_markdown
+    from swarmshake.reports.bench_report import (
+        render_bench_html,
+        render_bench_junit,
+        render_bench_markdown,
+    )
     from swarmshake.reports.compare import read_bench
 
     document = read_bench(folder)
     (folder / "bench.html").write_text(render_bench_html(document), encoding="utf-8")
     (folder / "bench.md").write_text(render_bench_markdown(document), encoding="utf-8")
-    print(f"wrote {folder / 'bench.html'} and {folder / 'bench.md'}", file=sys.stderr)
+    (folder / "junit.xml").write_bytes(render_bench_junit(document))
+    print(f"wrote bench.html, bench.md and junit.xml into {folder}", file=sys.stderr)
     return EXIT_VALID
 
 

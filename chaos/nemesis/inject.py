@@ -251,10 +251,11 @@ class Nemesis:
     async def _heal_scope(self, heal: F.Heal, *, recorded_as: str | None = None) -> None:
         scope = heal.scope
         if scope == "churn":
-            if self.churn is not None:
-                churn, self.churn = self.churn, None
-                await churn.stop()
-            self._record(recorded_as or "churn", "heal", [], {})
+            if self.churn is None:
+                return  # nothing churns: nothing to heal or record
+            churn, self.churn = self.churn, None
+            await churn.stop()
+            self._record(recorded_as or "churn", "heal", [], {"departures": churn.departures})
             return
         if scope == "all":
             await self.backend.reset_links()

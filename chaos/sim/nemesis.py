@@ -79,10 +79,11 @@ class Nemesis:
             remaining.append((index, entry, seen))
         self._triggers = remaining
         for index, entry in fired:
-            if isinstance(entry.op, faults.Crash):
+            delay = entry.when.delay_s if entry.when is not None else 0.0
+            if isinstance(entry.op, faults.Crash) and delay == 0.0:
                 self._fire(index, entry)
             else:
-                self.sim.call_at(self.sim.now, lambda i=index, e=entry: self._fire(i, e))
+                self.sim.call_at(self.sim.now + delay, lambda i=index, e=entry: self._fire(i, e))
 
     # --- firing -------------------------------------------------------------------------
 

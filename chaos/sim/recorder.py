@@ -2,7 +2,7 @@
 
 Every event the simulation logs passes through ``Recorder.log``: it stamps the virtual
 time (``t_mono`` and ``t_wall`` are both the virtual clock, as history.py says for the
-simulator) and a per-node Lamport counter, folds the encoded line into a BLAKE2b
+simulator) and a run-wide Lamport counter, folds the encoded line into a BLAKE2b
 digest (so two runs are equal iff their digests are), keeps the event for the
 checkers, and buffers the line for ``events/<node>.jsonl``.  Buffers are flushed to
 disk when they pass ``FLUSH_BYTES`` so a 1,000-node run does not hold every line
@@ -41,8 +41,12 @@ class Recorder:
         self.watchers: list[Callable[[EventBase], None]] = []
 
     def next_lamport(self, node: str) -> int:
-        value = self._lamport.get(node, 0) + 1
-        self._lamport[node] = value
+        """One counter for the whole run: the simulator is one process, so its logging
+        order is a total order consistent with causality (a valid Lamport clock), and
+        events at the same virtual time sort in the order they happened — a fault an
+        event triggered sorts after that event."""
+        value = self._lamport.get("", 0) + 1
+        self._lamport[""] = value
         return value
 
     def log(self, event: EventBase) -> None:

@@ -150,34 +150,6 @@ class HeartbeatStream:
         self.settled_at = now + settle_s
         self.disturbed_at = now
 
-    def elide(self, now: float, network: Network, keep: int) -> int:
-        """Skip the sends that surely arrived by ``now`` except the last ``keep`` of them,
-        without drawing their delays; returns how many were skipped.
-
-        The caller has checked that the link's state has not changed since before the
-        last delivered arrival (so every gap among the skipped arrivals lies within the
-        link's delay bounds) and that the receiver accepts elision.  Only sends after
-        ``now − max delay`` can still be in flight, so the skipped ones all arrived.
-        """
-        if not self.active or self.pending:
-            return 0
-        if self._send_time(self.next_k - 1) < self.disturbed_at:
-            return 0  # the last delivered arrival predates the link's current state
-        _, high = network.delay_bounds(self.sender, self.receiver)
-        surely_arrived = now - high
-        if self._send_time(self.next_k) > surely_arrived:
-            return 0
-        local_limit = self.local_base + (surely_arrived - self.t_base) * self.rate
-        last_k = math.floor((local_limit - self.start_local) / self.interval_local + 1e-9)
-        while self._send_time(last_k) > surely_arrived:
-            last_k -= 1  # floating point at the boundary
-        count = last_k - self.next_k + 1 - keep
-        if count <= 0:
-            return 0
-        self.next_k += count
-        self.last_arrival = -math.inf  # the skipped arrivals precede every later one
-        return count
-
     def take_due(self, now: float, read_at: float | None = None) -> list[tuple[float, int]]:
         """Pop the arrivals at or before ``now``; ``read_at`` stamps them later (a
         paused receiver reads its socket only when it resumes)."""

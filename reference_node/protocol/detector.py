@@ -13,8 +13,10 @@ node process and feed it events with ``handle(event, now) -> list[DetectorAction
   never needs a timer to send heartbeats, so a simulator can compute arrivals lazily.
 - ``HeartbeatsArrived(peer, incarnation, arrival_times)`` for heartbeats received from a
   peer this node monitors.  One arrival or many: a batch has exactly the effect of
-  delivering its arrivals one by one (timeouts that fall *between* two arrivals of the
-  batch fire at their own time inside the batch).  With ``elided_count`` a simulator may
+  delivering its arrivals one by one with ``Tick(only=peer)`` before each (the timers
+  about *that* peer which fall between two arrivals fire at their own time inside the
+  batch; other peers' timers are left to ``Tick``, so batches of different peers
+  commute).  With ``elided_count`` a simulator may
   leave out a prefix of arrivals whose gaps are all <= ``suspicion_floor_s``
   (see ``HeartbeatsArrived``).  Work is O(1) amortised per arrival.
 - ``GossipReceived(message)`` for every ``messages.Gossip`` received.
@@ -192,7 +194,7 @@ class HeartbeatsArrived(CoreEvent, frozen=True, kw_only=True):
 
     peer: str
     incarnation: int
-    arrival_times: tuple[float, ...]
+    arrival_times: tuple[float, ...]  # ascending, seconds on the receiver's clock
     elided_count: int = 0
     elided_max_gap_s: float = 0.0
 
@@ -216,7 +218,19 @@ class GossipReceived(CoreEvent, frozen=True, kw_only=True):
 
 
 class Tick(CoreEvent, frozen=True, kw_only=True):
-    """Fire every timer due at or before ``now`` (in time order)."""
+    """Fire every timer due at or before ``now`` (in time order).
+
+    ``watches=False`` leaves heartbeat-watch timers alone (a lazy simulator that knows
+    a link is healthy delivers its arrivals later instead); ``only=peer`` fires only
+    the timers about that peer (its watch, suspicion timeout and notice retries).
+    """
+
+    watches: bool = True
+    only: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.only is not None:
+            check_name(self.only, "Tick.only")
 
 
 class LeaveRequested(CoreEvent, frozen=True, kw_only=True):
@@ -459,9 +473,12 @@ class FailureDetector:
         self._clock.last = now
         return actions
 
-    def next_deadline(self, now: float | None = None) -> float | None:
-        """The earliest pending timer (it may be <= ``now``: tick now), or ``None``."""
-        timer = self._earliest_timer()
+    def next_deadline(
+        self, now: float | None = None, *, watches: bool = True, only: str | None = None
+    ) -> float | None:
+        """The earliest pending timer (it may be <= ``now``: tick now), or ``None``;
+        ``watches``/``only`` select timers as ``Tick`` does."""
+        timer = self._earliest_timer(watches=watches, only=only)
         return None if timer is None else timer[0]
 
     def pending_timer(self) -> tuple[float, str, str] | None:
@@ -599,25 +616,37 @@ class FailureDetector:
                 or self.status[event.peer] != "alive"
             ):
                 raise LocalProtocolError("elision only for an alive peer at its known incarnation")
+        if not self._apply_heartbeats(event, floor_us, actions):
+            # Arrivals ignored above still let the timers before them fire, as one by one.
+            self._fire_due(event.arrival_times[-1], actions, inclusive=False, only=event.peer)
+
+    def _apply_heartbeats(self, event: HeartbeatsArrived, floor_us: int, actions: list) -> bool:
+        """Apply the arrivals; False if some were ignored (the caller then fires the
+        peer's timers due before the last one)."""
+        times = event.arrival_times
+        peer = event.peer
         if self.left or self.self_dead:
-            return
-        # Timers due strictly before the first arrival fire first, as one by one.
-        self._fire_due(times[0], actions, inclusive=False)
-        if self.left or self.self_dead:
-            return
-        status = self.status[event.peer]
-        known = self.known_incarnation[event.peer]
+            return False
+        # Timers due strictly before the first arrival fire first, as one by one.  With
+        # elision this peer's own watch cannot fire before times[0] (elided gaps are
+        # under the floor) and its deadline is only known after the reset below.
+        skip = peer if event.elided_count else None
+        timer = self._earliest_timer(skip, only=peer)
+        if timer is not None and timer[0] < times[0]:
+            self._fire_due(times[0], actions, inclusive=False, skip_watch=skip, only=peer)
+            if self.left or self.self_dead:
+                return False
+        status = self.status[peer]
+        known = self.known_incarnation[peer]
         if event.incarnation < known or (status in ("dead", "left") and event.incarnation <= known):
-            return  # an old incarnation: it must rejoin with a higher one
+            return False  # an old incarnation: it must rejoin with a higher one
         if event.incarnation > known:
-            self._transition(
-                event.peer, "alive_newer", event.incarnation, self.node, times[0], actions
-            )
-            if self.known_incarnation[event.peer] < event.incarnation:
-                return  # ignored (no-refute): keep watching the old incarnation's state only
-        watch = self._watches.get(event.peer)  # the view, so the targets, may have changed
+            self._transition(peer, "alive_newer", event.incarnation, self.node, times[0], actions)
+            if self.known_incarnation[peer] < event.incarnation:
+                return False  # ignored (no-refute): keep watching the old incarnation only
+        watch = self._watches.get(peer)  # the view, so the targets, may have changed
         if watch is None:
-            return  # not a peer this node watches (any more): harmless, nothing to learn
+            return False  # not a peer this node watches (any more): nothing to learn
         if event.elided_count:
             watch.gaps.clear()
             watch.gap_sum = watch.gap_sq_sum = 0
@@ -626,21 +655,55 @@ class FailureDetector:
             watch.heartbeats += event.elided_count + 1
             watch.deadline = times[0] + floor_us / _US_PER_S
             times = times[1:]
-        other = self._earliest_timer(skip_watch=event.peer)
+        other = self._earliest_timer(skip_watch=peer, only=peer)
         other_at = math.inf if other is None else other[0]
-        for arrival in times:
+        count = len(times)
+        index = 0
+        while index < count:
+            arrival = times[index]
             if arrival > other_at or (watch.deadline is not None and arrival > watch.deadline):
-                self._fire_due(arrival, actions, inclusive=False)
+                self._fire_due(arrival, actions, inclusive=False, only=peer)
                 if (
                     self.left
                     or self.self_dead
-                    or self._watches.get(event.peer) is not watch
-                    or self.status[event.peer] in ("dead", "left")
+                    or self._watches.get(peer) is not watch
+                    or self.status[peer] in ("dead", "left")
                 ):
-                    return  # later arrivals of this incarnation are ignored, as one by one
-                other = self._earliest_timer(skip_watch=event.peer)
+                    return False  # later arrivals of this incarnation are ignored
+                other = self._earliest_timer(skip_watch=peer, only=peer)
                 other_at = math.inf if other is None else other[0]
-            self._record_arrival(event.peer, watch, arrival, actions)
+            self._record_arrival(peer, watch, arrival, actions)
+            index += 1
+            # Fast path: while gaps stay under the floor (so under any threshold) and no
+            # other timer of this peer is due, only the window statistics change; the
+            # deadline is computed once at the end, from the same integers as one by one.
+            last_us = watch.last_us
+            gaps = watch.gaps
+            window = gaps.maxlen
+            gap_sum, gap_sq_sum = watch.gap_sum, watch.gap_sq_sum
+            start = index
+            while index < count:
+                arrival = times[index]
+                arrival_us = round(arrival * _US_PER_S)
+                gap = arrival_us - last_us
+                if gap > floor_us or arrival > other_at:
+                    break
+                if len(gaps) == window:
+                    old = gaps[0]
+                    gap_sum -= old
+                    gap_sq_sum -= old * old
+                gaps.append(gap)
+                gap_sum += gap
+                gap_sq_sum += gap * gap
+                last_us = arrival_us
+                index += 1
+            if index > start:
+                watch.gap_sum, watch.gap_sq_sum = gap_sum, gap_sq_sum
+                watch.last_us = last_us
+                watch.last_t = times[index - 1]
+                watch.heartbeats += index - start
+                watch.deadline = watch.last_t + self._threshold_us(watch) / _US_PER_S
+        return True
 
     def _on_gossip(self, event: GossipReceived, now: float, actions: list) -> None:
         message = event.message
@@ -667,13 +730,22 @@ class FailureDetector:
         self._gossip_if_due(now, actions)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
-        self._fire_due(now, actions, inclusive=True)
+        self._fire_due(now, actions, inclusive=True, watches=event.watches, only=event.only)
 
-    def _fire_due(self, limit: float, actions: list, *, inclusive: bool) -> None:
+    def _fire_due(
+        self,
+        limit: float,
+        actions: list,
+        *,
+        inclusive: bool,
+        skip_watch: str | None = None,
+        watches: bool = True,
+        only: str | None = None,
+    ) -> None:
         """Fire timers in time order up to ``limit`` (an arrival at a deadline wins, so
         before an arrival only timers strictly earlier fire)."""
         while True:
-            timer = self._earliest_timer()
+            timer = self._earliest_timer(skip_watch, watches=watches, only=only)
             if timer is None or timer[0] > limit or (not inclusive and timer[0] == limit):
                 return
             at, kind, subject = timer
@@ -706,8 +778,6 @@ class FailureDetector:
         self._next_gossip_at = now
         self._gossip_if_due(now, actions)
         self.left = True
-        self._watches.clear()
-        self._suspicions.clear()
         actions.append(
             HeartbeatPlan(
                 to=(),
@@ -925,8 +995,6 @@ class FailureDetector:
             actions.append(self._plan(at))
         elif item.status in ("dead", "left"):
             self.self_dead = True
-            self._watches.clear()
-            self._suspicions.clear()
             self._queue.clear()
             self._next_gossip_at = None
             actions.append(
@@ -1005,19 +1073,45 @@ class FailureDetector:
                 chosen.append(peer)
         return tuple(chosen)
 
-    def _earliest_timer(self, skip_watch: str | None = None) -> tuple[float, int, str] | None:
+    def _earliest_timer(
+        self, skip_watch: str | None = None, *, watches: bool = True, only: str | None = None
+    ) -> tuple[float, int, str] | None:
         """(time, kind, subject); kind orders ties: 0 watch, 1 suspicion timeout,
-        2 notice retry, 3 gossip round."""
+        2 notice retry, 3 gossip round.  ``only``: timers about that peer alone."""
         best: tuple[float, int, str] | None = None
-        for peer, watch in self._watches.items():
+        if self.self_dead:
+            return None  # inert until the node rejoins as a new incarnation
+        if self.left:  # only the gossip rounds that announce the leave
+            return None if self._next_gossip_at is None else (self._next_gossip_at, 3, "")
+        if only is not None:
+            watch = self._watches.get(only)
             if (
-                peer != skip_watch
+                watches
+                and only != skip_watch
+                and watch is not None
                 and watch.deadline is not None
-                and self.status.get(peer) in ("alive", "suspect")
+                and self.status.get(only) in ("alive", "suspect")
             ):
-                candidate = (watch.deadline, 0, peer)
-                if best is None or candidate < best:
-                    best = candidate
+                best = (watch.deadline, 0, only)
+            suspicion = self._suspicions.get(only)
+            if suspicion is not None and not self._eager_dead:
+                for candidate in (
+                    (suspicion.first_at + self.config.suspicion_timeout_s, 1, only),
+                    (suspicion.notice_at, 2, only),
+                ):
+                    if candidate[0] is not None and (best is None or candidate < best):
+                        best = candidate
+            return best
+        if watches:
+            for peer, watch in self._watches.items():
+                if (
+                    peer != skip_watch
+                    and watch.deadline is not None
+                    and self.status.get(peer) in ("alive", "suspect")
+                ):
+                    candidate = (watch.deadline, 0, peer)
+                    if best is None or candidate < best:
+                        best = candidate
         if not self._eager_dead:
             for subject, suspicion in self._suspicions.items():
                 candidate = (suspicion.first_at + self.config.suspicion_timeout_s, 1, subject)

@@ -165,7 +165,7 @@ class Commit(EventBase, tag="commit", kw_only=True, frozen=True):
 class TrainStep(EventBase, tag="train_step", kw_only=True, frozen=True):
     """Local training result of ``step`` (loss before the update)."""
 
-    loss: float
+    loss: float | None  # None: the loss was not finite (JSON has no NaN or inf)
     samples: int = 0
 
 

@@ -33,13 +33,17 @@ class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_u
     data: bytes
 
 
-class BulkRequest(msgspec.Struct, kw_only=True, frozen=True, tag="request", forbid_unknown_fields=True):
+class BulkRequest(
+    msgspec.Struct, kw_only=True, frozen=True, tag="request", forbid_unknown_fields=True
+):
     kind: Literal["aggregate", "state"]
     step: int = -1
     key: str = ""
 
 
-class BulkRefusal(msgspec.Struct, kw_only=True, frozen=True, tag="refusal", forbid_unknown_fields=True):
+class BulkRefusal(
+    msgspec.Struct, kw_only=True, frozen=True, tag="refusal", forbid_unknown_fields=True
+):
     kind: Literal["aggregate", "state"]
     step: int
     key: str
@@ -55,7 +59,12 @@ def split(
     """A blob as chunks; ``pieces`` may be one buffer or an iterator of buffers."""
     if isinstance(pieces, bytes | bytearray | memoryview):
         view = memoryview(pieces).cast("B")
-        pieces = iter([view[start : start + CHUNK_BYTES] for start in range(0, max(len(view), 1), CHUNK_BYTES)])
+        pieces = iter(
+            [
+                view[start : start + CHUNK_BYTES]
+                for start in range(0, max(len(view), 1), CHUNK_BYTES)
+            ]
+        )
     index = 0
     current = next(pieces, None)
     while current is not None:

@@ -93,7 +93,10 @@ def run(nodes: int, kills: int, settle_s: float, run_dir: Path, training: dict, 
     false_positives = {"suspect": 0, "declare_dead": 0}
     examples: list[str] = []
     for event in events_of(run_dir):
-        if not isinstance(event, history.Suspect | history.DeclareDead) or event.t_mono < steady_from:
+        if (
+            not isinstance(event, history.Suspect | history.DeclareDead)
+            or event.t_mono < steady_from
+        ):
             continue
         if event.peer == event.node:
             continue
@@ -108,10 +111,10 @@ def run(nodes: int, kills: int, settle_s: float, run_dir: Path, training: dict, 
         kind = "suspect" if isinstance(event, history.Suspect) else "declare_dead"
         false_positives[kind] += 1
         if len(examples) < 5:
-            examples.append(f"{event.node} {kind} {event.peer} at {event.t_mono:.3f}: {getattr(event, 'reason', '')}")
-    gaps = {
-        node: status.get("heartbeat_gaps", {}) for node, status in statuses.items()
-    }
+            examples.append(
+                f"{event.node} {kind} {event.peer} at {event.t_mono:.3f}: {getattr(event, 'reason', '')}"
+            )
+    gaps = {node: status.get("heartbeat_gaps", {}) for node, status in statuses.items()}
     worst = max((g["max_ms"] for per in gaps.values() for g in per.values()), default=0.0)
     return {
         "nodes": nodes,
@@ -124,7 +127,10 @@ def run(nodes: int, kills: int, settle_s: float, run_dir: Path, training: dict, 
         "heartbeat_gap_max_ms": worst,
         "heartbeat_gaps_at_end": gaps,
         "heartbeat_gaps_before_kills": gaps_before_kills,
-        "step_seconds": {n: s.get("worker", {}).get("last_step_s") for n, s in statuses.items()},
+        "gradient_compute_s": {n: s.get("worker", {}).get("last_step_s") for n, s in statuses.items()},
+        "step_time_median_s": {
+            n: s.get("commit", {}).get("step_time_s_median_recent") for n, s in statuses.items()
+        },
         "steps_committed": {n: s.get("steps_committed") for n, s in statuses.items()},
         "run_dir": str(run_dir),
     }
@@ -146,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     if run_dir.exists() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
     result = run(args.nodes, args.kills, args.settle_s, run_dir, training, {})
-    print(json.dumps(result if args.json else {k: v for k, v in result.items() if "gaps_" not in k}, indent=None if args.json else 2))
+    print(
+        json.dumps(
+            result if args.json else {k: v for k, v in result.items() if "gaps_" not in k},
+            indent=None if args.json else 2,
+        )
+    )
     return 0
 
 

@@ -100,25 +100,36 @@ class DetectorDriver:
                         self._send(peer, action.message)
                 case det.Suspected():
                     self.events.log(
-                        history.Suspect, peer=action.peer, peer_incarnation=action.peer_incarnation,
+                        history.Suspect,
+                        peer=action.peer,
+                        peer_incarnation=action.peer_incarnation,
                         reason=action.reason,
                     )
                 case det.DeclaredDead():
                     self.events.log(
-                        history.DeclareDead, peer=action.peer, peer_incarnation=action.peer_incarnation,
-                        suspicions=action.suspicions, reason=action.reason,
+                        history.DeclareDead,
+                        peer=action.peer,
+                        peer_incarnation=action.peer_incarnation,
+                        suspicions=action.suspicions,
+                        reason=action.reason,
                     )
                 case det.DeclaredAlive():
                     self.events.log(
-                        history.DeclareAlive, peer=action.peer, peer_incarnation=action.peer_incarnation
+                        history.DeclareAlive,
+                        peer=action.peer,
+                        peer_incarnation=action.peer_incarnation,
                     )
                 case det.Refuted():
                     self.events.log(
-                        history.Refute, incarnation=action.incarnation, suspected_by=action.suspected_by
+                        history.Refute,
+                        incarnation=action.incarnation,
+                        suspected_by=action.suspected_by,
                     )
                 case det.SelfDeclaredDead():
                     self.events.log(
-                        history.DeclareDead, peer=self.core.node, peer_incarnation=action.incarnation,
+                        history.DeclareDead,
+                        peer=self.core.node,
+                        peer_incarnation=action.incarnation,
                         reason=f"declared dead by {action.declared_by}",
                     )
                 case det.ViewChanged():
@@ -154,7 +165,9 @@ class DetectorDriver:
                     now = self.clock.now()
                 self.send_lag_max_s = max(self.send_lag_max_s, now - next_at)
                 self.heartbeat_seq += 1
-                message = Heartbeat(sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq)
+                message = Heartbeat(
+                    sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq
+                )
                 for peer in plan.to:
                     self._send_heartbeat(peer, message)
                 self.heartbeats_sent += 1
@@ -170,7 +183,11 @@ class DetectorDriver:
             if deadline is not None and deadline <= now:
                 self.apply(self.core.handle(det.Tick(), now))
                 continue
-            delay = IDLE_RECHECK_S if deadline is None else min(IDLE_RECHECK_S, self.clock.host_delay_s(deadline - now))
+            delay = (
+                IDLE_RECHECK_S
+                if deadline is None
+                else min(IDLE_RECHECK_S, self.clock.host_delay_s(deadline - now))
+            )
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):

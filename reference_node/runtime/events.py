@@ -24,7 +24,11 @@ class EventLog:
         self.counts: dict[str, int] = {}
 
     def log(
-        self, cls: type[history.EventBase], step: int = -1, incarnation: int | None = None, **fields: object
+        self,
+        cls: type[history.EventBase],
+        step: int = -1,
+        incarnation: int | None = None,
+        **fields: object,
     ) -> None:
         """``incarnation`` defaults to the process's; a ``refute`` records the raised one."""
         self.lamport += 1

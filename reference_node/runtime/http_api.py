@@ -189,10 +189,12 @@ class HttpApi:
         try:
             request = self._decoder.decode(body)
         except msgspec.DecodeError as error:
-            return _error(400, f"body must be {{\"inputs\": [[float, ...], ...]}}: {error}")
+            return _error(400, f'body must be {{"inputs": [[float, ...], ...]}}: {error}')
         for index, row in enumerate(request.inputs):
             if len(row) != self._input_dim:
-                return _error(400, f"inputs[{index}] has {len(row)} values, the model takes {self._input_dim}")
+                return _error(
+                    400, f"inputs[{index}] has {len(row)} values, the model takes {self._input_dim}"
+                )
             if not all(math.isfinite(value) for value in row):
                 return _error(400, f"inputs[{index}] holds NaN or inf")
         try:

@@ -20,7 +20,9 @@ def read(data_dir: Path) -> int:
     except FileNotFoundError:
         return 0
     if not text.isdigit():
-        raise ValueError(f"{path}: not an incarnation number ({text[:20]!r}); delete it to start at 1")
+        raise ValueError(
+            f"{path}: not an incarnation number ({text[:20]!r}); delete it to start at 1"
+        )
     return int(text)
 
 

@@ -74,8 +74,26 @@ class ApplyCommitted(_Msg, tag="apply"):
     agg_fp: str
 
 
-class PullState(_Msg, tag="pull_state"):
-    """Rejoin: ask ``source`` for its live state, stream it in, verify, install."""
+class ExpectState(_Msg, tag="expect_state"):
+    """Rejoin: accept a state stream from ``source`` (bulk), verify it, stage it."""
+
+    source: str
+
+
+class ServeState(_Msg, tag="serve_state"):
+    """A peer asked for our state: snapshot it, report the offer, stream it."""
+
+    requester: str
+
+
+class LoadCheckpointFile(_Msg, tag="load_checkpoint"):
+    """Rejoin fallback: read and verify a local checkpoint, stage it."""
+
+    path: str
+
+
+class InstallStaged(_Msg, tag="install_staged"):
+    """The rejoin core accepted the staged state: make it the replica's state."""
 
     source: str
 
@@ -108,7 +126,10 @@ ToWorker = (
     | BuildAggregate
     | FetchAggregate
     | ApplyCommitted
-    | PullState
+    | ExpectState
+    | ServeState
+    | LoadCheckpointFile
+    | InstallStaged
     | WriteCheckpoint
     | SetBehaviour
     | Infer
@@ -129,6 +150,7 @@ class WorkerReady(_Msg, tag="ready"):
     torch_version: str
     threads: int
     cpu_flags: str
+    checkpoint_path: str = ""  # the checkpoint loaded at start (the rejoin fallback)
 
 
 class Contributed(_Msg, tag="contributed"):
@@ -163,11 +185,28 @@ class Applied(_Msg, tag="applied"):
     param_fp: str
 
 
+class StateServing(_Msg, tag="state_serving"):
+    """We are streaming our state to ``requester``: what the ``StateOffer`` says."""
+
+    requester: str
+    step: int  # the last committed step the state holds
+    param_fp: str
+    nbytes: int
+
+
+class StateStaged(_Msg, tag="state_staged"):
+    """A received state (or a local checkpoint) verified by its hashes, not yet installed."""
+
+    source: str  # a peer, or "checkpoint"
+    step: int  # the last committed step it holds
+    computed_fp: str
+    nbytes: int
+
+
 class StateInstalled(_Msg, tag="state_installed"):
-    step: int  # the next step to run
+    next_step: int  # the step this node runs next
     param_fp: str
     source: str
-    nbytes: int
 
 
 class StateFailed(_Msg, tag="state_failed"):
@@ -205,13 +244,14 @@ FromWorker = (
     | AggregateHeld
     | AggregateMissing
     | Applied
+    | StateServing
+    | StateStaged
     | StateInstalled
     | StateFailed
     | CheckpointDone
     | InferResult
     | WorkerReport
 )
-
 
 
 class IpcError(Exception):
@@ -221,7 +261,9 @@ class IpcError(Exception):
 class IpcChannel:
     """One end of the socketpair, as asyncio streams with typed send/receive."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, receive_type: object):
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, receive_type: object
+    ):
         self._reader = reader
         self._writer = writer
         self._encoder = msgspec.msgpack.Encoder()
@@ -241,8 +283,11 @@ class IpcChannel:
         self._writer.write(_LENGTH.pack(len(data)) + data)
 
     async def flush(self, timeout_s: float = 5.0) -> None:
-        async with asyncio.timeout(timeout_s):
-            await self._writer.drain()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._writer.drain()
+        except (ConnectionError, TimeoutError) as error:
+            raise IpcError(f"the other process does not read: {error!r}") from None
 
     async def receive(self, timeout_s: float) -> object:
         try:
@@ -251,7 +296,7 @@ class IpcChannel:
                 if length > MAX_IPC_BYTES:
                     raise IpcError(f"message of {length} bytes exceeds {MAX_IPC_BYTES}")
                 data = await self._reader.readexactly(length)
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, ConnectionError):
             raise IpcError("the other process closed the channel") from None
         except TimeoutError:
             raise IpcError(f"no message for {timeout_s}s: the other process hung") from None

@@ -103,7 +103,14 @@ class LocalCluster:
     def start(self, node: str, *args: str) -> subprocess.Popen[bytes]:
         log = (self.run_dir / "logs" / f"{node}.log").open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "swarmshake.reference_node", "--config", str(self.config_path(node)), *args],
+            [
+                sys.executable,
+                "-m",
+                "swarmshake.reference_node",
+                "--config",
+                str(self.config_path(node)),
+                *args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -150,7 +157,9 @@ class LocalCluster:
                 return
             for node, process in self.processes.items():
                 if process.poll() not in (None, 0, -signal.SIGKILL, -signal.SIGTERM):
-                    raise RuntimeError(f"{node} exited with {process.returncode}:\n{self.log_tail(node)}")
+                    raise RuntimeError(
+                        f"{node} exited with {process.returncode}:\n{self.log_tail(node)}"
+                    )
             time.sleep(poll_s)
         raise TimeoutError(f"not within {timeout_s}s: {what}")
 

@@ -406,7 +406,9 @@ class PeerLinks:
         link = self._outbound.get(peer)
         return link is not None and link.connected
 
-    async def serve(self, task_group: asyncio.TaskGroup, ready: asyncio.Event | None = None) -> None:
+    async def serve(
+        self, task_group: asyncio.TaskGroup, ready: asyncio.Event | None = None
+    ) -> None:
         """Listen until cancelled (run it as a task of ``task_group``, which also owns
         the diallers and connection handlers); ``ready`` is set once it accepts."""
         self._task_group = task_group

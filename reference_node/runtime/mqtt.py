@@ -94,7 +94,9 @@ class MqttAgent:
         self._on_address_book = on_address_book
         self._on_announcement = on_announcement
         self._backoff = Backoff(
-            settings.backoff_initial_s, settings.backoff_max_s, random.Random(f"mqtt/{seed}/{node_id}")
+            settings.backoff_initial_s,
+            settings.backoff_max_s,
+            random.Random(f"mqtt/{seed}/{node_id}"),
         )
         self._outbox: collections.deque[tuple[str, bytes, bool]] = collections.deque()
         self._outbox_ready = asyncio.Event()
@@ -155,7 +157,11 @@ class MqttAgent:
             self._backoff.reset()
             timeout = settings.operation_timeout_s
             await client.publish(
-                self.topics.announce(), encode(self.announcement), qos=1, retain=True, timeout=timeout
+                self.topics.announce(),
+                encode(self.announcement),
+                qos=1,
+                retain=True,
+                timeout=timeout,
             )
             for topic in (
                 self.topics.command(),
@@ -176,7 +182,10 @@ class MqttAgent:
                 continue
             topic, payload, retain = self._outbox[0]
             await client.publish(
-                topic, payload, qos=1 if retain else 0, retain=retain,
+                topic,
+                payload,
+                qos=1 if retain else 0,
+                retain=retain,
                 timeout=self.settings.operation_timeout_s,
             )
             self._outbox.popleft()  # only once the broker has it
@@ -203,7 +212,9 @@ class MqttAgent:
                 if payload and self._on_announcement is not None:
                     announcement = decode_announcement(payload)
                     if topic != topics.announce(announcement.node):
-                        raise PayloadError("wrong_topic", f"{announcement.node} announced on {topic}")
+                        raise PayloadError(
+                            "wrong_topic", f"{announcement.node} announced on {topic}"
+                        )
                     if announcement.node != self.node_id:
                         self._on_announcement(announcement)
         except PayloadError as error:

@@ -45,7 +45,9 @@ class AddressBookUpdate(msgspec.Struct, kw_only=True, frozen=True, forbid_unknow
     peers: Annotated[dict[NodeId, PeerAddress], msgspec.Meta(max_length=4096)]
 
 
-class _Command(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, tag_field="command"):
+class _Command(
+    msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, tag_field="command"
+):
     command_id: Annotated[str, msgspec.Meta(max_length=128)] = ""
 
 

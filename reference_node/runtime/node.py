@@ -110,7 +110,10 @@ class ControlProcess:
             config=config.detector,
         )
         self.detector = DetectorDriver(
-            core, clock=self.clock, events=self.events, send=self.send_message,
+            core,
+            clock=self.clock,
+            events=self.events,
+            send=self.send_message,
             send_heartbeat=self.send_heartbeat,
             on_action=self._on_detector_action,
         )
@@ -223,7 +226,10 @@ class ControlProcess:
             )
         )
         await self.worker_channel.flush()
-        ready = await self.worker_channel.receive(timeout_s=WORKER_START_TIMEOUT_S)
+        try:
+            ready = await self.worker_channel.receive(timeout_s=WORKER_START_TIMEOUT_S)
+        except ipc.IpcError as error:
+            raise NodeExit(EXIT_WORKER_DIED, f"worker did not start: {error}") from None
         if not isinstance(ready, ipc.WorkerReady):
             raise NodeExit(EXIT_WORKER_DIED, f"worker sent {type(ready).__name__} before ready")
         self.worker_ready = ready
@@ -253,7 +259,10 @@ class ControlProcess:
         while True:
             await asyncio.sleep(WORKER_PING_S)
             self.to_worker(ipc.Ping())
-            await self.worker_channel.flush()
+            try:
+                await self.worker_channel.flush()
+            except ipc.IpcError as error:
+                raise NodeExit(EXIT_WORKER_DIED, f"worker channel: {error}") from None
 
     async def infer(self, rows: list[list[float]]) -> list[list[float]]:
         if len(self._infer_waiters) >= MAX_PENDING_INFER:
@@ -321,7 +330,9 @@ class ControlProcess:
             "ready": self.is_ready,
             "step": driver.step if driver is not None else (report.step if report else -1),
             "steps_committed": driver.committed if driver is not None else 0,
-            "param_fp": driver.param_fp if driver is not None else (report.param_fp if report else ""),
+            "param_fp": driver.param_fp
+            if driver is not None
+            else (report.param_fp if report else ""),
             "view": list(self.detector.core.alive_view()),
             "view_epoch": self.detector.core.view_epoch,
             "detector_status": dict(self.detector.core.status),
@@ -359,11 +370,23 @@ class ControlProcess:
             if self._pending_drops:
                 pending, self._pending_drops = self._pending_drops, {}
                 for (peer, reason), count in sorted(pending.items()):
-                    self.events.log(history.FrameDrop, peer=peer, reason=f"control:{reason}", count=count)
+                    self.events.log(
+                        history.FrameDrop, peer=peer, reason=f"control:{reason}", count=count
+                    )
             if self.mqtt is not None:
                 status = self.status()
                 self.mqtt.publish_telemetry(
-                    {k: status[k] for k in ("node", "incarnation", "step", "steps_committed", "param_fp", "view")}
+                    {
+                        k: status[k]
+                        for k in (
+                            "node",
+                            "incarnation",
+                            "step",
+                            "steps_committed",
+                            "param_fp",
+                            "view",
+                        )
+                    }
                 )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -471,7 +494,9 @@ class ControlProcess:
         """Raw heartbeat gaps of this run (for the detection benchmark)."""
         path = self.config.data_dir / f"heartbeat_gaps.{self.incarnation}.json"
         with contextlib.suppress(OSError):
-            path.write_text(json.dumps({peer: list(gaps) for peer, gaps in self.detector.gaps_s.items()}))
+            path.write_text(
+                json.dumps({peer: list(gaps) for peer, gaps in self.detector.gaps_s.items()})
+            )
 
     async def _stop_worker(self) -> None:
         process = self.worker_process

@@ -38,6 +38,7 @@ import msgspec
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol.detector import ViewChanged
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 IDLE_RECHECK_S = 0.5  # bound on any wait; every input that matters also wakes the loop
 FETCH_RETRY_S = 1.0  # a fetch that got no answer is retried from the next source
-REJOIN_TIMEOUT_S = 30.0  # a state pull that has not installed by then is retried elsewhere
 RECORDS_KEPT = 32  # acceptor records kept on disk (the core retains 16 steps)
 
 
@@ -112,7 +112,9 @@ class StepDriver:
         self.rebuilds: dict[tuple[int, tuple[str, ...]], set[str]] = {}
         self.pending_apply: tuple[int, str] | None = None
         self.applying = False
-        self.rejoining: tuple[str, float] | None = None
+        self.rejoin: rj.Rejoin | None = None
+        self.rejoin_started = 0.0
+        self.rejoin_durations: list[float] = []
         self.started_at = time.monotonic()
         self.step_started_at = time.monotonic()
         self.step_durations: list[float] = []
@@ -139,10 +141,23 @@ class StepDriver:
         step = getattr(message, "step", None)
         if step is not None:
             self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
+        if isinstance(message, msgs.StateRequest):
+            self.node.to_worker(ipc.ServeState(requester=message.sender))
+            return
+        if isinstance(message, msgs.StateOffer):
+            self.feed_rejoin(
+                rj.StateOffered(
+                    source=message.sender,
+                    step=message.step,
+                    param_fp=message.param_fp,
+                    nbytes=message.nbytes,
+                )
+            )
+            return
         if isinstance(message, msgs.AcceptRequest | msgs.Decided):
             self.values[(message.step, message.value.agg_fp)] = message.value
         if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
-            if self.rejoining is not None:
+            if self.rejoin is not None:
                 return  # our core restarts at the installed step; older traffic is moot
             self.feed(cm.MessageReceived(message=message))
         self.wake()
@@ -166,11 +181,36 @@ class StepDriver:
                 self._on_aggregate_missing(message)
             case ipc.Applied():
                 self._on_applied(message)
+            case ipc.StateServing():
+                offer = msgs.StateOffer(
+                    sender=self.name,
+                    step=message.step,
+                    param_fp=message.param_fp,
+                    nbytes=message.nbytes,
+                )
+                self.node.send_message(message.requester, offer)
+            case ipc.StateStaged():
+                if message.source == "checkpoint":
+                    self.feed_rejoin(
+                        rj.CheckpointLoaded(step=message.step, computed_fp=message.computed_fp)
+                    )
+                else:
+                    self.feed_rejoin(
+                        rj.StateReceived(
+                            source=message.source,
+                            step=message.step,
+                            computed_fp=message.computed_fp,
+                            nbytes=message.nbytes,
+                        )
+                    )
             case ipc.StateInstalled():
                 self._on_state_installed(message)
             case ipc.StateFailed():
                 self.errors["state_failed"] = self.errors.get("state_failed", 0) + 1
-                self.rejoining = None
+                if self.rejoin is not None and self.rejoin.phase in ("done", "checkpoint"):
+                    self.rejoin = None  # install or checkpoint load failed: start over later
+                elif message.source != "checkpoint":
+                    self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
             case ipc.CheckpointDone():
                 pass
         self.wake()
@@ -181,7 +221,9 @@ class StepDriver:
         try:
             actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         except RemoteProtocolError as error:
-            self.node.drops.drop(f"commit_{error.reason}", getattr(getattr(event, "message", None), "sender", ""))
+            self.node.drops.drop(
+                f"commit_{error.reason}", getattr(getattr(event, "message", None), "sender", "")
+            )
             return
         self.perform(actions)
 
@@ -191,16 +233,25 @@ class StepDriver:
             match action:
                 case cm.Proposed():
                     events.log(
-                        history.Propose, step=action.step, ballot=list(action.ballot),
-                        value_fp=action.value.agg_fp, contributors=list(action.value.contributors),
+                        history.Propose,
+                        step=action.step,
+                        ballot=list(action.ballot),
+                        value_fp=action.value.agg_fp,
+                        contributors=list(action.value.contributors),
                     )
                 case cm.Promised():
-                    events.log(history.Promise, step=action.step, ballot=list(action.ballot), to=action.to)
+                    events.log(
+                        history.Promise, step=action.step, ballot=list(action.ballot), to=action.to
+                    )
                 case cm.AcceptedValue():
                     events.log(
-                        history.Accept, step=action.step, ballot=list(action.ballot),
-                        value_fp=action.value.agg_fp, contributors=list(action.value.contributors),
-                        to=action.to, holds_bytes=action.holds_bytes,
+                        history.Accept,
+                        step=action.step,
+                        ballot=list(action.ballot),
+                        value_fp=action.value.agg_fp,
+                        contributors=list(action.value.contributors),
+                        to=action.to,
+                        holds_bytes=action.holds_bytes,
                     )
                 case cm.Persist():
                     self.store.write(action.record)  # durable before any later action
@@ -215,9 +266,13 @@ class StepDriver:
                     self._maybe_apply()
                 case cm.Committed():
                     events.log(
-                        history.Commit, step=action.step, value_fp=action.value.agg_fp,
-                        contributors=list(action.value.contributors), param_fp=action.param_fp,
-                        voters=list(action.voters), quorum=list(action.quorum),
+                        history.Commit,
+                        step=action.step,
+                        value_fp=action.value.agg_fp,
+                        contributors=list(action.value.contributors),
+                        param_fp=action.param_fp,
+                        voters=list(action.voters),
+                        quorum=list(action.quorum),
                     )
                 case cm.Behind():
                     self._start_rejoin(action.peer)
@@ -311,19 +366,85 @@ class StepDriver:
     # -- rejoin -----------------------------------------------------------------------------------
 
     def _start_rejoin(self, peer: str) -> None:
-        if self.rejoining is not None:
+        """Run the rejoin core: ``peer`` showed we are behind."""
+        if self.rejoin is not None:
             return
-        self.rejoining = (peer, time.monotonic())
-        self.node.to_worker(ipc.PullState(source=peer))
+        ready = self.node.worker_ready
+        assert ready is not None
+        local = None
+        if ready.checkpoint_path and ready.step > 0:
+            local = rj.CheckpointInfo(
+                path=ready.checkpoint_path, step=ready.step - 1, param_fp=ready.param_fp
+            )
+        self.rejoin = rj.Rejoin(
+            node=self.name,
+            incarnation=self.node.incarnation,
+            seed=self.config.node.seed,
+            local_checkpoint=local,
+            local_param_fp=self.param_fp,
+            cluster_step=self.peer_steps.get(peer, -1),
+        )
+        self.rejoin_started = time.monotonic()
+        alive = self.node.detector.core.alive_view()
+        ahead = tuple(p for p in alive if p != self.name and self.peer_steps.get(p, -1) > self.step)
+        self.feed_rejoin(rj.Begin(live_peers=ahead or (peer,)))
+
+    def feed_rejoin(self, event: object) -> None:
+        if self.rejoin is None:
+            return  # an answer to a rejoin that is over
+        try:
+            actions = self.rejoin.handle(event, self.node.clock.now())  # type: ignore[arg-type]
+        except RemoteProtocolError as error:
+            self.node.drops.drop(f"rejoin_{error.reason}", getattr(event, "source", ""))
+            return
+        events = self.node.events
+        for action in actions:
+            match action:
+                case rj.RequestState():
+                    events.log(
+                        history.RejoinBegin,
+                        step=self.step,
+                        source=action.source,
+                        from_step=action.from_step,
+                    )
+                    self.node.to_worker(ipc.ExpectState(source=action.source))
+                    self.node.send_message(
+                        action.source,
+                        msgs.StateRequest(sender=self.name, incarnation=self.node.incarnation),
+                    )
+                case rj.LoadCheckpoint():
+                    events.log(
+                        history.RejoinBegin,
+                        step=self.step,
+                        source="checkpoint",
+                        from_step=action.step,
+                    )
+                    self.node.to_worker(ipc.LoadCheckpointFile(path=action.path))
+                case rj.RejoinDone():
+                    events.log(
+                        history.RejoinDone,
+                        step=action.step,
+                        source=action.source,
+                        param_fp=action.param_fp,
+                        nbytes=action.nbytes,
+                        verified=action.verified,
+                    )
+                    self.node.to_worker(ipc.InstallStaged(source=action.source))
+                case rj.RejoinFailed():
+                    self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
+                    self.rejoin = None  # retried when peers are still ahead
+        self.wake()
 
     def _on_state_installed(self, message: ipc.StateInstalled) -> None:
-        self.rejoining = None
+        self.rejoin = None
+        self.rejoin_durations.append(time.monotonic() - self.rejoin_started)
         self.param_fp = message.param_fp
         self.persisted = self.store.load()
-        self.core = self._new_core(message.step)
+        self.core = self._new_core(message.next_step)
         self.pending_apply = None
         self.applying = False
-        self._advance_to(message.step)
+        self.peer_steps = {}
+        self._advance_to(message.next_step)
         self.feed(cm.ViewUpdated(alive=tuple(self.node.detector.core.alive_view())))
 
     # -- the step loop ------------------------------------------------------------------------------
@@ -356,11 +477,8 @@ class StepDriver:
 
     def _maybe_progress(self, now: float) -> float | None:
         """Start what is due; returns the next node-clock time something is due."""
-        if self.rejoining is not None:
-            source, since = self.rejoining
-            if time.monotonic() - since > REJOIN_TIMEOUT_S:
-                self.rejoining = None  # retry (possibly from another peer)
-            return None
+        if self.rejoin is not None:
+            return self.rejoin.next_deadline()
         peer = self._behind_peers()
         if peer is not None and self.pending_apply is None:
             self._start_rejoin(peer)
@@ -414,12 +532,20 @@ class StepDriver:
             if deadline is not None and deadline <= now:
                 self.feed(cm.Tick())
                 continue
+            rejoin_deadline = self.rejoin.next_deadline() if self.rejoin else None
+            if rejoin_deadline is not None and rejoin_deadline <= now:
+                self.feed_rejoin(rj.Tick())
+                continue
             due = self._maybe_progress(now)
             self.loop_iterations += 1
             self.last_due = due
             self._retry_stale_fetches(now)
             wake_at = min((t for t in (deadline, due) if t is not None), default=None)
-            delay = IDLE_RECHECK_S if wake_at is None else min(IDLE_RECHECK_S, clock.host_delay_s(wake_at - now))
+            delay = (
+                IDLE_RECHECK_S
+                if wake_at is None
+                else min(IDLE_RECHECK_S, clock.host_delay_s(wake_at - now))
+            )
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(delay, 0.0)):
@@ -433,7 +559,8 @@ class StepDriver:
             "core_step": self.core.step,
             "phase": self.core.phase,
             "coordinator": self.core.coordinator(self.core.step),
-            "rejoining": self.rejoining[0] if self.rejoining else "",
+            "rejoining": self.rejoin.phase if self.rejoin else "",
+            "rejoin_durations_s": [round(d, 3) for d in self.rejoin_durations[-10:]],
             "step_time_s_mean_recent": sum(recent) / len(recent) if recent else 0.0,
             "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,
             "dropped_by_core": self.core.dropped,
@@ -442,7 +569,9 @@ class StepDriver:
             "building": list(self.building[1]) if self.building else None,
             "proposed": self.proposed,
             "loop_iterations": self.loop_iterations,
-            "last_due_in_s": None if self.last_due is None else self.last_due - self.node.clock.now(),
+            "last_due_in_s": None
+            if self.last_due is None
+            else self.last_due - self.node.clock.now(),
             "pending_apply": list(self.pending_apply) if self.pending_apply else None,
             "fetching": [f"{s}:{fp}" for s, fp in self.fetching],
             "errors": dict(self.errors),

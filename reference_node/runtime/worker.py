@@ -42,6 +42,7 @@ from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks, QueueFull
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
+from swarmshake.reference_node.training.state import TrainingState
 from swarmshake.reference_node.training.step import Replica
 
 # A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
@@ -60,7 +61,9 @@ class Worker:
         self.node = config.node_id
         self.incarnation = init.incarnation
         self.channel = channel
-        self.compute = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+        self.compute = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="compute"
+        )
         self.events = history.EventWriter(config.events_path)
         self.lamport = 0
         self.replica = Replica(config.training, self.node)
@@ -71,10 +74,16 @@ class Worker:
         self.aggregates: dict[tuple[int, str], torch.Tensor] = {}
         self.aggregate_waiters: dict[tuple[int, str], str] = {}  # (step, fp) -> source asked
         self.state_pull: tuple[str, checkpoint.StateAssembler] | None = None
+        # A verified state waiting for the rejoin core's decision: (source, state).
+        self.staged: tuple[str, TrainingState] | None = None
+        self.checkpoint_path = ""
         self.drops = DropCounter(on_drop=self._on_drop)
         self.codec: PayloadCodec[BulkMessage] = PayloadCodec(BulkMessage, self.drops)
         self.book = AddressBook(
-            {peer: PeerAddress(host=host, control_port=0, bulk_port=port) for peer, (host, port) in init.peers.items()}
+            {
+                peer: PeerAddress(host=host, control_port=0, bulk_port=port)
+                for peer, (host, port) in init.peers.items()
+            }
         )
         self.links = PeerLinks(
             node_id=self.node,
@@ -129,6 +138,7 @@ class Worker:
         if result.state is not None:
             self.replica = Replica(self.config.training, self.node, result.state)
             self.source = "checkpoint"
+            self.checkpoint_path = str(result.path)
 
     def param_fp(self) -> str:
         step = self.replica.step
@@ -153,6 +163,7 @@ class Worker:
                     bulk_port=self.links.bound_port or 0,
                     worker_pid=os.getpid(),
                     source=self.source,
+                    checkpoint_path=self.checkpoint_path,
                     torch_version=facts.torch_version,
                     threads=facts.threads,
                     cpu_flags=facts.cpu_flags,
@@ -197,8 +208,14 @@ class Worker:
                 await self.fetch_aggregate(message)
             case ipc.ApplyCommitted():
                 await self.apply(message)
-            case ipc.PullState():
-                await self.pull_state(message.source)
+            case ipc.ExpectState():
+                self.expect_state(message.source)
+            case ipc.ServeState():
+                await self.serve_state(message.requester)
+            case ipc.LoadCheckpointFile():
+                await self.load_checkpoint_file(message.path)
+            case ipc.InstallStaged():
+                self.install_staged(message.source)
             case ipc.WriteCheckpoint():
                 await self.write_checkpoint()
             case ipc.SetBehaviour():
@@ -209,7 +226,9 @@ class Worker:
                 pass
             case ipc.UpdatePeers():
                 for peer, (host, port) in message.peers.items():
-                    self.book.set_harness(peer, PeerAddress(host=host, control_port=0, bulk_port=port))
+                    self.book.set_harness(
+                        peer, PeerAddress(host=host, control_port=0, bulk_port=port)
+                    )
                     self.links.link(peer).reconnect()
             case _:
                 raise ipc.IpcError(f"worker cannot handle {type(message).__name__}")
@@ -246,7 +265,9 @@ class Worker:
         held = self.contributions.get(step, {})
         missing = sorted(set(contributors) - set(held))
         if missing:
-            self.channel.send(ipc.AggregateMissing(step=step, missing=missing, reason="contributions"))
+            self.channel.send(
+                ipc.AggregateMissing(step=step, missing=missing, reason="contributions")
+            )
             return
         chosen = {name: held[name] for name in contributors}
         try:
@@ -256,12 +277,16 @@ class Worker:
             return
         agg_fp = await self.run_compute(fingerprint_hex, result)
         self.aggregates[(step, agg_fp)] = result
-        self.channel.send(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=sorted(contributors)))
+        self.channel.send(
+            ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=sorted(contributors))
+        )
 
     async def fetch_aggregate(self, message: ipc.FetchAggregate) -> None:
         key = (message.step, message.agg_fp)
         if key in self.aggregates:
-            self.channel.send(ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[]))
+            self.channel.send(
+                ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[])
+            )
             return
         self.aggregate_waiters[key] = message.source
         request = BulkRequest(kind="aggregate", step=message.step, key=message.agg_fp)
@@ -272,14 +297,18 @@ class Worker:
         if held is None or message.step != self.replica.step:
             reason = "not held" if held is None else f"state is at step {self.replica.step}"
             self.channel.send(
-                ipc.AggregateMissing(step=message.step, missing=[], agg_fp=message.agg_fp, reason=reason)
+                ipc.AggregateMissing(
+                    step=message.step, missing=[], agg_fp=message.agg_fp, reason=reason
+                )
             )
             return
         param_fp = await self.run_compute(self.replica.apply, message.step, held)
         self._param_fp_cache = (self.replica.step, param_fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s > message.step}
         self.aggregates = {
-            key: value for key, value in self.aggregates.items() if key[0] > message.step - KEEP_AGGREGATE_STEPS
+            key: value
+            for key, value in self.aggregates.items()
+            if key[0] > message.step - KEEP_AGGREGATE_STEPS
         }
         self.assembler.forget_steps_before(message.step + 1)
         self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
@@ -326,17 +355,58 @@ class Worker:
         )
         self.channel.send(ipc.CheckpointDone(step=info.step, path=str(info.path)))
 
-    async def pull_state(self, source: str) -> None:
-        limit = self.replica.model.parameter_count * 4 * 3
+    def expect_state(self, source: str) -> None:
+        limit = self.replica.model.parameter_count * 4 * 3  # params + two Adam buffers
         self.state_pull = (source, checkpoint.StateAssembler(max_payload_bytes=limit))
-        self.log(history.RejoinBegin, step=self.replica.step, source=source, from_step=self.replica.step)
-        await self.send_blob(source, iter([BulkRequest(kind="state")]))
+        self.staged = None
 
     async def serve_state(self, requester: str) -> None:
+        """Stream a snapshot of the live state (a committed step boundary) to ``requester``."""
         snapshot = await self.run_compute(self.replica.state.clone)
+        if snapshot.step == 0:
+            return  # nothing committed to offer; the requester times out and moves on
         fp = await self.run_compute(snapshot.param_fingerprint)
+        header = checkpoint.build_header(snapshot, self.node)
+        prefix = checkpoint.encode_prefix(header)
+        self.channel.send(
+            ipc.StateServing(
+                requester=requester,
+                step=snapshot.step - 1,
+                param_fp=fp,
+                nbytes=len(prefix) + header.payload_nbytes,
+            )
+        )
         chunks = checkpoint.state_chunks(snapshot, node=self.node)
         await self.send_blob(requester, split("state", snapshot.step, fp, chunks))
+
+    async def load_checkpoint_file(self, path: str) -> None:
+        try:
+            state = await self.run_compute(
+                lambda: checkpoint.read_checkpoint(
+                    path, max_payload_bytes=self.replica.model.parameter_count * 4 * 3
+                )
+            )
+        except (checkpoint.CheckpointError, OSError) as error:
+            self.log(history.CheckpointSkip, path=path, reason=str(error)[:200])
+            self.channel.send(ipc.StateFailed(source="checkpoint", reason=str(error)[:200]))
+            return
+        fp = await self.run_compute(state.param_fingerprint)
+        self.staged = ("checkpoint", state)
+        self.channel.send(
+            ipc.StateStaged(source="checkpoint", step=state.step - 1, computed_fp=fp, nbytes=0)
+        )
+
+    def install_staged(self, source: str) -> None:
+        if self.staged is None or self.staged[0] != source:
+            self.channel.send(ipc.StateFailed(source=source, reason="nothing staged from it"))
+            return
+        state = self.staged[1]
+        self.staged = None
+        self.replica = Replica(self.config.training, self.node, state)
+        fp = state.param_fingerprint()
+        self._param_fp_cache = (state.step, fp)
+        self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
+        self.channel.send(ipc.StateInstalled(next_step=state.step, param_fp=fp, source=source))
 
     async def serve_aggregate(self, requester: str, step: int, key: str) -> None:
         held = self.aggregates.get((step, key))
@@ -356,15 +426,17 @@ class Worker:
         sender = frame.header.sender
         assert self.group is not None
         if isinstance(message, BulkRequest):
-            if message.kind == "state":
-                self.group.create_task(self.serve_state(sender))
-            else:
+            if message.kind == "aggregate":
                 self.group.create_task(self.serve_aggregate(sender, message.step, message.key))
+            else:
+                self.drops.drop("unsupported_request", sender)  # state goes via StateRequest
         elif isinstance(message, BulkRefusal):
             key = (message.step, message.key)
             if self.aggregate_waiters.pop(key, None) is not None:
                 self.channel.send(
-                    ipc.AggregateMissing(step=message.step, missing=[], agg_fp=message.key, reason=message.reason)
+                    ipc.AggregateMissing(
+                        step=message.step, missing=[], agg_fp=message.key, reason=message.reason
+                    )
                 )
         elif message.kind == "state":
             self._on_state_chunk(sender, message)
@@ -394,7 +466,9 @@ class Worker:
             assert self.group is not None
             self.group.create_task(self._verify_aggregate(sender, chunk.step, chunk.key, tensor))
 
-    async def _verify_aggregate(self, sender: str, step: int, key: str, tensor: torch.Tensor) -> None:
+    async def _verify_aggregate(
+        self, sender: str, step: int, key: str, tensor: torch.Tensor
+    ) -> None:
         if (step, key) not in self.aggregate_waiters:
             self.drops.drop("unrequested_aggregate", sender)
             return
@@ -402,7 +476,11 @@ class Worker:
         del self.aggregate_waiters[(step, key)]
         if actual != key:
             self.drops.drop("aggregate_fingerprint_mismatch", sender)
-            self.channel.send(ipc.AggregateMissing(step=step, missing=[], agg_fp=key, reason="fingerprint mismatch"))
+            self.channel.send(
+                ipc.AggregateMissing(
+                    step=step, missing=[], agg_fp=key, reason="fingerprint mismatch"
+                )
+            )
             return
         self.aggregates[(step, key)] = tensor
         self.channel.send(ipc.AggregateHeld(step=step, agg_fp=key, contributors=[]))
@@ -421,28 +499,20 @@ class Worker:
         if chunk.last:
             self.state_pull = None
             assert self.group is not None
-            self.group.create_task(self._install_state(source, assembler, chunk.key))
+            self.group.create_task(self._stage_state(source, assembler))
 
-    async def _install_state(self, source: str, assembler: checkpoint.StateAssembler, claimed_fp: str) -> None:
+    async def _stage_state(self, source: str, assembler: checkpoint.StateAssembler) -> None:
         try:
-            state = await self.run_compute(assembler.finish)  # verifies hashes and fingerprint
+            state = await self.run_compute(assembler.finish)  # hashes + header fingerprint
         except checkpoint.CheckpointError as error:
-            self.log(history.RejoinDone, source=source, param_fp="", verified=False)
             self.channel.send(ipc.StateFailed(source=source, reason=error.reason))
             return
-        fp = state.param_fingerprint()
-        if fp != claimed_fp:
-            self.channel.send(ipc.StateFailed(source=source, reason="fingerprint differs from offer"))
-            return
-        self.replica = Replica(self.config.training, self.node, state)
-        self._param_fp_cache = (state.step, fp)
-        self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
-        self.log(
-            history.RejoinDone, step=state.step, source=source, param_fp=fp,
-            nbytes=assembler.received_bytes, verified=True,
-        )
+        fp = await self.run_compute(state.param_fingerprint)
+        self.staged = (source, state)
         self.channel.send(
-            ipc.StateInstalled(step=state.step, param_fp=fp, source=source, nbytes=assembler.received_bytes)
+            ipc.StateStaged(
+                source=source, step=state.step - 1, computed_fp=fp, nbytes=assembler.received_bytes
+            )
         )
 
 

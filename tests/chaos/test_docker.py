@@ -57,7 +57,9 @@ def docker_cluster(docker_client, tmp_path_factory):
         session.wait_until_steady(min_commit_step=-1, timeout_s=90)
         time.sleep(1.0)  # links dialled through the proxies
         yield session
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={spec.run_id}"})
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"{RUN_LABEL}={spec.run_id}"}
+    )
     assert leftovers == []
 
 
@@ -141,7 +143,9 @@ def test_broker_loss_and_commands_on_containers(docker_cluster):
     wait_for(lambda: observed(session, "n1", t, "mqtt_lost"), what="n1 loses the broker")
     session.heal(F.BrokerLoss())
     t2 = time.monotonic()
-    wait_for(lambda: observed(session, "n1", t2, "mqtt_connected"), timeout_s=20, what="n1 reconnects")
+    wait_for(
+        lambda: observed(session, "n1", t2, "mqtt_connected"), timeout_s=20, what="n1 reconnects"
+    )
 
 
 def test_netem_acts_in_the_container_or_says_why_not(docker_cluster):
@@ -171,7 +175,11 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(docker_client, tmp_path):
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     harness = out / "latest" / "events" / "harness.jsonl"
-    wait_for(lambda: harness.exists() and b'"steady_state"' in harness.read_bytes(), timeout_s=180, what="steady")
+    wait_for(
+        lambda: harness.exists() and b'"steady_state"' in harness.read_bytes(),
+        timeout_s=180,
+        what="steady",
+    )
     run_id = json.loads((out / "latest" / "run.json").read_text())["run_id"]
     label = {"label": f"{RUN_LABEL}={run_id}"}
     assert len(docker_client.containers.list(filters=label)) == 4  # 2 nodes, toxiproxy, broker

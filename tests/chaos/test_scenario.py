@@ -59,7 +59,9 @@ def test_entry_with_neither_time_nor_trigger_is_refused():
 
 
 def test_fault_after_the_fault_phase_is_refused():
-    message = error_of("name: x\nduration_s: 10\nfaults:\n  - {at_s: 20, op: {op: crash, nodes: [n1]}}\n")
+    message = error_of(
+        "name: x\nduration_s: 10\nfaults:\n  - {at_s: 20, op: {op: crash, nodes: [n1]}}\n"
+    )
     assert "after duration_s" in message
 
 
@@ -111,7 +113,7 @@ def test_resolve_writes_the_generator_out_and_round_trips():
     resolved = resolve(loads(text), nodes=5, backend="local", bugs=["no-quorum"])
     assert resolved.generator is None and resolved.faults
     assert resolved.cluster.nodes == 5 and resolved.cluster.bugs == ["no-quorum"]
-    assert resolve(loads(text), nodes=5) .faults == resolve(loads(text), nodes=5).faults  # seeded
+    assert resolve(loads(text), nodes=5).faults == resolve(loads(text), nodes=5).faults  # seeded
     assert resolve(loads(text), seed=10).faults != resolve(loads(text), seed=9).faults
     again = loads(dumps(resolved))
     assert again == resolved
@@ -127,8 +129,12 @@ def test_override_that_breaks_the_file_is_reported():
 
 
 def test_fault_naming_a_node_outside_the_cluster_is_refused():
-    message = error_of("name: x\ncluster: {nodes: 3}\nfaults:\n  - {at_s: 1, op: {op: crash, nodes: [n5]}}\n")
+    message = error_of(
+        "name: x\ncluster: {nodes: 3}\nfaults:\n  - {at_s: 1, op: {op: crash, nodes: [n5]}}\n"
+    )
     assert "['n5']" in message and "n1..n3" in message
-    scenario = loads("name: x\ncluster: {nodes: 5}\nfaults:\n  - {at_s: 1, op: {op: crash, nodes: [n5]}}\n")
+    scenario = loads(
+        "name: x\ncluster: {nodes: 5}\nfaults:\n  - {at_s: 1, op: {op: crash, nodes: [n5]}}\n"
+    )
     with pytest.raises(ScenarioError, match="n5"):
         resolve(scenario, nodes=3)

@@ -59,3 +59,26 @@ def test_cli_entry_point_routes_report(crash_run: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "verdict valid" in done.stderr
+
+
+def _bench(folder: Path, recovery_p50_ms: float) -> Path:
+    folder.mkdir()
+    cell = {"min": 100.0, "p50": recovery_p50_ms, "p99": None, "max": recovery_p50_ms + 50, "n": 3}
+    results = {"crash": {"detection_ms": {**cell, "p50": 200.0, "max": 250.0}, "recovery_ms": cell,
+                         "rejoin_ms": {"n": 0}, "trials": 3, "false_positives": 0, "cells": []}}  # fmt: skip
+    (folder / "bench.json").write_text(
+        json.dumps({"schema": "swarmshake.bench.recovery/1", "results": results})
+    )
+    return folder
+
+
+def test_compare_two_benchmarks(tmp_path: Path, capsys) -> None:
+    old = _bench(tmp_path / "old", 400.0)
+    new = _bench(tmp_path / "new", 900.0)
+    assert report.main([str(new), "--compare", str(old), "--json"]) == 1
+    comparison = json.loads(capsys.readouterr().out)
+    flagged = sorted(c["what"] for c in comparison["changes"] if c["regressed"])
+    assert flagged == ["crash: recovery_ms max", "crash: recovery_ms p50"]
+    assert report.main([str(old), "--compare", str(new)]) == 0  # faster is no regression
+    assert report.main([str(new)]) == 0  # regenerates the bench files
+    assert (new / "bench.html").is_file() and (new / "junit.xml").is_file()

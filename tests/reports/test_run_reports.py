@@ -119,3 +119,30 @@ def test_bad_run_dirs_are_named(tmp_path: Path) -> None:
     (events / "n1.jsonl").write_text('{"kind": "nope"}\n{"kind": "start"}\n')
     with pytest.raises(RunDirError, match=r"n1\.jsonl:1"):
         write_run_reports(tmp_path)
+
+
+def test_partition_victims_come_from_its_groups() -> None:
+    from swarmshake.reference_node.protocol.history import HARNESS, Fault
+    from swarmshake.reports.recovery import victims_of
+
+    nodes = ["n1", "n2", "n3", "n4", "n5"]
+
+    def fault(target, **params):
+        return Fault(
+            t_wall=0,
+            t_mono=0,
+            node=HARNESS,
+            op="partition",
+            target=target,
+            params=params,
+            phase="inject",
+        )
+
+    assert victims_of(fault(["n2"]), nodes) == ["n2"]  # isolate: the target is cut off
+    grouped = fault(nodes, groups=[["n1", "n2"], ["n3"]])  # n4, n5 form the third group
+    assert victims_of(grouped, nodes) == ["n3", "n4", "n5"]
+    assert victims_of(fault(nodes), nodes) == []  # sides unknown: no victim
+    link = Fault(
+        t_wall=0, t_mono=0, node=HARNESS, op="blackhole", target=["*", "n3"], phase="inject"
+    )
+    assert victims_of(link, nodes) == ["n3"]

@@ -2,11 +2,14 @@
 
 - S4: a ``declare_dead`` of peer *P* is a false positive when *P*'s process that the
   declaration names (``peer_incarnation`` ≥ the incarnation it started with) was alive
-  — up and not paused — for the whole ``D`` before the declaration.  If *P* or the
-  declaring node was outside the latency/clock/CPU envelope in that window the
-  verdict is ``unknown`` (DESIGN: leaving the envelope makes S4 undecidable, not false).
-  A node alive for less than ``D`` (just resumed or restarted) may still be declared
-  dead on the silence that came before; that is not a false positive.
+  — up and not paused — for the whole refutation window before it (two envelope
+  delays plus Δ_proc: a wrongly suspected node that wakes has that long to refute).
+  If *P*, the declaring node or a node whose suspicion the ``reason`` cites was outside
+  the latency/clock/CPU envelope within ``D`` (or within ``D`` after such a fault
+  healed), the verdict is ``unknown`` (DESIGN: leaving the envelope makes S4
+  undecidable, not false); likewise when a judging node was itself paused or
+  restarting within the refutation window (every node handling events every Δ_proc
+  is part of the envelope).
 - L1: after each crash, every node alive and inside the envelope for the whole
   ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
   the crashed node came back inside that window.  A miss during an envelope exit, or
@@ -16,46 +19,98 @@
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 
 from swarmshake.reference_node.protocol.history import DeclareDead, History
 from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
-from swarmshake.verify.checkers.timeline import Timeline
+from swarmshake.verify.checkers.timeline import NodeTimeline, Timeline
+
+
+_NODE_LIST = re.compile(r"(?:confirmed by|suspicions:)\s*([\w.:,-]+)")
+
+
+def _origins(reason: str) -> list[str]:
+    """Nodes whose suspicions a declaration rests on, as the detector's ``reason``
+    names them (``"2 suspicions: n1,n4"``, ``"confirmed by n3"``)."""
+    match = _NODE_LIST.search(reason or "")
+    return [name for name in match.group(1).split(",") if name] if match else []
 
 
 def false_positive_refs(
     history: History, timeline: Timeline, bounds: Bounds
 ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """``(false_positives, undecidable)`` as ``(history index, explanation)`` lists."""
-    window = bounds.detection_s
+    """``(false_positives, undecidable)`` as ``(history index, explanation)`` lists.
+
+    The first declaration of a (peer, incarnation) is judged; later declarations of
+    the same pair inherit its judgement (a node rightly declared dead must come back
+    with a new incarnation, and gossip spreads a verdict, right or wrong)."""
+    envelope_window = bounds.detection_s
+    refute_window = refute_window_s(bounds)
     false_positives: list[tuple[int, str]] = []
     undecidable: list[tuple[int, str]] = []
+    judged: dict[tuple[str, int], str] = {}  # (peer, incarnation) -> ok|unknown|invalid
     for index, event in enumerate(history.events):
-        if not isinstance(event, DeclareDead):
-            continue
+        if not isinstance(event, DeclareDead) or event.peer == event.node:
+            continue  # a node's own "declared dead: rejoining" is not a judgement of others
         peer = timeline.nodes.get(event.peer)
         if peer is None:
             continue
-        current = peer.process_at(event.t_mono)
-        if current is None:
-            continue  # the peer's process is down: a correct declaration
-        process, start_incarnation = current
-        if event.peer_incarnation < start_incarnation:
-            continue  # names an earlier, dead process of the peer
-        if not peer.alive_throughout(event.t_mono - window, event.t_mono):
-            continue
-        explanation = (
-            f"{event.node} declared {event.peer} (incarnation {event.peer_incarnation}) dead "
-            f"while it was alive since t={max(process.start, event.t_mono - window):.3f}"
-        )
-        low = event.t_mono - window
-        if timeline.out_of_envelope(event.peer, low, event.t_mono) or timeline.out_of_envelope(
-            event.node, low, event.t_mono
-        ):
-            undecidable.append((index, explanation + " (outside the declared envelope)"))
+        key = (event.peer, event.peer_incarnation)
+        verdict, explanation = judged.get(key, ""), ""
+        t = event.t_mono
+        if not verdict:
+            verdict, explanation = _judge(event, peer, timeline, envelope_window, refute_window)
+            judged[key] = verdict
         else:
-            false_positives.append((index, explanation))
+            explanation = f"{event.node} repeated a declaration of {event.peer} judged {verdict}"
+        if verdict == "invalid":
+            false_positives.append((index, explanation or f"{event.node} declared {event.peer} dead at t={t:.3f}"))
+        elif verdict == "unknown":
+            undecidable.append((index, explanation))
     return false_positives, undecidable
+
+
+def refute_window_s(bounds: Bounds) -> float:
+    """How long after waking a wrongly suspected node needs to refute: a notice and
+    its answer in the envelope, plus one Δ_proc to handle it."""
+    return 2 * bounds.latency_ms_max / 1000 + bounds.proc_delay_ms / 1000
+
+
+def _judge(
+    event: DeclareDead,
+    peer: NodeTimeline,
+    timeline: Timeline,
+    envelope_window: float,
+    refute_window: float,
+) -> tuple[str, str]:
+    t = event.t_mono
+    current = peer.process_at(t)
+    if current is None:
+        return "ok", ""  # the peer's process is down: a correct declaration
+    process, start_incarnation = current
+    if event.peer_incarnation < start_incarnation:
+        return "ok", ""  # names an earlier, dead process of the peer
+    if peer.paused_during(t - refute_window, t + 1e-12):
+        return "ok", ""  # paused, or woke too recently to have refuted
+    explanation = (
+        f"{event.node} declared {event.peer} (incarnation {event.peer_incarnation}) dead at "
+        f"t={t:.3f} while it was alive since t={max(process.start, t - envelope_window):.3f}"
+    )
+    judges = [event.node, *_origins(event.reason)]
+    low = t - envelope_window
+    if timeline.out_of_envelope(event.peer, low, t) or any(
+        timeline.out_of_envelope(judge, low, t) for judge in judges
+    ):
+        return "unknown", explanation + " (outside the declared envelope)"
+    if any(
+        judge in timeline.nodes and timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
+        for judge in judges
+    ):
+        # A judge that was frozen missed Δ_proc itself: its verdicts rest on silence it
+        # could not observe; DESIGN's envelope assumes every node handles events.
+        return "unknown", explanation + " (a judging node was paused)"
+    return "invalid", explanation
 
 
 def check_s4(history: History, timeline: Timeline, bounds: Bounds) -> PropertyResult:

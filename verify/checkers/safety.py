@@ -123,10 +123,12 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
     reported_overwrite: set[int] = set()
     held_step: dict[str, int] = {}  # node -> highest step its current process holds
     byte_accepts: dict[int, set[str]] = defaultdict(set)  # step -> nodes holding its bytes
+    # A value is committed once a majority accepted it at one ballot (Paxos's "chosen"),
+    # whether or not anyone logged ``commit`` yet: durability is owed from then on.
+    votes: dict[tuple[int, str, tuple[int, ...]], set[str]] = defaultdict(set)
     top_step = -1
     top_index = -1
     down: set[str] = set()
-    crash_index = {index for _, _, index in timeline.crashes}
     crashes_at: dict[int, list[str]] = defaultdict(list)
     for name, _, index in timeline.crashes:
         crashes_at[index].append(name)
@@ -135,8 +137,15 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
         if isinstance(event, Start):
             down.discard(event.node)
             held_step[event.node] = -1
-        elif isinstance(event, Accept) and event.holds_bytes:
-            byte_accepts[event.step].add(event.node)
+        elif isinstance(event, Accept):
+            if event.holds_bytes:
+                byte_accepts[event.step].add(event.node)
+            voters = membership.voters_at(event.step)
+            if event.node in voters:
+                key = (event.step, event.value_fp, tuple(event.ballot))
+                votes[key].add(event.node)
+                if len(votes[key]) >= majority(len(voters)) and event.step > top_step:
+                    top_step, top_index = event.step, index
         elif isinstance(event, Commit | RejoinDone) and event.step >= 0:
             held_step[event.node] = max(held_step.get(event.node, -1), event.step)
             if isinstance(event, Commit):
@@ -152,29 +161,27 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                     )
                 if event.step > top_step:
                     top_step, top_index = event.step, index
-        if index in crash_index:
-            for name in crashes_at[index]:
-                down.add(name)
-                held_step[name] = -1
-                for holders_of_step in byte_accepts.values():
-                    holders_of_step.discard(name)  # bytes live in memory: a crash loses them
-                byte_accepts_for_top = byte_accepts.get(top_step, set())
-                if top_step < 0 or lost_reported:
-                    continue
-                voters = membership.voters_at(top_step)
-                holders = [
-                    node
-                    for node in voters
-                    if node not in down
-                    and (held_step.get(node, -1) >= top_step or node in byte_accepts_for_top)
-                ]
-                down_voters = sum(node in down for node in voters)
-                if not holders and down_voters < majority(len(voters)):
-                    lost_reported = True
-                    findings.invalid(
-                        f"committed step {top_step} is held by no node that is up after "
-                        f"{name} crashed, with only {down_voters} of {len(voters)} voters down",
-                        EventRef.of(top_index, history.events[top_index], "commit"),
-                        EventRef.of(index, history.events[index], f"crash of {name}"),
-                    )
+        for name in crashes_at.get(index, ()):
+            down.add(name)
+            held_step[name] = -1
+            for holders_of_step in byte_accepts.values():
+                holders_of_step.discard(name)  # bytes live in memory: a crash loses them
+            if top_step < 0 or lost_reported:
+                continue
+            voters = membership.voters_at(top_step)
+            holders = [
+                node
+                for node in voters
+                if node not in down
+                and (held_step.get(node, -1) >= top_step or node in byte_accepts.get(top_step, ()))
+            ]
+            down_voters = sum(node in down for node in voters)
+            if not holders and down_voters < majority(len(voters)):
+                lost_reported = True
+                findings.invalid(
+                    f"committed step {top_step} is held by no node that is up after "
+                    f"{name} crashed, with only {down_voters} of {len(voters)} voters down",
+                    EventRef.of(top_index, history.events[top_index], "committed here"),
+                    EventRef.of(index, history.events[index], f"crash of {name}"),
+                )
     return findings.result(f"{len(committed_value)} committed steps, none lost")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lxml import etree
 from lxml import html as lxml_html
 
 from swarmshake.chaos import faults as F
@@ -106,12 +107,21 @@ def test_matrix_aggregates_measured_trials(tmp_path: Path, histories) -> None:
     page = lxml_html.fromstring(paths[1].read_text())
     assert len(page.xpath('//table[@id="matrix"]/tbody/tr')) == 2
     assert page.xpath('//*[@id="range-detection_ms-crash"]')
+    schema = etree.XMLSchema(
+        etree.parse(str(Path(__file__).parents[2] / "reports" / "junit-10.xsd"))
+    )
+    junit = etree.parse(str(paths[3]))
+    assert schema.validate(junit), schema.error_log
+    cases = junit.getroot().find("testsuite").findall("testcase")
+    assert [c.get("name") for c in cases if c.find("skipped") is not None] == [
+        "no recovery cliff: max ≤ 2 s"
+    ]
     markdown = paths[2].read_text()
     assert "| crash | local | 4 | 3 | 200 / 250 / 300 |" in markdown
     assert "crash detection p99 ≤ 300 ms" in markdown
 
 
-def test_failed_trials_are_recorded_not_measured(tmp_path: Path) -> None:
+def test_failed_trials_are_recorded_not_measured(tmp_path: Path, histories) -> None:
     def broken(scenario, backend, out):
         raise RuntimeError("node n2 never became ready")
 
@@ -125,6 +135,20 @@ def test_failed_trials_are_recorded_not_measured(tmp_path: Path) -> None:
         "trial": 0,
         "error": "RuntimeError: node n2 never became ready",
     }
+
+    def aborted(scenario, backend, out):  # a run that never reached its fault phase
+        run_dir = histories.write_run(out / scenario.name, histories.Plan(duration_s=2.0))
+        (run_dir / "run.json").write_text('{"message": "steady state not reached within 120.0s"}')
+        return run_dir
+
+    results, errors = recovery.run_matrix(
+        cells, 1, tmp_path, timing=matrix.QUICK_TIMING, runner=aborted, progress=lambda _: None
+    )
+    assert results[0].trials == 0 and results[0].failed_trials == 1
+    assert (
+        "no fault was injected" in errors[0]["error"]
+        and "steady state not reached" in errors[0]["error"]
+    )
 
     def unavailable(scenario, backend, out):
         raise BackendUnavailable("no simulator")

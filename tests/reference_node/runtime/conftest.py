@@ -30,7 +30,8 @@ class Broker:
         passwords = directory / "passwd"
         subprocess.run(
             ["mosquitto_passwd", "-b", "-c", str(passwords), MQTT_USER, MQTT_PASSWORD],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         passwords.chmod(0o600)
         self.config = directory / "mosquitto.conf"
@@ -48,7 +49,8 @@ class Broker:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [MOSQUITTO, "-c", str(self.config)],
-            stdout=subprocess.DEVNULL, stderr=(self.directory / "broker.log").open("ab"),
+            stdout=subprocess.DEVNULL,
+            stderr=(self.directory / "broker.log").open("ab"),
         )
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:

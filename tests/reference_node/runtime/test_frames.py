@@ -81,7 +81,9 @@ def test_replay_on_same_or_new_connection_is_dropped():
 
 def test_old_incarnation_is_stale_and_new_incarnation_restarts_sequence():
     old, verifier, counter = make_pair(incarnation=1)
-    new = FrameEncoder(run_key=RUN_KEY, sender="n1", incarnation=2, receiver="n2", channel=Channel.CONTROL)
+    new = FrameEncoder(
+        run_key=RUN_KEY, sender="n1", incarnation=2, receiver="n2", channel=Channel.CONTROL
+    )
     decoder = FrameDecoder(verifier, Channel.CONTROL)
     stale = old.encode_bytes(b"old")
     assert len(decoder.feed(new.encode_bytes(b"new"))) == 1
@@ -91,7 +93,9 @@ def test_old_incarnation_is_stale_and_new_incarnation_restarts_sequence():
 
 def test_channels_have_separate_sequences():
     control, verifier, counter = make_pair()
-    bulk = FrameEncoder(run_key=RUN_KEY, sender="n1", incarnation=1, receiver="n2", channel=Channel.BULK)
+    bulk = FrameEncoder(
+        run_key=RUN_KEY, sender="n1", incarnation=1, receiver="n2", channel=Channel.BULK
+    )
     assert len(FrameDecoder(verifier, Channel.CONTROL).feed(control.encode_bytes(b"c"))) == 1
     assert len(FrameDecoder(verifier, Channel.BULK).feed(bulk.encode_bytes(b"b"))) == 1
     assert counter.total == 0
@@ -108,7 +112,11 @@ def test_frame_on_the_wrong_channel_closes_the_connection():
 def test_oversized_header_is_rejected_before_buffering_the_body():
     _, verifier, counter = make_pair()
     encoder = FrameEncoder(
-        run_key=RUN_KEY, sender="n1", incarnation=1, receiver="n2", channel=Channel.CONTROL,
+        run_key=RUN_KEY,
+        sender="n1",
+        incarnation=1,
+        receiver="n2",
+        channel=Channel.CONTROL,
         payload_cap_bytes=1 << 20,
     )
     frame = encoder.encode_bytes(b"x" * (verifier.cap(Channel.CONTROL) + 1))
@@ -147,7 +155,9 @@ def test_half_frame_at_eof_is_counted_truncated():
 def test_unknown_sender_is_refused_when_a_book_is_given():
     encoder, _, _ = make_pair(sender="n9")
     counter = DropCounter()
-    verifier = FrameVerifier(run_key=RUN_KEY, receiver="n2", counter=counter, known_sender={"n1"}.__contains__)
+    verifier = FrameVerifier(
+        run_key=RUN_KEY, receiver="n2", counter=counter, known_sender={"n1"}.__contains__
+    )
     assert FrameDecoder(verifier, Channel.CONTROL).feed(encoder.encode_bytes(b"x")) == []
     assert counter.counts == {DropReason.UNKNOWN_SENDER: 1}
 
@@ -194,7 +204,9 @@ def test_random_bytes_never_crash_and_are_counted(data, splits):
     cut=st.none() | st.integers(0, 10_000),
     splits=st.lists(st.integers(1, 97), max_size=6),
 )
-def test_corrupted_or_truncated_streams_deliver_only_genuine_frames(payloads, target, flip, cut, splits):
+def test_corrupted_or_truncated_streams_deliver_only_genuine_frames(
+    payloads, target, flip, cut, splits
+):
     encoder, verifier, counter = make_pair()
     stream = bytearray(b"".join(encoder.encode_bytes(p) for p in payloads))
     stream[target % len(stream)] ^= flip  # one corrupted byte, anywhere
@@ -217,13 +229,31 @@ def test_corrupted_or_truncated_streams_deliver_only_genuine_frames(payloads, ta
 
 
 @FUZZ
-@given(st.lists(st.sampled_from(["fresh", "replay", "stale", "wrong_hmac", "oversized", "version"]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(["fresh", "replay", "stale", "wrong_hmac", "oversized", "version"]),
+        max_size=12,
+    )
+)
 def test_mixed_bad_frames_are_each_counted_by_reason(kinds):
     _, verifier, counter = make_pair()
-    current = FrameEncoder(run_key=RUN_KEY, sender="n1", incarnation=5, receiver="n2", channel=Channel.CONTROL)
-    old = FrameEncoder(run_key=RUN_KEY, sender="n1", incarnation=4, receiver="n2", channel=Channel.CONTROL)
-    big = FrameEncoder(run_key=RUN_KEY, sender="n1", incarnation=5, receiver="n2", channel=Channel.CONTROL, payload_cap_bytes=1 << 20)
-    forger = FrameEncoder(run_key=b"q" * 32, sender="n1", incarnation=5, receiver="n2", channel=Channel.CONTROL)
+    current = FrameEncoder(
+        run_key=RUN_KEY, sender="n1", incarnation=5, receiver="n2", channel=Channel.CONTROL
+    )
+    old = FrameEncoder(
+        run_key=RUN_KEY, sender="n1", incarnation=4, receiver="n2", channel=Channel.CONTROL
+    )
+    big = FrameEncoder(
+        run_key=RUN_KEY,
+        sender="n1",
+        incarnation=5,
+        receiver="n2",
+        channel=Channel.CONTROL,
+        payload_cap_bytes=1 << 20,
+    )
+    forger = FrameEncoder(
+        run_key=b"q" * 32, sender="n1", incarnation=5, receiver="n2", channel=Channel.CONTROL
+    )
     sent: list[bytes] = []
     expected: dict[str, int] = {}
     delivered = 0

@@ -48,8 +48,12 @@ def test_routes_validation_and_limits():
 
     async def main():
         api = HttpApi(
-            host="127.0.0.1", port=0, status=lambda: {"node": "n1", "step": 7},
-            registry=registry, infer=infer, input_dim=CONFIG.input_dim,
+            host="127.0.0.1",
+            port=0,
+            status=lambda: {"node": "n1", "step": 7},
+            registry=registry,
+            infer=infer,
+            input_dim=CONFIG.input_dim,
         )
         ready = asyncio.Event()
         with contextlib.suppress(asyncio.CancelledError):
@@ -66,7 +70,9 @@ def test_routes_validation_and_limits():
                 assert b"swarmshake_steps_committed_total 7.0" in body
 
                 rows = [[0.1, 0.2, 0.3, 0.4], [1.0, -1.0, 0.5, 0.0]]
-                status, _, body = await request(port, http("POST", "/infer", json.dumps({"inputs": rows}).encode()))
+                status, _, body = await request(
+                    port, http("POST", "/infer", json.dumps({"inputs": rows}).encode())
+                )
                 want = model.forward(params, torch.tensor(rows)).tolist()
                 assert status == 200 and json.loads(body)["outputs"] == want
 
@@ -75,7 +81,15 @@ def test_routes_validation_and_limits():
                     (http("POST", "/infer", b'{"inputs": []}'), 400, ""),
                     (http("POST", "/infer", b"not json"), 400, ""),
                     (http("POST", "/infer", b'{"inputs": [[1,2,3,NaN]]}'), 400, ""),
-                    (http("POST", "/infer", json.dumps({"inputs": [[0.0] * 4] * (MAX_INFER_BATCH + 1)}).encode()), 400, ""),
+                    (
+                        http(
+                            "POST",
+                            "/infer",
+                            json.dumps({"inputs": [[0.0] * 4] * (MAX_INFER_BATCH + 1)}).encode(),
+                        ),
+                        400,
+                        "",
+                    ),
                     (http("POST", "/infer", b"x" * (MAX_BODY_BYTES + 1)), 413, "body over"),
                     (http("GET", "/infer"), 405, "takes POST"),
                     (http("GET", "/nope"), 404, "no route"),

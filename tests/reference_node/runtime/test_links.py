@@ -18,14 +18,19 @@ from swarmshake.reference_node.runtime.links import (
 
 RUN_KEY = b"r" * 32
 FAST = LinkTimeouts(
-    connect_s=0.5, drain_s=0.5, keepalive_s=0.1, idle_s=0.3, body_base_s=0.3,
-    backoff_initial_s=0.01, backoff_max_s=0.05,
+    connect_s=0.5,
+    drain_s=0.5,
+    keepalive_s=0.1,
+    idle_s=0.3,
+    body_base_s=0.3,
+    backoff_initial_s=0.01,
+    backoff_max_s=0.05,
 )
 
 
 async def wait_for(predicate, timeout_s=5.0):
     async with asyncio.timeout(timeout_s):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - polls state other tasks and processes change
             await asyncio.sleep(0.01)
 
 
@@ -35,10 +40,18 @@ class Node:
     def __init__(self, node_id, book, channel=Channel.CONTROL, port=0, incarnation=1, **kw):
         self.received: list[tuple[str, int, bytes]] = []
         self.links = PeerLinks(
-            node_id=node_id, incarnation=incarnation, run_key=RUN_KEY, channel=channel,
-            listen_host="127.0.0.1", listen_port=port, book=book,
-            on_frame=lambda f: self.received.append((f.header.sender, f.header.sequence, f.payload)),
-            timeouts=FAST, **kw,
+            node_id=node_id,
+            incarnation=incarnation,
+            run_key=RUN_KEY,
+            channel=channel,
+            listen_host="127.0.0.1",
+            listen_port=port,
+            book=book,
+            on_frame=lambda f: self.received.append(
+                (f.header.sender, f.header.sequence, f.payload)
+            ),
+            timeouts=FAST,
+            **kw,
         )
         self._ready = asyncio.Event()
         self.task = asyncio.create_task(self._main())
@@ -59,7 +72,9 @@ class Node:
 
 
 def book_for(**ports):
-    return AddressBook({n: PeerAddress(host="127.0.0.1", control_port=p, bulk_port=p) for n, p in ports.items()})
+    return AddressBook(
+        {n: PeerAddress(host="127.0.0.1", control_port=p, bulk_port=p) for n, p in ports.items()}
+    )
 
 
 def test_messages_arrive_in_order_only_on_dialled_connections():
@@ -76,7 +91,8 @@ def test_messages_arrive_in_order_only_on_dialled_connections():
         assert {s for s, _, _ in b.received} == {"a"}
         assert a.received == []  # b never wrote back on a's connection
         assert b.links.counter.total == 0
-        await a.stop(); await b.stop()
+        await a.stop()
+        await b.stop()
 
     asyncio.run(main())
 
@@ -95,12 +111,14 @@ def test_redial_after_peer_restart_and_stale_incarnation_dropped():
         a.links.send_nowait("b", b"while-down")
         b2 = Node("b", book, port=pb)
         await b2.started()
+
         # Frames written into the dead connection before its reset arrives are lost
         # (TCP); once redialled, new frames flow again.
         async def keep_sending():
             while True:
                 a.links.send_nowait("b", b"after")
                 await asyncio.sleep(0.02)
+
         sender = asyncio.create_task(keep_sending())
         await wait_for(lambda: any(p == b"after" for _, _, p in b2.received))
         sender.cancel()
@@ -113,7 +131,9 @@ def test_redial_after_peer_restart_and_stale_incarnation_dropped():
         await wait_for(lambda: any(p == b"new-a" for _, _, p in b2.received))
         a.links.send_nowait("b", b"old-a")
         await wait_for(lambda: b2.links.counter.counts.get(DropReason.STALE_INCARNATION, 0) >= 1)
-        await a.stop(); await a2.stop(); await b2.stop()
+        await a.stop()
+        await a2.stop()
+        await b2.stop()
 
     asyncio.run(main())
 
@@ -159,7 +179,9 @@ def test_garbage_and_half_frames_are_counted_and_the_listener_survives():
         w.write(b"GET / HTTP/1.1\r\n" * 10)
         await w.drain()
         # a half frame, then silence: the body deadline closes it
-        enc = FrameEncoder(run_key=RUN_KEY, sender="a", incarnation=1, receiver="b", channel=Channel.CONTROL)
+        enc = FrameEncoder(
+            run_key=RUN_KEY, sender="a", incarnation=1, receiver="b", channel=Channel.CONTROL
+        )
         _, w2 = await asyncio.open_connection("127.0.0.1", pb)
         w2.write(enc.encode_bytes(b"y" * 100)[:60])
         await w2.drain()
@@ -169,8 +191,10 @@ def test_garbage_and_half_frames_are_counted_and_the_listener_survives():
         await a.started()
         a.links.send_nowait("b", b"still-works")
         await wait_for(lambda: any(p == b"still-works" for _, _, p in b.received))
-        w.close(); w2.close()
-        await a.stop(); await b.stop()
+        w.close()
+        w2.close()
+        await a.stop()
+        await b.stop()
 
     asyncio.run(main())
 
@@ -188,6 +212,7 @@ def test_large_bulk_frames_stream_through():
             await a.links.send("b", chunk, timeout_s=5)
         await wait_for(lambda: len(b.received) == 3, 20)
         assert all(p == chunk for _, _, p in b.received)
-        await a.stop(); await b.stop()
+        await a.stop()
+        await b.stop()
 
     asyncio.run(main())

@@ -28,8 +28,15 @@ MQTT_USER, MQTT_PASSWORD = "node", "s3cret-test"  # the broker fixture's credent
 
 def settings_for(port: int, **kw) -> MqttSettings:
     return MqttSettings(
-        host="127.0.0.1", port=port, username=MQTT_USER, password=MQTT_PASSWORD,
-        topic_prefix=PREFIX, keepalive_s=1, backoff_initial_s=0.05, backoff_max_s=0.2, **kw,
+        host="127.0.0.1",
+        port=port,
+        username=MQTT_USER,
+        password=MQTT_PASSWORD,
+        topic_prefix=PREFIX,
+        keepalive_s=1,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.2,
+        **kw,
     )
 
 
@@ -39,7 +46,8 @@ def make_agent(node: str, port: int, **callbacks) -> tuple[MqttAgent, list]:
         settings_for(port),
         node_id=node,
         announcement=Announcement(
-            node=node, incarnation=1,
+            node=node,
+            incarnation=1,
             address=PeerAddress(host="127.0.0.1", control_port=7000, bulk_port=7001),
         ),
         on_command=got.append,
@@ -52,7 +60,7 @@ def make_agent(node: str, port: int, **callbacks) -> tuple[MqttAgent, list]:
 
 async def wait_for(predicate, timeout_s=10.0):
     async with asyncio.timeout(timeout_s):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - polls state other tasks and processes change
             await asyncio.sleep(0.02)
 
 
@@ -71,10 +79,14 @@ def test_discovery_commands_and_bad_payloads(broker):
         b, got_b = make_agent("b", broker.port)
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(a.run()), group.create_task(b.run())]
-            await wait_for(lambda: any(isinstance(m, Announcement) and m.node == "b" for m in got_a))
+            await wait_for(
+                lambda: any(isinstance(m, Announcement) and m.node == "b" for m in got_a)
+            )
             topics = Topics(PREFIX, "a")
             bad = [
-                b"not json", b"{}", b'{"command": "launch_missiles"}',
+                b"not json",
+                b"{}",
+                b'{"command": "launch_missiles"}',
                 b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip", "magnitude": "x"}}',
                 b'{"command": "set_clock", "offset_s": 1e9}',
                 b"[" * 70_000,
@@ -82,10 +94,13 @@ def test_discovery_commands_and_bad_payloads(broker):
             for payload in bad:
                 await harness_publish(broker.port, topics.command(), payload)
             await harness_publish(
-                broker.port, topics.command(),
+                broker.port,
+                topics.command(),
                 b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip"}}',
             )
-            await harness_publish(broker.port, topics.broadcast_command(), b'{"command": "force_checkpoint"}')
+            await harness_publish(
+                broker.port, topics.broadcast_command(), b'{"command": "force_checkpoint"}'
+            )
             await wait_for(lambda: any(isinstance(m, ForceCheckpoint) for m in got_a))
             await wait_for(lambda: any(isinstance(m, ForceCheckpoint) for m in got_b))
             assert [m.behaviour.mode for m in got_a if isinstance(m, SetByzantine)] == ["sign_flip"]
@@ -120,7 +135,8 @@ def test_broker_loss_and_return(broker):
 
 def test_last_will_marks_a_killed_node_offline(broker, tmp_path):
     script = tmp_path / "agent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import asyncio
         from swarmshake.reference_node.runtime.mqtt import MqttAgent, MqttSettings
         from swarmshake.reference_node.runtime.mqtt_messages import Announcement
@@ -136,7 +152,8 @@ def test_last_will_marks_a_killed_node_offline(broker, tmp_path):
             print("ready", flush=True)
             await task
         asyncio.run(main())
-    """))
+    """)
+    )
     process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "ready"
@@ -168,13 +185,27 @@ def test_last_will_marks_a_killed_node_offline(broker, tmp_path):
         st.binary(max_size=300),
         st.recursive(
             st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+            ),
             max_leaves=10,
         ).map(encode),
         st.fixed_dictionaries(
-            {"command": st.sampled_from(["set_byzantine", "force_checkpoint", "set_clock", "leave", "x"])},
-            optional={"behaviour": st.dictionaries(st.sampled_from(["mode", "magnitude", "seed"]), st.integers() | st.text(max_size=12)),
-                      "offset_s": st.floats(), "drift_ppm": st.floats(), "reason": st.text(max_size=200)},
+            {
+                "command": st.sampled_from(
+                    ["set_byzantine", "force_checkpoint", "set_clock", "leave", "x"]
+                )
+            },
+            optional={
+                "behaviour": st.dictionaries(
+                    st.sampled_from(["mode", "magnitude", "seed"]),
+                    st.integers() | st.text(max_size=12),
+                ),
+                "offset_s": st.floats(),
+                "drift_ppm": st.floats(),
+                "reason": st.text(max_size=200),
+            },
         ).map(encode),
     ),
 )
@@ -182,8 +213,10 @@ def test_fuzzed_payloads_never_crash_and_are_counted(kind, payload):
     agent, got = make_agent("a", 1)
     topics = agent.topics
     topic = {
-        "command": topics.command(), "broadcast": topics.broadcast_command(),
-        "addressbook": topics.address_book(), "announce": topics.announce("b"),
+        "command": topics.command(),
+        "broadcast": topics.broadcast_command(),
+        "addressbook": topics.address_book(),
+        "announce": topics.announce("b"),
     }[kind]
     agent.handle_message(topic, payload)
     bad = sum(agent.stats.bad_payloads.values())

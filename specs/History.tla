@@ -1,0 +1,236 @@
+------------------------------ MODULE History ------------------------------
+(***************************************************************************)
+(* The protocols at the granularity of a run's history events, for trace  *)
+(* validation: every event kind of reference_node/protocol/history.py is  *)
+(* one action, whose guard is the protocol rule the abstract modules       *)
+(* (Detector, Commit, Rejoin) verify, and the safety properties S1-S4 are  *)
+(* folded into the guards, so an event that breaks one cannot be           *)
+(* explained.  A generated module binds Trace to the run's events (in the *)
+(* history's total order) and TLC checks the trace is a behaviour: the    *)
+(* cursor l advances by one per event; variables an event does not speak  *)
+(* about keep their values (partial updates).                              *)
+(*                                                                         *)
+(* Crashes, pauses and partitions are the harness's fault events.  S4 is   *)
+(* demanded only inside the envelope: once a network fault was injected    *)
+(* (anything but crash/restart/pause/resume/stop), a death declared of a   *)
+(* live node is no longer evidence of a bug, as the S4 checker says        *)
+(* "unknown".                                                              *)
+(***************************************************************************)
+EXTENDS Integers, Sequences, FiniteSets
+
+CONSTANTS Trace, Nodes
+
+Harness == "harness"
+ProcessFaults == {"crash", "restart", "pause", "resume", "stop", "kill"}
+NoBallot == <<-1, -1>>
+BallotLess(a, b) == a[1] < b[1] \/ (a[1] = b[1] /\ a[2] < b[2])
+BallotAtLeast(a, b) == ~BallotLess(a, b)
+IsMajorityOf(q, set) == q \subseteq set /\ 2 * Cardinality(q) > Cardinality(set)
+
+VARIABLES
+    l,          \* cursor: the next event of Trace to explain
+    up,         \* up[n]: n's process runs (between its start and a crash/stop)
+    paused,     \* paused[n]: SIGSTOPped (not alive, logs nothing)
+    inc,        \* inc[n]: n's incarnation
+    bornInc,    \* bornInc[n]: the incarnation n's current process started with
+    suspected,  \* suspected[n]: [peer |-> incarnation] n suspects
+    epoch,      \* epoch[n]: n's view epoch
+    voters,     \* the configured voters (from config changes and commits)
+    promised,   \* promised[n]: [step, bal] of n's last promise
+    accepted,   \* accepted[n]: [step, bal, val] of n's last accept
+    applied,    \* applied[n]: the last step n applied
+    paramsAt,   \* paramsAt: step -> parameter fingerprint after it (S1)
+    valueAt,    \* valueAt: step -> committed value fingerprint (S1)
+    envelope    \* TRUE while no network fault was ever injected (S4 applies)
+
+vars == <<l, up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+          applied, paramsAt, valueAt, envelope>>
+
+Init ==
+    /\ l = 1
+    /\ up = [n \in Nodes |-> FALSE]
+    /\ paused = [n \in Nodes |-> FALSE]
+    /\ inc = [n \in Nodes |-> 0]
+    /\ bornInc = [n \in Nodes |-> 0]
+    /\ suspected = [n \in Nodes |-> [p \in {} |-> 0]]
+    /\ epoch = [n \in Nodes |-> 0]
+    /\ voters = {}
+    /\ promised = [n \in Nodes |-> [step |-> -1, bal |-> NoBallot]]
+    /\ accepted = [n \in Nodes |-> [step |-> -1, bal |-> NoBallot, val |-> ""]]
+    /\ applied = [n \in Nodes |-> -1]
+    /\ paramsAt = [s \in {} |-> ""]
+    /\ valueAt = [s \in {} |-> ""]
+    /\ envelope = TRUE
+
+ev == Trace[l]
+Running(n) == n \in Nodes /\ up[n] /\ ~paused[n]
+Set(f, k, v) == [x \in DOMAIN f \cup {k} |-> IF x = k THEN v ELSE f[x]]
+\* Per-step facts are kept for the last StepWindow steps only: the state (and the
+\* cost of each event) stays bounded however long the run.  A commit or rejoin
+\* of an older step is still explained but its fingerprints are not compared.
+StepWindow == 64
+SetRecent(f, k, v) ==
+    [x \in {y \in DOMAIN f : y > k - StepWindow} \cup {k} |-> IF x = k THEN v ELSE f[x]]
+Known(f, k, v) == k \in DOMAIN f => f[k] = v
+Advance == l' = l + 1
+
+-----------------------------------------------------------------------------
+(* Lifecycle. *)
+
+Start ==
+    /\ ev.k = "start" /\ ev.n \in Nodes /\ ~up[ev.n] /\ ev.inc >= inc[ev.n]
+    /\ up' = [up EXCEPT ![ev.n] = TRUE]
+    /\ paused' = [paused EXCEPT ![ev.n] = FALSE]
+    /\ inc' = [inc EXCEPT ![ev.n] = ev.inc]
+    /\ bornInc' = [bornInc EXCEPT ![ev.n] = ev.inc]
+    /\ suspected' = [suspected EXCEPT ![ev.n] = [p \in {} |-> 0]]
+    /\ UNCHANGED <<epoch, voters, promised, accepted, applied, paramsAt, valueAt, envelope>>
+
+Stop ==
+    /\ ev.k = "stop" /\ Running(ev.n)
+    /\ up' = [up EXCEPT ![ev.n] = FALSE]
+    /\ UNCHANGED <<paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
+\* Events that change no protocol state but can only come from a running process.
+Bookkeeping ==
+    /\ ev.k \in {"ready", "agg_send", "train_step", "frame_drop", "checkpoint_write",
+                 "checkpoint_skip", "rejoin_begin"}
+    /\ Running(ev.n)
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
+RunMark ==
+    /\ ev.k = "run_mark"
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
+Fault ==
+    /\ ev.k = "fault"
+    /\ ev.tg \subseteq Nodes \cup {Harness}
+    /\ LET targets == ev.tg \cap Nodes
+           crash == ev.op \in {"crash", "kill"} /\ ev.ph = "inject"
+           pause == ev.op = "pause" /\ ev.ph = "inject"
+           resume == (ev.op = "pause" /\ ev.ph = "heal") \/ ev.op = "resume"
+       IN /\ up' = [n \in Nodes |-> IF n \in targets /\ crash THEN FALSE ELSE up[n]]
+          /\ paused' = [n \in Nodes |-> IF n \in targets /\ pause THEN TRUE
+                                        ELSE IF n \in targets /\ resume THEN FALSE
+                                        ELSE paused[n]]
+          /\ envelope' = (envelope /\ ev.op \in ProcessFaults)
+    /\ UNCHANGED <<inc, bornInc, suspected, epoch, voters, promised, accepted, applied,
+                   paramsAt, valueAt>>
+
+-----------------------------------------------------------------------------
+(* Failure detector and membership. *)
+
+Suspect ==
+    /\ ev.k = "suspect" /\ Running(ev.n) /\ ev.peer \in Nodes /\ ev.peer # ev.n
+    /\ suspected' = [suspected EXCEPT ![ev.n] = Set(@, ev.peer, ev.pinc)]
+    /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+\* A refutation raises the incarnation.
+Refute ==
+    /\ ev.k = "refute" /\ Running(ev.n) /\ ev.inc > inc[ev.n]
+    /\ inc' = [inc EXCEPT ![ev.n] = ev.inc]
+    /\ UNCHANGED <<up, paused, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
+\* Confirmation needs a standing suspicion of that incarnation (no eager-dead),
+\* and inside the envelope the peer's current life must be over (S4).
+DeclareDead ==
+    /\ ev.k = "declare_dead" /\ Running(ev.n) /\ ev.peer \in Nodes
+    /\ ev.peer \in DOMAIN suspected[ev.n] /\ suspected[ev.n][ev.peer] = ev.pinc
+    /\ envelope => ~(Running(ev.peer) /\ ev.pinc >= bornInc[ev.peer])
+    /\ suspected' = [suspected EXCEPT ![ev.n] =
+                        [p \in DOMAIN @ \ {ev.peer} |-> @[p]]]
+    /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+DeclareAlive ==
+    /\ ev.k = "declare_alive" /\ Running(ev.n) /\ ev.peer \in Nodes
+    /\ suspected' = [suspected EXCEPT ![ev.n] =
+                        [p \in DOMAIN @ \ {ev.peer} |-> @[p]]]
+    /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+\* View epochs only rise.
+ViewChange ==
+    /\ ev.k = "view_change" /\ Running(ev.n) /\ ev.ep >= epoch[ev.n]
+    /\ epoch' = [epoch EXCEPT ![ev.n] = ev.ep]
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, voters, promised, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+\* One node at a time, so consecutive majorities overlap.
+ConfigChange ==
+    /\ ev.k = "config_change" /\ Running(ev.n)
+    /\ voters = {} \/ Cardinality((voters \ ev.vs) \cup (ev.vs \ voters)) <= 1
+    /\ voters' = ev.vs
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, promised, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+-----------------------------------------------------------------------------
+(* Step commit (single-decree Paxos per step). *)
+
+Promise ==
+    /\ ev.k = "promise" /\ Running(ev.n)
+    /\ promised[ev.n].step = ev.st => BallotLess(promised[ev.n].bal, ev.bal)
+    /\ promised' = [promised EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal]]
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, accepted, applied,
+                   paramsAt, valueAt, envelope>>
+
+Propose ==
+    /\ ev.k = "propose" /\ Running(ev.n)
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
+\* Accept only a ballot at least the promise, and only holding the bytes.
+Accept ==
+    /\ ev.k = "accept" /\ Running(ev.n) /\ ev.hb
+    /\ promised[ev.n].step = ev.st => BallotAtLeast(ev.bal, promised[ev.n].bal)
+    /\ (accepted[ev.n].step = ev.st /\ accepted[ev.n].bal = ev.bal) => accepted[ev.n].val = ev.val
+    /\ promised' = [promised EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal]]
+    /\ accepted' = [accepted EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal, val |-> ev.val]]
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, applied,
+                   paramsAt, valueAt, envelope>>
+
+\* S3: the quorum is a majority of the configured voters; S1: one value and one
+\* parameter fingerprint per step, whoever commits it.
+Commit ==
+    LET theVoters == IF voters = {} THEN ev.vs ELSE voters IN
+    /\ ev.k = "commit" /\ Running(ev.n)
+    /\ ev.vs = {} \/ voters = {} \/ ev.vs = voters
+    /\ IsMajorityOf(ev.q, theVoters)
+    /\ Known(valueAt, ev.st, ev.val) /\ Known(paramsAt, ev.st, ev.par)
+    /\ ev.st > applied[ev.n]
+    /\ applied' = [applied EXCEPT ![ev.n] = ev.st]
+    /\ valueAt' = SetRecent(valueAt, ev.st, ev.val)
+    /\ paramsAt' = SetRecent(paramsAt, ev.st, ev.par)
+    /\ voters' = theVoters
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, promised, accepted, envelope>>
+
+-----------------------------------------------------------------------------
+(* Rejoin. *)
+
+\* The state a rejoining node installs must be the committed one of its step (S1).
+RejoinDone ==
+    /\ ev.k = "rejoin_done" /\ Running(ev.n) /\ ev.ok
+    /\ Known(paramsAt, ev.st, ev.par)
+    /\ applied' = [applied EXCEPT ![ev.n] = ev.st]
+    /\ paramsAt' = SetRecent(paramsAt, ev.st, ev.par)
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   valueAt, envelope>>
+
+-----------------------------------------------------------------------------
+Explain ==
+    \/ Start \/ Stop \/ Bookkeeping \/ RunMark \/ Fault
+    \/ Suspect \/ Refute \/ DeclareDead \/ DeclareAlive \/ ViewChange \/ ConfigChange
+    \/ Promise \/ Propose \/ Accept \/ Commit \/ RejoinDone
+
+Next == l <= Len(Trace) /\ Explain /\ Advance
+
+\* Violated exactly when every event was explained: TLC reports it, and the
+\* trace is accepted.  If TLC instead runs out of states, the deepest state
+\* reached tells the first event no action could explain.
+NotFullyMatched == l <= Len(Trace)
+=============================================================================

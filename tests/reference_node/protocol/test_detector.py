@@ -1,0 +1,303 @@
+"""Failure detector: batching is exact, detection meets its goal, bugs bite, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from protocol_harness import MiniCluster
+
+from swarmshake.reference_node.protocol import detector as D
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.messages import Gossip, GossipItem
+
+MEMBERS = ("n0", "n1", "n2", "n3")
+
+
+def started(node="n0", members=MEMBERS, bugs=NO_BUGS, incarnation=0):
+    detector = D.FailureDetector(
+        node=node, members=members, seed=3, bugs=bugs, incarnation=incarnation
+    )
+    detector.handle(D.Started(), 0.0)
+    return detector
+
+
+def one_by_one(detector, peer, incarnation, times):
+    """The reference delivery: each of the peer's timers ticked at its deadline, then
+    each arrival."""
+    actions = []
+    for t in times:
+        while (deadline := detector.next_deadline(only=peer)) is not None and deadline < t:
+            actions += detector.handle(D.Tick(only=peer), max(deadline, detector._clock.last))
+        actions += detector.handle(
+            D.HeartbeatsArrived(peer=peer, incarnation=incarnation, arrival_times=(t,)), t
+        )
+    return actions
+
+
+gaps_s = st.lists(
+    st.one_of(st.floats(0.0, 0.12), st.floats(0.12, 1.6)), min_size=1, max_size=60
+).map(lambda gaps: [round(g, 6) for g in gaps])
+
+
+def times_from(start, gaps):
+    times, t = [], start
+    for gap in gaps:
+        t = t + gap
+        times.append(t)
+    return times
+
+
+@settings(max_examples=100, deadline=None)
+@given(gaps=gaps_s, incarnation=st.integers(0, 2), split=st.integers(1, 5))
+def test_a_batch_has_exactly_the_effect_of_its_arrivals_one_by_one(gaps, incarnation, split):
+    reference, batched = started(), started()
+    times = times_from(0.01, gaps)
+    expected = one_by_one(reference, "n1", incarnation, times)
+    got = []
+    chunk = max(1, len(times) // split)
+    for start in range(0, len(times), chunk):
+        part = tuple(times[start : start + chunk])
+        got += batched.handle(
+            D.HeartbeatsArrived(peer="n1", incarnation=incarnation, arrival_times=part), part[-1]
+        )
+    assert got == expected
+    assert batched.snapshot() == reference.snapshot()
+
+
+def test_elided_arrivals_give_the_same_state_as_delivering_them():
+    reference, elided = started(), started()
+    first = tuple(times_from(0.02, [0.05] * 10))
+    for detector in (reference, elided):
+        detector.handle(
+            D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=first), first[-1]
+        )
+    gaps = [0.03 + 0.001 * (i % 40) for i in range(300)]
+    times = times_from(first[-1], gaps)
+    reference.handle(
+        D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=tuple(times)), times[-1]
+    )
+    explicit = tuple(times[-65:])
+    event = D.HeartbeatsArrived(
+        peer="n1",
+        incarnation=0,
+        arrival_times=explicit,
+        elided_count=len(times) - 65,
+        elided_max_gap_s=0.07,
+    )
+    elided.handle(event, times[-1])
+    assert elided.snapshot() == reference.snapshot()
+    with pytest.raises(LocalProtocolError):  # too few explicit arrivals to refill the window
+        D.FailureDetector.handle(
+            started(),
+            D.HeartbeatsArrived(
+                peer="n1", incarnation=0, arrival_times=explicit[:10], elided_count=3
+            ),
+            times[-1],
+        )
+
+
+def test_monitor_groups_are_bounded_and_balanced():
+    small = tuple(f"n{i}" for i in range(5))
+    assert sorted(D.monitors_of("n0", 1, small, 5)) == ["n1", "n2", "n3", "n4"]
+    big = tuple(f"n{i}" for i in range(200))
+    watched_by = {n: D.monitors_of(n, 1, big, 5) for n in big}
+    assert all(len(m) == 5 and n not in m for n, m in watched_by.items())
+    for node in big:
+        targets = D.targets_of(node, 1, big, 5)
+        assert sorted(t for t, m in watched_by.items() if node in m) == sorted(targets)
+    assert D.monitors_of("n0", 2, big, 5) != watched_by["n0"]  # the seed picks the groups
+
+
+def test_crashes_are_detected_within_300ms_without_false_positives_under_jitter():
+    detections = []
+    for seed in range(6):
+        cluster = MiniCluster(8, seed)
+        crashes = {"n1": 4.0 + 0.011 * seed, "n5": 6.5 + 0.017 * seed}
+        for node, at in crashes.items():
+            cluster.crash(node, at)
+        cluster.run(9.0)
+        assert cluster.false_positives() == []
+        for node, at in crashes.items():
+            declared = [a.at for _, a in cluster.declarations() if a.peer == node]
+            live = set(cluster.names) - set(crashes)
+            assert live <= {n for n, a in cluster.declarations() if a.peer == node}  # L1
+            detections.append(min(declared) - at)
+    assert max(detections) <= 0.300, detections
+
+
+def test_eager_dead_declares_live_nodes_dead_under_jitter():
+    cluster = MiniCluster(8, 1, bugs=BugSet.parse(["eager-dead"]))
+    cluster.run(3.0)
+    assert cluster.false_positives()
+
+
+def _suspect_then_refute(bugs: BugSet) -> list:
+    observer = started(bugs=bugs)
+    suspicion = GossipItem(subject="n2", incarnation=0, status="suspect", origin="n3")
+    observer.handle(D.GossipReceived(message=Gossip(sender="n3", items=[suspicion])), 0.1)
+    refutation = GossipItem(subject="n2", incarnation=1, status="alive", origin="n2")
+    actions = observer.handle(
+        D.GossipReceived(message=Gossip(sender="n2", items=[refutation])), 0.2
+    )
+    # Keep n1..n3's watches fed so only the suspicion timer matters.
+    for peer, incarnation in (("n1", 0), ("n2", 1), ("n3", 0)):
+        times = tuple(0.25 + 0.05 * i for i in range(40))
+        actions += observer.handle(
+            D.HeartbeatsArrived(peer=peer, incarnation=incarnation, arrival_times=times), 2.2
+        )
+    return actions + observer.handle(D.Tick(), 2.2)
+
+
+def test_a_refutation_clears_a_suspicion_and_no_refute_ignores_it():
+    actions = _suspect_then_refute(BugSet())
+    assert any(isinstance(a, D.DeclaredAlive) and a.peer == "n2" for a in actions)
+    assert not any(isinstance(a, D.DeclaredDead) for a in actions)
+    actions = _suspect_then_refute(BugSet.parse(["no-refute"]))
+    assert [a.peer for a in actions if isinstance(a, D.DeclaredDead)] == ["n2"]
+
+
+def test_a_suspected_node_refutes_with_a_higher_incarnation():
+    node = started(node="n2")
+    item = GossipItem(subject="n2", incarnation=0, status="suspect", origin="n3")
+    actions = node.handle(D.GossipReceived(message=Gossip(sender="n3", items=[item])), 0.5)
+    refuted = [a for a in actions if isinstance(a, D.Refuted)]
+    assert refuted == [D.Refuted(incarnation=1, suspected_by="n3", at=0.5)]
+    plans = [a for a in actions if isinstance(a, D.HeartbeatPlan)]
+    assert plans and plans[-1].incarnation == 1
+    dead = GossipItem(subject="n2", incarnation=1, status="dead", origin="n3")
+    actions = node.handle(D.GossipReceived(message=Gossip(sender="n3", items=[dead])), 0.6)
+    assert D.SelfDeclaredDead(incarnation=1, declared_by="n3", at=0.6) in actions
+
+
+def test_bad_input_raises_typed_errors_and_changes_nothing():
+    detector = started()
+    detector.handle(D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=(0.05, 0.1)), 0.1)
+    before = detector.snapshot()
+    with pytest.raises(RemoteProtocolError):
+        detector.handle(D.HeartbeatsArrived(peer="zz", incarnation=0, arrival_times=(0.2,)), 0.2)
+    with pytest.raises(RemoteProtocolError):
+        item = GossipItem(subject="n1", incarnation=0, status="dead", origin="zz")
+        detector.handle(D.GossipReceived(message=Gossip(sender="zz", items=[item])), 0.2)
+    with pytest.raises(LocalProtocolError):
+        detector.handle(D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=(0.3,)), 0.2)
+    with pytest.raises(LocalProtocolError):
+        detector.handle(D.Tick(), 0.05)
+    with pytest.raises(LocalProtocolError):
+        D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=(0.3, 0.2))
+    with pytest.raises(LocalProtocolError):
+        D.HeartbeatsArrived(peer="n1", incarnation=-1, arrival_times=(0.3,))
+    with pytest.raises(LocalProtocolError):
+        D.HeartbeatsArrived(peer="bad name", incarnation=0, arrival_times=(0.3,))
+    assert detector.snapshot() == before
+    with pytest.raises(LocalProtocolError):
+        D.FailureDetector(node="n9", members=MEMBERS, seed=0).handle(D.Tick(), 0.0)
+    with pytest.raises(LocalProtocolError):
+        D.FailureDetector(node="n0", members=MEMBERS, seed=0).handle(D.Tick(), 0.0)  # not started
+
+
+class DetectorMachine(RuleBasedStateMachine):
+    """One node's detector under random heartbeats, gossip, ticks and membership
+    changes; a twin fed the same inputs one arrival at a time must stay identical."""
+
+    def __init__(self):
+        super().__init__()
+        self.members = ("n0", "n1", "n2", "n3", "n4", "n5")
+        self.detector = D.FailureDetector(node="n0", members=self.members, seed=5)
+        self.twin = D.FailureDetector(node="n0", members=self.members, seed=5)
+        self.now = 0.0
+        self.detector.handle(D.Started(), 0.0)
+        self.twin.handle(D.Started(), 0.0)
+        self.incarnations_seen: dict[str, int] = {}
+
+    @rule(
+        peer=st.sampled_from(("n1", "n2", "n3", "n4", "n5")),
+        gaps=gaps_s,
+        incarnation=st.integers(0, 3),
+    )
+    def heartbeats(self, peer, gaps, incarnation):
+        if peer not in self.detector.members:
+            return
+        times = times_from(self.now, gaps)
+        self.now = times[-1]
+        event = D.HeartbeatsArrived(peer=peer, incarnation=incarnation, arrival_times=tuple(times))
+        got = self.detector.handle(event, self.now)
+        expected = one_by_one(self.twin, peer, incarnation, times)
+        assert got == expected
+
+    @rule(
+        subject=st.sampled_from(("n0", "n1", "n2", "n3")),
+        status=st.sampled_from(("alive", "suspect", "dead", "left")),
+        incarnation=st.integers(0, 3),
+        origin=st.sampled_from(("n1", "n2", "n3", "n4")),
+        dt=st.floats(0.0, 0.5),
+    )
+    def gossip(self, subject, status, incarnation, origin, dt):
+        if origin not in self.detector.members or subject not in self.detector.members:
+            return
+        self.now += dt
+        event = D.GossipReceived(
+            message=Gossip(
+                sender=origin,
+                items=[
+                    GossipItem(
+                        subject=subject, incarnation=incarnation, status=status, origin=origin
+                    )
+                ],
+            )
+        )
+        self._both(event)
+
+    @rule(dt=st.floats(0.0, 2.0))
+    def tick(self, dt):
+        self.now += dt
+        self._both(D.Tick())
+
+    @rule(drop=st.sampled_from(("n4", "n5")))
+    def change_members(self, drop):
+        members = tuple(m for m in self.members if m != drop)
+        if members == self.detector.members:
+            members = self.members
+        for gone in set(self.detector.members) - set(members):
+            self.incarnations_seen.pop(gone, None)  # a removed member is forgotten
+        self._both(D.MembersChanged(members=members))
+
+    def _both(self, event):
+        for detector in (self.detector, self.twin):
+            # A timer left overdue by a batch (which fires only its peer's timers)
+            # fires at the next tick, stamped with its own time.
+            while (deadline := detector.next_deadline()) is not None and deadline < self.now:
+                detector.handle(D.Tick(), max(deadline, detector._clock.last))
+        assert self.detector.handle(event, self.now) == self.twin.handle(event, self.now)
+
+    @invariant()
+    def twin_is_identical(self):
+        assert self.detector.snapshot() == self.twin.snapshot()
+
+    @invariant()
+    def view_and_watches_are_consistent(self):
+        detector = self.detector
+        view = detector.alive_view()
+        assert ("n0" in view) or detector.self_dead or detector.left or True
+        assert set(detector.targets) <= set(view)
+        assert len(detector.targets) <= detector.config.monitors_per_node
+        for peer, status in detector.status.items():
+            assert status in ("alive", "suspect", "dead", "left")
+            assert (peer in detector._suspicions) == (status == "suspect")
+
+    @invariant()
+    def incarnations_never_decrease(self):
+        for peer, incarnation in self.detector.known_incarnation.items():
+            assert incarnation >= self.incarnations_seen.get(peer, 0)
+            self.incarnations_seen[peer] = incarnation
+
+
+TestDetectorMachine = DetectorMachine.TestCase
+TestDetectorMachine.settings = settings(
+    max_examples=40,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
