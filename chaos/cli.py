@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     module = importlib.import_module(f"swarmshake.chaos.commands.{COMMANDS[command][0]}")
     try:
-        return int(module.main([command, *rest]) if module.__name__.endswith("cluster") else module.main(rest))
+        return int(
+            module.main([command, *rest])
+            if module.__name__.endswith("cluster")
+            else module.main(rest)
+        )
     except UsageError as error:
         print(f"swarmshake {command}: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -163,7 +163,9 @@ def build_deps(client: docker.DockerClient, wheelhouse: Path) -> str:
                 repository=repository,
                 tag=version,
                 conf={
-                    "Env": ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                    "Env": [
+                        "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                    ],
                     "Labels": {LABEL: "1"},
                     "WorkingDir": "/data",
                 },

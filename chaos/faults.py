@@ -57,7 +57,12 @@ def _check_range(field: str, value: float, low: float, high: float) -> None:
 
 
 class FaultOp(
-    msgspec.Struct, kw_only=True, frozen=True, tag_field="op", forbid_unknown_fields=True, omit_defaults=True
+    msgspec.Struct,
+    kw_only=True,
+    frozen=True,
+    tag_field="op",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
 ):
     """Base of every fault op.  ``heal()`` returns the op that undoes this one."""
 
@@ -119,7 +124,9 @@ def _expand(nodes: list[str], cluster: list[str]) -> list[str]:
         return list(cluster)
     unknown = sorted(set(nodes) - set(cluster))
     if unknown:
-        raise FaultSpecError(f"unknown node(s) {', '.join(unknown)}; the cluster has {cluster[:8]}…")
+        raise FaultSpecError(
+            f"unknown node(s) {', '.join(unknown)}; the cluster has {cluster[:8]}…"
+        )
     return list(nodes)
 
 
@@ -455,7 +462,16 @@ class Netem(LinkOp, tag="netem", kw_only=True, frozen=True):
             raise ValueError("reorder_pct needs delay_ms > 0 (netem reorders delayed packets)")
 
 
-_LINK_OP_NAMES = ("latency", "bandwidth", "blackhole", "reset_peer", "slicer", "limit_data", "slow_close", "netem")
+_LINK_OP_NAMES = (
+    "latency",
+    "bandwidth",
+    "blackhole",
+    "reset_peer",
+    "slicer",
+    "limit_data",
+    "slow_close",
+    "netem",
+)
 
 AnyFault = (
     Crash
@@ -519,7 +535,9 @@ class OnEvent(
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:
-            raise ValueError(f"kind {self.kind!r} is not an event kind; known: {', '.join(EVENT_KINDS)}")
+            raise ValueError(
+                f"kind {self.kind!r} is not an event kind; known: {', '.join(EVENT_KINDS)}"
+            )
         _check_range("count", self.count, 1, 1_000_000)
         _check_range("delay_s", self.delay_s, 0.0, 86_400.0)
 
@@ -606,4 +624,6 @@ def check_supported(schedule: FaultSchedule, supported: frozenset[str], backend:
         heal = entry.op.heal()
         if isinstance(heal, Heal) and heal.scope not in ("all", "partition", "churn"):
             if heal.scope not in supported:
-                raise FaultSpecError(f"entry {index}: heal of {heal.scope!r} unsupported in the {backend}")
+                raise FaultSpecError(
+                    f"entry {index}: heal of {heal.scope!r} unsupported in the {backend}"
+                )

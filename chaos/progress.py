@@ -77,6 +77,10 @@ class Progress:
         )
         violations = list(self.violations)
         if events.divergent_steps:
-            violations.append(f"S1? steps {events.divergent_steps[:5]} committed with different fingerprints")
-        table.caption = f"faults: {active or 'none'}   violations so far: {', '.join(violations) or 'none'}"
+            violations.append(
+                f"S1? steps {events.divergent_steps[:5]} committed with different fingerprints"
+            )
+        table.caption = (
+            f"faults: {active or 'none'}   violations so far: {', '.join(violations) or 'none'}"
+        )
         self._live.update(table)

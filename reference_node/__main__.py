@@ -40,6 +40,9 @@ def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--clock-offset-s", type=float)
     parser.add_argument("--clock-drift-ppm", type=float)
+    parser.add_argument(
+        "--bug", action="append", default=[], metavar="NAME", help="switch on a known protocol bug"
+    )
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=JSON")
     args = parser.parse_args(argv)
     overrides: dict[str, object] = {}
@@ -47,6 +50,8 @@ def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
         value = getattr(args, name)
         if value is not None:
             overrides[dotted] = value
+    if args.bug:
+        overrides["node.bugs"] = args.bug
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:

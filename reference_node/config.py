@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from swarmshake.reference_node.protocol.bugs import BugSet, UnknownBugError
 from swarmshake.reference_node.protocol.detector import DetectorConfig
 from swarmshake.reference_node.runtime.frames import NODE_ID_PATTERN
 from swarmshake.reference_node.runtime.links import LinkTimeouts, PeerAddress
@@ -52,6 +53,8 @@ class NodeSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     # Where incarnation, acceptor state and checkpoints of this node live across
     # restarts (default: <run_dir>/nodes/<id>).
     data_dir: str = ""
+    # Known protocol bugs switched on in every core (``--bug NAME``; bugs.py).
+    bugs: list[str] = []
 
 
 class NetworkSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -72,6 +75,10 @@ class ClockSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
 class WorkerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     # DESIGN: the worker runs at lower priority so heartbeats win the CPU.
     nice: int = 10
+    # The control process's own niceness.  0 keeps the host's default; a negative
+    # value (needs CAP_SYS_NICE, else a warning) protects heartbeats on a machine
+    # that other jobs saturate, where nicing the worker alone is not enough.
+    control_nice: int = 0
 
 
 class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -105,6 +112,10 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     @property
     def node_id(self) -> str:
         return self.node.id
+
+    @property
+    def bug_set(self) -> BugSet:
+        return BugSet.parse(self.node.bugs)
 
     @property
     def run_dir(self) -> Path:
@@ -165,6 +176,10 @@ def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
         port = getattr(config.network, name)
         if not 0 <= port <= 65535:
             raise _fail(path, f"[network] {name}={port} is not a TCP port (0..65535)")
+    try:
+        BugSet.parse(node.bugs)
+    except UnknownBugError as error:
+        raise _fail(path, f"[node] bugs: {error}") from None
     if not config.network.run_key_hex and not config.network.run_key_file:
         raise _fail(path, "[network] needs run_key_hex or run_key_file (the harness issues it)")
     if config.network.run_key_hex:
@@ -182,6 +197,8 @@ def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
         ) from None
     if not -20 <= config.worker.nice <= 19:
         raise _fail(path, f"[worker] nice={config.worker.nice} must be in -20..19")
+    if not -20 <= config.worker.control_nice <= 19:
+        raise _fail(path, f"[worker] control_nice={config.worker.control_nice} must be in -20..19")
     if abs(config.clock.drift_ppm) > 500_000:
         raise _fail(path, "[clock] drift_ppm must be within +-500000")
     try:

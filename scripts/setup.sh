@@ -72,6 +72,8 @@ step_apt() {
   command -v debootstrap >/dev/null || [[ -x /usr/sbin/debootstrap ]] || missing+=(debootstrap)
   command -v tc >/dev/null || [[ -x /usr/sbin/tc ]] || missing+=(iproute2)
   command -v java >/dev/null || missing+=(default-jre-headless)
+  # Headless Chromium renders report.html in the report tests (a real browser).
+  command -v chromium >/dev/null || missing+=(chromium)
   if [[ ${#missing[@]} -eq 0 ]]; then
     say "system packages: present"
     return

@@ -100,14 +100,19 @@ CanFetch(n, s, v) ==
 Fetch(n, s, v) == bytes' = [bytes EXCEPT ![n][s] = @ \cup {v}]
 
 \* Phase 1a + 1b, the event "promise": the side's leader asks for promises
-\* on ballot b (its first round, or a retry after a fault); acceptor a on its
-\* side promises b (persisted before replying) if b beats its promise.
-Promise(a, n, b) ==
+\* on ballot b (its first round, or a retry after a fault); the acceptors in
+\* acc (any non-empty set on its side: the others did not get the request)
+\* promise b, persisted before replying.  Promises of several acceptors are
+\* taken in one step: each is local to its acceptor, so any interleaving with
+\* other steps reaches the same states (a crash before a promise is the
+\* behaviour where that acceptor is not in acc).
+Promise(n, b, acc) ==
     LET s == NextStep(n) IN
-    /\ up[n] /\ up[a] /\ Reachable(a, n) /\ Leader(n) /\ Owner(b) = n /\ s \in Steps
+    /\ up[n] /\ Leader(n) /\ Owner(b) = n /\ s \in Steps
     /\ Round(b) = FaultCount
-    /\ b > maxBal[a][s]
-    /\ maxBal' = [maxBal EXCEPT ![a][s] = b]
+    /\ acc # {}
+    /\ \A a \in acc : up[a] /\ Reachable(a, n) /\ b > maxBal[a][s]
+    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![s] = b] ELSE maxBal[a]]
     /\ UNCHANGED <<up, side, accBal, accVal, bytes, params, proposals, commits, faults>>
 
 \* Phase 2a, the event "propose": a quorum q still holds n's promise on b; n
@@ -127,15 +132,21 @@ Propose(n, b, q) ==
     /\ proposals' = proposals \cup {[from |-> n, step |-> s, bal |-> b, val |-> v]}
     /\ UNCHANGED <<up, side, maxBal, accBal, accVal, bytes, params, commits, faults>>
 
-\* Phase 2b, the event "accept": persisted before the reply.
-Accept(a, p) ==
-    /\ p \in proposals /\ up[a] /\ Reachable(p.from, a)
+\* Phase 2b, the event "accept", by the acceptors in acc (one step, as for
+\* promises); persisted before the reply.
+CanAccept(a, p) ==
+    /\ up[a] /\ Reachable(p.from, a)
     /\ p.bal >= maxBal[a][p.step] /\ accBal[a][p.step] # p.bal
-    /\ IF Bug("ack-before-apply") THEN UNCHANGED bytes  \* votes without the bytes
-       ELSE CanFetch(a, p.step, p.val) /\ Fetch(a, p.step, p.val)
-    /\ maxBal' = [maxBal EXCEPT ![a][p.step] = p.bal]
-    /\ accBal' = [accBal EXCEPT ![a][p.step] = p.bal]
-    /\ accVal' = [accVal EXCEPT ![a][p.step] = p.val]
+    /\ Bug("ack-before-apply") \/ CanFetch(a, p.step, p.val)
+Accept(p, acc) ==
+    /\ p \in proposals /\ acc # {}
+    /\ \A a \in acc : CanAccept(a, p)
+    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![p.step] = p.bal] ELSE maxBal[a]]
+    /\ accBal' = [a \in Nodes |-> IF a \in acc THEN [accBal[a] EXCEPT ![p.step] = p.bal] ELSE accBal[a]]
+    /\ accVal' = [a \in Nodes |-> IF a \in acc THEN [accVal[a] EXCEPT ![p.step] = p.val] ELSE accVal[a]]
+    /\ bytes' = IF Bug("ack-before-apply") THEN bytes  \* the mistake: votes without the bytes
+                ELSE [a \in Nodes |-> IF a \in acc THEN [bytes[a] EXCEPT ![p.step] = @ \cup {p.val}]
+                                      ELSE bytes[a]]
     /\ UNCHANGED <<up, side, params, proposals, commits, faults>>
 
 \* The event "commit": n sees a quorum q that accepted (s, b, v) and applies v,
@@ -187,9 +198,9 @@ Heal ==
 
 -----------------------------------------------------------------------------
 Protocol ==
-    \/ \E a, n \in Nodes, b \in Ballots : Promise(a, n, b)
-    \/ \E n \in Nodes, b \in Ballots, q \in SUBSET Nodes : Propose(n, b, q) \/ Commit(n, b, q)
-    \/ \E a \in Nodes, p \in proposals : Accept(a, p)
+    \/ \E n \in Nodes, b \in Ballots, q \in SUBSET Nodes :
+          Promise(n, b, q) \/ Propose(n, b, q) \/ Commit(n, b, q)
+    \/ \E p \in proposals, acc \in SUBSET Nodes : Accept(p, acc)
 
 Environment ==
     \/ \E n \in Nodes : Crash(n) \/ Restart(n)
@@ -198,12 +209,15 @@ Environment ==
 
 Next == Protocol \/ Environment
 
-Fairness ==
-    \A n \in Nodes :
-        /\ WF_vars(\E a \in Nodes, b \in Ballots : Promise(a, n, b))
-        /\ WF_vars(\E b \in Ballots, q \in SUBSET Nodes : Propose(n, b, q))
-        /\ WF_vars(\E p \in proposals : Accept(n, p))
-        /\ WF_vars(\E b \in Ballots, q \in SUBSET Nodes : Commit(n, b, q))
+\* One weak-fairness condition per node over all its protocol steps: a live node
+\* that can do something eventually does something.  (Per-action conditions say
+\* more but cost TLC four times the liveness work; every protocol step moves a
+\* finite state forward, so no step can be starved forever by the others.)
+NodeSteps(n) ==
+    \/ \E b \in Ballots, q \in SUBSET Nodes : Promise(n, b, q) \/ Propose(n, b, q) \/ Commit(n, b, q)
+    \/ \E p \in proposals : Accept(p, {n})
+
+Fairness == \A n \in Nodes : WF_vars(NodeSteps(n))
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 

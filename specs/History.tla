@@ -50,8 +50,8 @@ Init ==
     /\ l = 1
     /\ up = [n \in Nodes |-> FALSE]
     /\ paused = [n \in Nodes |-> FALSE]
-    /\ inc = [n \in Nodes |-> 0]
-    /\ bornInc = [n \in Nodes |-> 0]
+    /\ inc = [n \in Nodes |-> -1]      \* -1: never started
+    /\ bornInc = [n \in Nodes |-> -1]
     /\ suspected = [n \in Nodes |-> [p \in {} |-> 0]]
     /\ epoch = [n \in Nodes |-> 0]
     /\ voters = {}
@@ -77,8 +77,9 @@ Advance == l' = l + 1
 -----------------------------------------------------------------------------
 (* Lifecycle. *)
 
+\* Every process start is a new incarnation, above any the node had.
 Start ==
-    /\ ev.k = "start" /\ ev.n \in Nodes /\ ~up[ev.n] /\ ev.inc >= inc[ev.n]
+    /\ ev.k = "start" /\ ev.n \in Nodes /\ ~up[ev.n] /\ ev.inc > inc[ev.n]
     /\ up' = [up EXCEPT ![ev.n] = TRUE]
     /\ paused' = [paused EXCEPT ![ev.n] = FALSE]
     /\ inc' = [inc EXCEPT ![ev.n] = ev.inc]

@@ -346,6 +346,10 @@ class DockerBackend(Backend):
                 volumes=volumes,
                 environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
                 cap_add=["NET_ADMIN"],
+                # docker-init as PID 1: the node is then an ordinary child process (a
+                # worker that sees its parent as PID 1 believes it was orphaned), and
+                # zombies of restarted workers are reaped.
+                init=True,
             )  # fmt: skip
             self._nodes[name] = DockerNode(self, name, container)
         self.timings["nodes_started_s"] = time.monotonic() - started

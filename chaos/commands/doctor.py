@@ -34,7 +34,9 @@ def _run(command: list[str]) -> str:
         command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
     )
     if completed.returncode != 0:
-        raise RuntimeError((completed.stderr or completed.stdout).strip().splitlines()[-1:] or "failed")
+        raise RuntimeError(
+            (completed.stderr or completed.stdout).strip().splitlines()[-1:] or "failed"
+        )
     return (completed.stdout or completed.stderr).strip()
 
 
@@ -63,7 +65,14 @@ def check_mosquitto() -> Check:
     from swarmshake.chaos.mosquitto import mosquitto_binary, mosquitto_version
 
     binary = mosquitto_binary()
-    return Check("mosquitto", True, True, mosquitto_version().replace("mosquitto version ", ""), str(binary), "")
+    return Check(
+        "mosquitto",
+        True,
+        True,
+        mosquitto_version().replace("mosquitto version ", ""),
+        str(binary),
+        "",
+    )
 
 
 def check_dockerd() -> Check:
@@ -158,9 +167,17 @@ def main(argv: list[str]) -> int:
     for column in ("component", "status", "version", "detail", "fix"):
         table.add_column(column, overflow="fold")
     for check in checks:
-        status = "[green]ok[/]" if check.ok else ("[red]MISSING[/]" if check.required else "[yellow]absent[/]")
+        status = (
+            "[green]ok[/]"
+            if check.ok
+            else ("[red]MISSING[/]" if check.required else "[yellow]absent[/]")
+        )
         table.add_row(check.component, status, check.version, check.detail, check.fix)
     console = Console(stderr=False, width=max(shutil.get_terminal_size().columns, 140))
     console.print(table)
-    console.print("[green]all required components work[/]" if healthy else "[red]fix the rows marked MISSING[/]")
+    console.print(
+        "[green]all required components work[/]"
+        if healthy
+        else "[red]fix the rows marked MISSING[/]"
+    )
     return 0 if healthy else 1

@@ -32,7 +32,9 @@ def load_bounds(path: Path) -> Bounds:
     except OSError as error:
         raise UsageError(f"{path}: cannot read bounds: {error.strerror}") from None
     except msgspec.DecodeError as error:  # includes ValidationError
-        raise UsageError(f"{path}: bad bounds: {error}; fields: {', '.join(Bounds.__struct_fields__)}") from None
+        raise UsageError(
+            f"{path}: bad bounds: {error}; fields: {', '.join(Bounds.__struct_fields__)}"
+        ) from None
 
 
 def verify_run_dir(run_dir: Path, bounds: Bounds | None = None) -> Verdict:
@@ -45,7 +47,9 @@ def verify_run_dir(run_dir: Path, bounds: Bounds | None = None) -> Verdict:
     except FileNotFoundError as error:
         raise UsageError(str(error)) from None
     except HistoryError as error:
-        raise UsageError(f"{error} (fix or remove the line; only a torn last line is skipped)") from None
+        raise UsageError(
+            f"{error} (fix or remove the line; only a torn last line is skipped)"
+        ) from None
     verdict = check_history(history, bounds)
     (run_dir / "verdict.json").write_bytes(verdict.to_json())
     return verdict
@@ -56,7 +60,9 @@ def render(verdict: Verdict) -> str:
     for name, result in verdict.results.items():
         lines.append(f"  {name:3s} {result.status:8s} {result.message}")
         for ref in result.evidence[:3]:
-            lines.append(f"        {ref.node} #{ref.index} t={ref.t_mono:.3f} {ref.kind} {ref.note}")
+            lines.append(
+                f"        {ref.node} #{ref.index} t={ref.t_mono:.3f} {ref.kind} {ref.note}"
+            )
     return "\n".join(lines)
 
 

@@ -177,7 +177,9 @@ class NodeApp:
     def _log(self, cls: type, t: float, **fields: Any) -> None:
         self.sim.log(cls, self.proc, t, **fields)
 
-    def _send(self, t: float, to: str, message: Any, channel: str = "control", nbytes: int = 0) -> None:
+    def _send(
+        self, t: float, to: str, message: Any, channel: str = "control", nbytes: int = 0
+    ) -> None:
         self.sim.send(self.proc, t, to, message, nbytes=nbytes, channel=channel)
 
     def _timer(self, t: float, payload: tuple) -> None:
@@ -209,7 +211,9 @@ class NodeApp:
     def peer_dead(self, t: float, peer: str) -> None:
         if peer != self.name:
             incarnation = self.proc.detector.known_incarnation.get(peer, 0)
-            self.membership.handle(PeerDeclaredDead(peer=peer, incarnation=incarnation), self._local(t))
+            self.membership.handle(
+                PeerDeclaredDead(peer=peer, incarnation=incarnation), self._local(t)
+            )
 
     def peer_alive(self, t: float, peer: str) -> None:
         incarnation = self.proc.detector.known_incarnation.get(peer, 0)
@@ -236,7 +240,13 @@ class NodeApp:
         for aggregator in dict.fromkeys((coordinator, backup)):
             self._log(AggSend, t, step=step, to=aggregator, nbytes=self.settings.aggregate_nbytes)
             if aggregator != self.name:
-                self._send(t, aggregator, Contribution(step, self.name), "bulk", self.settings.aggregate_nbytes)
+                self._send(
+                    t,
+                    aggregator,
+                    Contribution(step, self.name),
+                    "bulk",
+                    self.settings.aggregate_nbytes,
+                )
         settings = self.settings
         if self.name == coordinator:
             self._timer(t + settings.collect_s, ("propose", step))
@@ -333,7 +343,9 @@ class NodeApp:
                 )
             elif isinstance(action, FetchAggregate):
                 key = (action.step, action.value_fp)
-                if key not in self.fetches and action.value_fp not in self.held.get(action.step, {}):
+                if key not in self.fetches and action.value_fp not in self.held.get(
+                    action.step, {}
+                ):
                     self.fetches[key] = [action.sources, 0]
                     self._timer(t + self.settings.push_grace_s, ("fetch", key))
             elif isinstance(action, ApplyStep):
@@ -394,7 +406,9 @@ class NodeApp:
                         voters=list(change.voters),
                         learners=list(change.learners),
                     )
-        for write in self.policy.handle(checkpoint_policy.StepCommitted(step=action.step), self._local(t)):
+        for write in self.policy.handle(
+            checkpoint_policy.StepCommitted(step=action.step), self._local(t)
+        ):
             self.disk.checkpoint = (write.step, self.params, action.param_fp)
             self._log(
                 CheckpointWrite,
@@ -521,12 +535,18 @@ class NodeApp:
             if isinstance(action, rejoin.RequestState):
                 self.pending_state = None
                 self._log(RejoinBegin, t, source=action.source, from_step=action.from_step)
-                self._send(t, action.source, StateRequest(sender=self.name, incarnation=self.proc.incarnation))
+                self._send(
+                    t,
+                    action.source,
+                    StateRequest(sender=self.name, incarnation=self.proc.incarnation),
+                )
             elif isinstance(action, rejoin.LoadCheckpoint):
                 self._log(RejoinBegin, t, source="checkpoint", from_step=action.step)
                 step, params, _ = self.disk.checkpoint
                 self.params = params
-                self._rejoin(t, rejoin.CheckpointLoaded(step=step, computed_fp=training.fingerprint(params)))
+                self._rejoin(
+                    t, rejoin.CheckpointLoaded(step=step, computed_fp=training.fingerprint(params))
+                )
             elif isinstance(action, rejoin.RejoinDone):
                 self._rejoined(t, action)
             elif isinstance(action, rejoin.RejoinFailed):
@@ -540,7 +560,9 @@ class NodeApp:
 
     def _rejoined(self, t: float, done: rejoin.RejoinDone) -> None:
         if done.source == "local":  # stale-rejoin: whatever the disk holds, unverified
-            self.params = self.disk.checkpoint[1] if self.disk.checkpoint else training.INITIAL_PARAMS
+            self.params = (
+                self.disk.checkpoint[1] if self.disk.checkpoint else training.INITIAL_PARAMS
+            )
         self.param_step = done.step
         self._log(
             RejoinDone,
@@ -586,7 +608,10 @@ class NodeApp:
             self._rejoin(
                 t,
                 rejoin.StateOffered(
-                    source=sender, step=message.step, param_fp=message.param_fp, nbytes=message.nbytes
+                    source=sender,
+                    step=message.step,
+                    param_fp=message.param_fp,
+                    nbytes=message.nbytes,
                 ),
             )
             pending = self.pending_state
@@ -632,4 +657,3 @@ class NodeApp:
             if self.rejoin is not None and t >= self.rejoin_timer_at:
                 self.rejoin_timer_at = math.inf
                 self._rejoin(t, rejoin.Tick())
-

@@ -144,7 +144,9 @@ class Simulation:
         self.floor_s = self.detector_config.suspicion_floor_s
         self.eager = "eager-dead" in bugs
         # Sends after a disturbance have all arrived after the worst delay plus a beat.
-        self.settle_s = (profile.delay_ms + profile.jitter_ms) / 1000 + self.detector_config.heartbeat_interval_s
+        self.settle_s = (
+            profile.delay_ms + profile.jitter_ms
+        ) / 1000 + self.detector_config.heartbeat_interval_s
         self.handled_events = 0
         self.config_extra: dict[str, Any] = {}
 
@@ -201,7 +203,9 @@ class Simulation:
 
     # --- history ------------------------------------------------------------------------
 
-    def log(self, cls: type[EventBase], proc: NodeProcess, t: float, **fields: Any) -> EventBase | None:
+    def log(
+        self, cls: type[EventBase], proc: NodeProcess, t: float, **fields: Any
+    ) -> EventBase | None:
         if not proc.up:
             return None  # killed mid-handler: a dead process writes nothing
         fields.setdefault("incarnation", proc.incarnation)
@@ -335,7 +339,11 @@ class Simulation:
         if links is None:
             streams = [s for by_sender in self.streams_from.values() for s in by_sender.values()]
         else:
-            streams = [self.streams_from[a][b] for a, b in sorted(links) if b in self.streams_from.get(a, {})]
+            streams = [
+                self.streams_from[a][b]
+                for a, b in sorted(links)
+                if b in self.streams_from.get(a, {})
+            ]
         for stream in streams:
             stream.materialise(t, self.network)
             stream.disturbed(t, self.settle_s)
@@ -375,7 +383,9 @@ class Simulation:
 
     # --- the detector ---------------------------------------------------------------------
 
-    def detector_event(self, proc: NodeProcess, t: float, event: Any, read_at: float | None = None) -> None:
+    def detector_event(
+        self, proc: NodeProcess, t: float, event: Any, read_at: float | None = None
+    ) -> None:
         """Deliver heartbeats up to ``t``, then ``event`` (None: only the heartbeats)."""
         detector = proc.detector
         if detector is None:
@@ -421,10 +431,18 @@ class Simulation:
         start = 0
         total = len(merged)
         for index in range(1, total + 1):
-            if index < total and merged[index][1] == merged[start][1] and merged[index][2] == merged[start][2]:
+            if (
+                index < total
+                and merged[index][1] == merged[start][1]
+                and merged[index][2] == merged[start][2]
+            ):
                 continue
             run = merged[start:index]
-            times = tuple(a for a, _, _ in run) if identity else tuple(clock.peek_local(a) for a, _, _ in run)
+            times = (
+                tuple(a for a, _, _ in run)
+                if identity
+                else tuple(clock.peek_local(a) for a, _, _ in run)
+            )
             if floor is not None:
                 times = tuple(x if x >= floor else floor for x in times)
             batch = HeartbeatsArrived(peer=run[0][1], incarnation=run[0][2], arrival_times=times)
@@ -447,7 +465,14 @@ class Simulation:
                 for peer in action.to:
                     self.send(proc, t, peer, action.message)
             elif isinstance(action, Suspected):
-                self.log(Suspect, proc, when, peer=action.peer, peer_incarnation=action.peer_incarnation, reason=action.reason)
+                self.log(
+                    Suspect,
+                    proc,
+                    when,
+                    peer=action.peer,
+                    peer_incarnation=action.peer_incarnation,
+                    reason=action.reason,
+                )
             elif isinstance(action, DeclaredDead):
                 self.log(
                     DeclareDead,
@@ -461,12 +486,20 @@ class Simulation:
                 if proc.app is not None:
                     proc.app.peer_dead(t, action.peer)
             elif isinstance(action, DeclaredAlive):
-                self.log(DeclareAlive, proc, when, peer=action.peer, peer_incarnation=action.peer_incarnation)
+                self.log(
+                    DeclareAlive,
+                    proc,
+                    when,
+                    peer=action.peer,
+                    peer_incarnation=action.peer_incarnation,
+                )
                 if proc.app is not None:
                     proc.app.peer_alive(t, action.peer)
             elif isinstance(action, Refuted):
                 proc.incarnation = action.incarnation
-                self.max_incarnation[proc.name] = max(self.max_incarnation.get(proc.name, 0), action.incarnation)
+                self.max_incarnation[proc.name] = max(
+                    self.max_incarnation.get(proc.name, 0), action.incarnation
+                )
                 self.log(Refute, proc, when, suspected_by=action.suspected_by)
             elif isinstance(action, ViewChanged):
                 self.log(ViewChangeEvent, proc, when, epoch=action.epoch, alive=list(action.alive))
@@ -481,7 +514,9 @@ class Simulation:
                     peer_incarnation=action.incarnation,
                     reason=f"declared dead by {action.declared_by}: rejoining",
                 )
-                self.max_incarnation[proc.name] = max(self.max_incarnation.get(proc.name, 0), action.incarnation)
+                self.max_incarnation[proc.name] = max(
+                    self.max_incarnation.get(proc.name, 0), action.incarnation
+                )
                 # DESIGN: a node declared dead must rejoin with a new incarnation.
                 name = proc.name
                 self.call_at(t, lambda name=name, t=t: self._self_restart(name, t))
@@ -501,10 +536,20 @@ class Simulation:
         for receiver in plan.to:
             stream = streams.get(receiver)
             if stream is None:
-                stream = HeartbeatStream(proc.name, receiver, self.rngs.get("heartbeat", proc.name, receiver))
+                stream = HeartbeatStream(
+                    proc.name, receiver, self.rngs.get("heartbeat", proc.name, receiver)
+                )
                 streams[receiver] = stream
                 self.streams_to[receiver][proc.name] = stream
-            stream.plan(t, plan.incarnation, plan.start_at, plan.interval_s, proc.clock, self.network, self.settle_s)
+            stream.plan(
+                t,
+                plan.incarnation,
+                plan.start_at,
+                plan.interval_s,
+                proc.clock,
+                self.network,
+                self.settle_s,
+            )
             self._reschedule(receiver, t)
 
     def _healthy(self, stream: HeartbeatStream, t: float) -> bool:

@@ -31,7 +31,9 @@ def _seconds(low_cs: int, high_cs: int) -> st.SearchStrategy[float]:
     return st.integers(low_cs, high_cs).map(lambda cs: cs / 100)
 
 
-def schedules(nodes: list[str], fault_window_s: float = 20.0, max_entries: int = 6) -> st.SearchStrategy[faults.FaultSchedule]:
+def schedules(
+    nodes: list[str], fault_window_s: float = 20.0, max_entries: int = 6
+) -> st.SearchStrategy[faults.FaultSchedule]:
     """Schedules over ``nodes`` with faults in ``[0.5, fault_window_s]`` seconds."""
     node = st.sampled_from(nodes)
     at = _seconds(50, int(fault_window_s * 100))
@@ -39,7 +41,9 @@ def schedules(nodes: list[str], fault_window_s: float = 20.0, max_entries: int =
 
     crash = st.builds(
         lambda n, t, h: faults.ScheduleEntry(op=faults.Crash(nodes=[n]), at_s=t, heal_after_s=h),
-        node, at, optional_heal,
+        node,
+        at,
+        optional_heal,
     )
     triggered_crash = st.builds(
         lambda n, watched, kind, step, delay, h: faults.ScheduleEntry(
@@ -47,44 +51,72 @@ def schedules(nodes: list[str], fault_window_s: float = 20.0, max_entries: int =
             when=faults.OnEvent(node=watched, kind=kind, step_at_least=step, delay_s=delay),
             heal_after_s=h,
         ),
-        node, node, st.sampled_from(TRIGGER_KINDS), st.integers(0, 12),
-        st.sampled_from((0.0, 0.01)), optional_heal,
+        node,
+        node,
+        st.sampled_from(TRIGGER_KINDS),
+        st.integers(0, 12),
+        st.sampled_from((0.0, 0.01)),
+        optional_heal,
     )
     pause = st.builds(
         lambda n, t, h: faults.ScheduleEntry(op=faults.Pause(nodes=[n]), at_s=t, heal_after_s=h),
-        node, at, _seconds(5, 300),
+        node,
+        at,
+        _seconds(5, 300),
     )
     partition = st.builds(
         lambda grouping, t, h: faults.ScheduleEntry(
             op=faults.Partition(grouping=grouping), at_s=t, heal_after_s=h
         ),
-        st.sampled_from(("halves", "random_halves", "majority_ring", "bridge")), at, _seconds(50, 800),
+        st.sampled_from(("halves", "random_halves", "majority_ring", "bridge")),
+        at,
+        _seconds(50, 800),
     )
     isolate = st.builds(
         lambda n, one_way, t, h: faults.ScheduleEntry(
-            op=faults.Partition(grouping="isolate", nodes=[n], direction="one_way" if one_way else "both"),
+            op=faults.Partition(
+                grouping="isolate", nodes=[n], direction="one_way" if one_way else "both"
+            ),
             at_s=t,
             heal_after_s=h,
         ),
-        node, st.booleans(), at, _seconds(50, 800),
+        node,
+        st.booleans(),
+        at,
+        _seconds(50, 800),
     )
     blackhole = st.builds(
         lambda a, b, t, h: faults.ScheduleEntry(
             op=faults.Blackhole(src=[a], dst=[b], direction="one_way"), at_s=t, heal_after_s=h
         ),
-        node, node, at, _seconds(50, 1500),
+        node,
+        node,
+        at,
+        _seconds(50, 1500),
     ).filter(lambda e: e.op.src != e.op.dst)
     latency = st.builds(
         lambda a, delay, jitter, t, h: faults.ScheduleEntry(
-            op=faults.Latency(src=[a], delay_ms=delay, jitter_ms=min(jitter, delay)), at_s=t, heal_after_s=h
+            op=faults.Latency(src=[a], delay_ms=delay, jitter_ms=min(jitter, delay)),
+            at_s=t,
+            heal_after_s=h,
         ),
-        node, st.integers(10, 400).map(float), st.integers(0, 200).map(float), at, _seconds(50, 800),
+        node,
+        st.integers(10, 400).map(float),
+        st.integers(0, 200).map(float),
+        at,
+        _seconds(50, 800),
     )
     skew = st.builds(
         lambda n, offset, drift, t, h: faults.ScheduleEntry(
-            op=faults.ClockSkew(nodes=[n], offset_ms=offset, drift_ppm=drift), at_s=t, heal_after_s=h
+            op=faults.ClockSkew(nodes=[n], offset_ms=offset, drift_ppm=drift),
+            at_s=t,
+            heal_after_s=h,
         ),
-        node, st.integers(-500, 500).map(float), st.integers(-5000, 5000).map(float), at, _seconds(50, 800),
+        node,
+        st.integers(-500, 500).map(float),
+        st.integers(-5000, 5000).map(float),
+        at,
+        _seconds(50, 800),
     ).filter(lambda e: e.op.offset_ms or e.op.drift_ppm)
     entry = st.one_of(crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew)
     return st.lists(entry, min_size=1, max_size=max_entries).map(

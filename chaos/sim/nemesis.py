@@ -94,7 +94,9 @@ class Nemesis:
         if entry.heal_after_s is not None:
             heal = entry.op.heal()
             if heal is not None:
-                self.sim.call_at(t + entry.heal_after_s, lambda h=heal: self.apply(h, self.sim.now, index))
+                self.sim.call_at(
+                    t + entry.heal_after_s, lambda h=heal: self.apply(h, self.sim.now, index)
+                )
 
     def log_fault(self, t: float, op: str, target: list[str], phase: str, **params: Any) -> None:
         recorder = self.sim.recorder
@@ -140,17 +142,28 @@ class Nemesis:
         elif isinstance(op, faults.Partition):
             links = op.cut_links(self.cluster, self.rng)
             self._partitions += 1
-            self._network(t, links, lambda: sim.network.set_cut(f"partition-{self._partitions}", links))
+            self._network(
+                t, links, lambda: sim.network.set_cut(f"partition-{self._partitions}", links)
+            )
             self.log_fault(
-                t, "partition", op.targets() or [faults.ALL], "inject",
-                grouping=op.grouping, direction=op.direction, cut_links=len(links),
+                t,
+                "partition",
+                op.targets() or [faults.ALL],
+                "inject",
+                grouping=op.grouping,
+                direction=op.direction,
+                cut_links=len(links),
             )
         elif isinstance(op, faults.Heal):
             self.heal(op, t)
         elif isinstance(op, faults.Latency):
             links = op.directed_links(self.cluster)
-            self._network(t, links, lambda: sim.network.set_latency(links, op.delay_ms, op.jitter_ms))
-            self.log_fault(t, "latency", op.targets(), "inject", delay_ms=op.delay_ms, jitter_ms=op.jitter_ms)
+            self._network(
+                t, links, lambda: sim.network.set_latency(links, op.delay_ms, op.jitter_ms)
+            )
+            self.log_fault(
+                t, "latency", op.targets(), "inject", delay_ms=op.delay_ms, jitter_ms=op.jitter_ms
+            )
         elif isinstance(op, faults.Bandwidth):
             links = op.directed_links(self.cluster)
             self._network(t, links, lambda: sim.network.set_bandwidth(links, op.rate_kbps))
@@ -162,7 +175,9 @@ class Nemesis:
         elif isinstance(op, faults.ClockSkew):
             phase = "heal" if op.offset_ms == 0.0 and op.drift_ppm == 0.0 else "inject"
             for name in self._nodes(op.nodes):
-                self.log_fault(t, "clock_skew", [name], phase, offset_ms=op.offset_ms, drift_ppm=op.drift_ppm)
+                self.log_fault(
+                    t, "clock_skew", [name], phase, offset_ms=op.offset_ms, drift_ppm=op.drift_ppm
+                )
                 sim.skew(name, t, op.offset_ms, op.drift_ppm)
         elif isinstance(op, faults.CpuThrottle):
             phase = "heal" if op.cpu_fraction >= 1.0 else "inject"
@@ -199,9 +214,9 @@ class Nemesis:
             return
         links = None
         if op.scope not in ("all", "partition"):
-            links = faults.Latency(src=op.src, dst=op.dst, direction=op.direction, delay_ms=0.0).directed_links(
-                self.cluster
-            )
+            links = faults.Latency(
+                src=op.src, dst=op.dst, direction=op.direction, delay_ms=0.0
+            ).directed_links(self.cluster)
         self._network(t, links, lambda: sim.network.heal(op.scope, links))
         name = "heal" if op.scope == "all" else op.scope
         target = [faults.ALL] if links is None else sorted(set(op.src) | set(op.dst))

@@ -196,4 +196,3 @@ class Network:
     def _prune(self, now: float) -> None:
         """Forget links idle since before ``now``: their FIFO constraint is void."""
         self._links = {k: v for k, v in self._links.items() if v[0] > now or v[1] > now}
-

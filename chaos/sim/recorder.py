@@ -22,7 +22,17 @@ FLUSH_BYTES = 256 * 1024  # per-node buffer before an append to its file
 
 
 class Recorder:
-    __slots__ = ("_digest", "events", "_buffers", "_sizes", "_out", "_lamport", "count", "watchers", "keep")
+    __slots__ = (
+        "_digest",
+        "events",
+        "_buffers",
+        "_sizes",
+        "_out",
+        "_lamport",
+        "count",
+        "watchers",
+        "keep",
+    )
 
     def __init__(self, out_dir: Path | None, *, keep_events: bool = True):
         self._digest = hashlib.blake2b(digest_size=16)

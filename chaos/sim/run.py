@@ -121,7 +121,9 @@ def run_simulation(
         app_factory=make_app if config.training else None,
     )
     nemesis = Nemesis(sim, schedule, rngs.get("nemesis"))
-    mark = RunMark(t_wall=0.0, t_mono=0.0, node=HARNESS, mark="run_start", data={"seed": config.seed})
+    mark = RunMark(
+        t_wall=0.0, t_mono=0.0, node=HARNESS, mark="run_start", data={"seed": config.seed}
+    )
     recorder.log(mark)
     for name in sim.names:
         sim.start(name, 0.0)
@@ -180,7 +182,9 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _write_run_dir(out_dir: Path, config: SimConfig, schedule: faults.FaultSchedule, verdict: Verdict) -> None:
+def _write_run_dir(
+    out_dir: Path, config: SimConfig, schedule: faults.FaultSchedule, verdict: Verdict
+) -> None:
     resolved = {
         "backend": "sim",
         "seed": config.seed,

@@ -104,7 +104,16 @@ class HeartbeatStream:
         if len(pending) > MAX_PENDING_ARRIVALS:
             raise StreamOverflow(f"{sender}->{receiver}: {len(pending)} undelivered heartbeats")
 
-    def plan(self, now: float, incarnation: int, start_local: float, interval_s: float, clock: NodeClock, network: Network, settle_s: float) -> None:
+    def plan(
+        self,
+        now: float,
+        incarnation: int,
+        start_local: float,
+        interval_s: float,
+        clock: NodeClock,
+        network: Network,
+        settle_s: float,
+    ) -> None:
         """Replace the stream's schedule from ``now`` on (materialising the old one)."""
         self.materialise(now, network)
         self.active = True
@@ -128,7 +137,9 @@ class HeartbeatStream:
         if self.active:
             local_now = clock.peek_local(now)
             self._rebase(now, clock)
-            self.next_k = max(self.next_k, math.ceil((local_now - self.start_local) / self.interval_local - 1e-9))
+            self.next_k = max(
+                self.next_k, math.ceil((local_now - self.start_local) / self.interval_local - 1e-9)
+            )
             self.disturbed(now, settle_s)
 
     def stop(self, now: float, network: Network, settle_s: float) -> None:
@@ -142,7 +153,10 @@ class HeartbeatStream:
         fires the missed tick once, then keeps its phase)."""
         self.active = True
         self._rebase(now, clock)
-        self.next_k = max(self.next_k, math.ceil((clock.peek_local(now) - self.start_local) / self.interval_local - 1e-9))
+        self.next_k = max(
+            self.next_k,
+            math.ceil((clock.peek_local(now) - self.start_local) / self.interval_local - 1e-9),
+        )
         self.disturbed(now, settle_s)
 
     def disturbed(self, now: float, settle_s: float) -> None:

@@ -20,7 +20,9 @@ _MODULUS = 1 << 61  # keep parameters inside int64 whatever the run length
 
 def gradient(seed: int, step: int, node: str) -> tuple[int, ...]:
     digest = hashlib.blake2b(f"{seed}:{step}:{node}".encode(), digest_size=8 * VECTOR_LEN).digest()
-    return tuple(int.from_bytes(digest[i : i + 8], "little") % 2001 - 1000 for i in range(0, len(digest), 8))
+    return tuple(
+        int.from_bytes(digest[i : i + 8], "little") % 2001 - 1000 for i in range(0, len(digest), 8)
+    )
 
 
 def aggregate(seed: int, step: int, contributors: list[str] | tuple[str, ...]) -> tuple[int, ...]:

@@ -200,7 +200,9 @@ class ToxiproxyServer:
 
     # --- calls that change state: recorded so a restart can re-create it ----------------
 
-    async def create_proxy(self, name: str, listen: str, upstream: str, *, enabled: bool = True) -> Proxy:
+    async def create_proxy(
+        self, name: str, listen: str, upstream: str, *, enabled: bool = True
+    ) -> Proxy:
         proxy = await self._supervised(
             lambda: self.client.create_proxy(name, listen, upstream, enabled=enabled),
             f"create {name}",
@@ -227,7 +229,9 @@ class ToxiproxyServer:
 
     async def remove_toxic(self, proxy: str, name: str) -> None:
         current = self._proxies[proxy]
-        self._proxies[proxy] = _replace(current, toxics=[t for t in current.toxics if t.name != name])
+        self._proxies[proxy] = _replace(
+            current, toxics=[t for t in current.toxics if t.name != name]
+        )
 
         async def remove() -> None:
             live = {t.name for t in await self.client.toxics(proxy)}

@@ -168,15 +168,28 @@ class Started(CoreEvent, frozen=True, kw_only=True):
     """The node's process is up: start the heartbeat stream and the watches."""
 
 
+@lru_cache(maxsize=64)
+def _sorted_members(members: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(members))
+
+
+@lru_cache(maxsize=64)
+def _check_members(members: tuple[str, ...]) -> None:
+    """Validated once per distinct tuple: a simulator builds 1000 cores from one list."""
+    check_names(members, "members")
+    if len(members) > MAX_CLUSTER_NODES:
+        raise LocalProtocolError(f"more than {MAX_CLUSTER_NODES} members")
+
+
 class MembersChanged(CoreEvent, frozen=True, kw_only=True):
     """The configured membership (voters and learners, this node included) changed."""
 
     members: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        check_names(self.members, "MembersChanged.members")
-        if len(self.members) > MAX_CLUSTER_NODES:
-            raise LocalProtocolError(f"more than {MAX_CLUSTER_NODES} members")
+        if not isinstance(self.members, tuple):
+            raise LocalProtocolError("MembersChanged.members must be a tuple of node names")
+        _check_members(self.members)
 
 
 class HeartbeatsArrived(CoreEvent, frozen=True, kw_only=True):
@@ -428,7 +441,7 @@ class FailureDetector:
         bugs: BugSet = NO_BUGS,
     ):
         check_name(node, "node")
-        check_names(members, "members")
+        _check_members(members)
         check_count(seed, "seed")
         check_count(incarnation, "incarnation")
         if node not in members:
@@ -444,7 +457,7 @@ class FailureDetector:
         self.started = False
         self.left = False
         self.self_dead = False
-        self.members: tuple[str, ...] = tuple(sorted(members))
+        self.members: tuple[str, ...] = _sorted_members(members)
         self.status: dict[str, Status] = {m: "alive" for m in self.members if m != node}
         self.known_incarnation: dict[str, int] = {m: 0 for m in self.members if m != node}
         self.view_epoch = 0
@@ -453,6 +466,7 @@ class FailureDetector:
         self._queue: dict[str, list] = {}  # subject -> [GossipItem, rounds left]; insertion order
         self._next_gossip_at: float | None = None
         self._gossip_order: tuple[str, ...] = ()
+        self._gossip_stride = 1
         self._gossip_cursor = 0
         self._monitors: tuple[str, ...] = ()
         self._recompute_topology(at=None)
@@ -533,6 +547,7 @@ class FailureDetector:
             tuple((s, item, rounds) for s, (item, rounds) in self._queue.items()),
             self._next_gossip_at,
             self._gossip_order,
+            self._gossip_stride,
             self._gossip_cursor,
             self._monitors,
             self._clock.last,
@@ -563,13 +578,13 @@ class FailureDetector:
             )
         before_view = self.alive_view()
         old_monitors = self._monitors
-        new_members = tuple(sorted(event.members))
-        for gone in set(self.members) - set(new_members):
+        new_members = _sorted_members(event.members)
+        for gone in sorted(set(self.members) - set(new_members)):
             self.status.pop(gone, None)
             self.known_incarnation.pop(gone, None)
             self._suspicions.pop(gone, None)
             self._queue.pop(gone, None)
-        for new in set(new_members) - set(self.members):
+        for new in sorted(set(new_members) - set(self.members)):
             if new != self.node:
                 self.status[new] = "alive"
                 self.known_incarnation[new] = 0
@@ -711,8 +726,8 @@ class FailureDetector:
             raise RemoteProtocolError(
                 f"gossip from non-member {message.sender!r}", reason="unknown-peer"
             )
-        if self.left:
-            return
+        if self.left or self.self_dead:
+            return  # a dead incarnation is inert until the node rejoins as a new one
         for item in message.items:
             if item.subject == self.node:
                 self._about_me(item, now, actions)
@@ -1067,8 +1082,8 @@ class FailureDetector:
         for _ in range(len(order)):
             if len(chosen) == self.config.gossip_fanout:
                 break
-            peer = order[self._gossip_cursor % len(order)]
-            self._gossip_cursor = (self._gossip_cursor + 1) % len(order)
+            peer = order[self._gossip_cursor]
+            self._gossip_cursor = (self._gossip_cursor + self._gossip_stride) % len(order)
             if self.status.get(peer) in ("alive", "suspect"):
                 chosen.append(peer)
         return tuple(chosen)
@@ -1150,11 +1165,19 @@ class FailureDetector:
                 self._watches[target] = _Watch(self.config.window_gaps, deadline)
 
     def _recompute_gossip_order(self) -> None:
-        others = [m for m in self.members if m != self.node]
-        self._gossip_order = tuple(
-            sorted(others, key=lambda p: (_hash64("gossip", self.seed, self.node, p), p))
-        )
-        self._gossip_cursor = 0
+        """Gossip targets walk the other members with a seeded stride coprime to their
+        count: every peer is visited once per cycle, each node in its own pseudo-random
+        order, at O(1) per target (sorting 1000 peers per node by hash cost seconds
+        at simulator scale)."""
+        others = tuple(m for m in self.members if m != self.node)
+        self._gossip_order = others
+        count = len(others)
+        mixed = _hash64("gossip", self.seed, self.node)
+        stride = 1 + mixed % max(1, count - 1) if count > 1 else 1
+        while math.gcd(stride, count) != 1:
+            stride += 1
+        self._gossip_stride = stride
+        self._gossip_cursor = (mixed >> 20) % max(1, count)
 
     def _view_maybe_changed(
         self, was_in_view: bool, subject: str, at: float, actions: list

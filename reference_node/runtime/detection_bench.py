@@ -48,9 +48,18 @@ def events_of(run_dir: Path) -> list[history.EventBase]:
     return collected
 
 
-def run(nodes: int, kills: int, settle_s: float, run_dir: Path, training: dict, step: dict) -> dict:
+def run(
+    nodes: int,
+    kills: int,
+    settle_s: float,
+    run_dir: Path,
+    training: dict,
+    step: dict,
+    control_nice: int = 0,
+) -> dict:
     names = [f"n{i + 1}" for i in range(nodes)]
-    cluster = LocalCluster(run_dir, names, training=training, step=step)
+    extra = {"worker": {"control_nice": control_nice}} if control_nice else None
+    cluster = LocalCluster(run_dir, names, training=training, step=step, extra=extra)
     down: list[tuple[str, float, float]] = []  # (node, killed at, ready again at)
     detections: list[float] = []
     first: list[float] = []
@@ -127,7 +136,9 @@ def run(nodes: int, kills: int, settle_s: float, run_dir: Path, training: dict, 
         "heartbeat_gap_max_ms": worst,
         "heartbeat_gaps_at_end": gaps,
         "heartbeat_gaps_before_kills": gaps_before_kills,
-        "gradient_compute_s": {n: s.get("worker", {}).get("last_step_s") for n, s in statuses.items()},
+        "gradient_compute_s": {
+            n: s.get("worker", {}).get("last_step_s") for n, s in statuses.items()
+        },
         "step_time_median_s": {
             n: s.get("commit", {}).get("step_time_s_median_recent") for n, s in statuses.items()
         },
@@ -143,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-s", type=float, default=4.0)
     parser.add_argument("--params", default="1M", help="model size (training config sized_for)")
     parser.add_argument("--run-dir", type=Path)
+    parser.add_argument("--control-nice", type=int, default=0, help="e.g. -10 (needs root)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from swarmshake.reference_node.training.config import parse_parameter_count, sized_for
@@ -151,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="swarmshake-detect-"))
     if run_dir.exists() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
-    result = run(args.nodes, args.kills, args.settle_s, run_dir, training, {})
+    result = run(args.nodes, args.kills, args.settle_s, run_dir, training, {}, args.control_nice)
+    result["control_nice"] = args.control_nice
     print(
         json.dumps(
             result if args.json else {k: v for k, v in result.items() if "gaps_" not in k},

@@ -108,6 +108,7 @@ class ControlProcess:
             seed=config.node.seed,
             incarnation=self.incarnation,
             config=config.detector,
+            bugs=config.bug_set,
         )
         self.detector = DetectorDriver(
             core,
@@ -409,6 +410,15 @@ class ControlProcess:
             cpu_flags=cpu_flags(),
             config=redacted(self.config),
         )
+        if self.config.worker.control_nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, self.config.worker.control_nice)
+            except PermissionError:
+                print(
+                    f"node {self.node}: warning: cannot set control_nice="
+                    f"{self.config.worker.control_nice} (needs CAP_SYS_NICE); running at default",
+                    file=sys.stderr,
+                )
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)

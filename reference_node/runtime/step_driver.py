@@ -130,6 +130,7 @@ class StepDriver:
             first_step=first_step,
             seed=self.config.node.seed,
             persisted=tuple(r for r in self.persisted if r.step >= first_step),
+            bugs=self.config.bug_set,
         )
 
     # -- inputs --------------------------------------------------------------------------------
@@ -383,6 +384,7 @@ class StepDriver:
             local_checkpoint=local,
             local_param_fp=self.param_fp,
             cluster_step=self.peer_steps.get(peer, -1),
+            bugs=self.config.bug_set,
         )
         self.rejoin_started = time.monotonic()
         alive = self.node.detector.core.alive_view()

@@ -53,6 +53,8 @@ KEEP_AGGREGATE_STEPS = 4
 # Contributions are accepted for the current step and this many ahead (peers run
 # at most one step ahead of a node that is applying its commit).
 AHEAD_STEPS = 2
+# Bulk frames held while the worker starts: a few steps of every peer's contribution.
+EARLY_FRAMES_MAX = 256
 
 
 class Worker:
@@ -77,6 +79,8 @@ class Worker:
         # A verified state waiting for the rejoin core's decision: (source, state).
         self.staged: tuple[str, TrainingState] | None = None
         self.checkpoint_path = ""
+        self.ready_sent = False
+        self.early_frames: list[Frame] = []
         self.drops = DropCounter(on_drop=self._on_drop)
         self.codec: PayloadCodec[BulkMessage] = PayloadCodec(BulkMessage, self.drops)
         self.book = AddressBook(
@@ -169,6 +173,10 @@ class Worker:
                     cpu_flags=facts.cpu_flags,
                 )
             )
+            self.ready_sent = True
+            early, self.early_frames = self.early_frames, []
+            for frame in early:
+                self._on_frame(frame)
             group.create_task(self.report_loop())
             await self.command_loop(group)
 
@@ -420,6 +428,14 @@ class Worker:
     # -- inbound bulk ---------------------------------------------------------------------------
 
     def _on_frame(self, frame: Frame) -> None:
+        if not self.ready_sent:
+            # Peers may stream to our bulk port before the control process knows we
+            # exist; hold their frames (bounded) until WorkerReady has gone out.
+            if len(self.early_frames) < EARLY_FRAMES_MAX:
+                self.early_frames.append(frame)
+            else:
+                self.drops.drop("before_ready", frame.header.sender)
+            return
         message = self.codec.decode(frame)
         if message is None:
             return

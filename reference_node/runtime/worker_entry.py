@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     if os.getppid() == 1:
         return 3  # the parent died before PDEATHSIG was armed
-    os.nice(int(argv[1]))
+    # Absolute, not relative: the control process may run at a negative niceness.
+    os.setpriority(os.PRIO_PROCESS, 0, int(argv[1]))
     from swarmshake.reference_node.runtime.worker import run
 
     return run(int(argv[0]))

@@ -242,6 +242,11 @@ class CommitMachine(RuleBasedStateMachine):
         self.net.now += seconds
         self.net.feed(node, C.Tick())
 
+    @rule(node=st.sampled_from(NAMES), alive=st.sets(st.sampled_from(NAMES), min_size=1))
+    def view_changes(self, node, alive):
+        # The detector view must not matter for safety (it does under no-quorum).
+        self.net.feed(node, C.ViewUpdated(alive=tuple(sorted(alive))))
+
     @precondition(lambda self: len(self.net.down) < 1)
     @rule(node=st.sampled_from(NAMES))
     def crash(self, node):
@@ -282,3 +287,30 @@ TestCommitMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", ["no-quorum"])  # forget-vote: see its scenario test
+def test_the_model_check_catches_the_safety_bugs(bug):
+    """The model-vs-implementation machine has teeth: with a safety bug switched on,
+    random schedules reach two chosen values or a decision nobody chose."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    class Buggy(CommitMachine):
+        def __init__(self):
+            super().__init__()
+            self.net = CommitNet(NAMES, seed=7, bugs=BugSet.parse([bug]))
+
+    with pytest.raises((AssertionError, ExceptionGroup)) as caught:
+        run_state_machine_as_test(
+            Buggy,
+            settings=settings(
+                max_examples=400,
+                stateful_step_count=60,
+                deadline=None,
+                database=None,
+                derandomize=True,
+            ),
+        )
+    text = str(caught.value) + "".join(str(e) for e in getattr(caught.value, "exceptions", ()))
+    assert "two values chosen" in text or "chosen is None" in text

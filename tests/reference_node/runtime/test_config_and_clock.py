@@ -49,6 +49,7 @@ def test_valid_config_and_derived_paths():
         (base(training={"learning_rate": "fast"}), "learning_rate"),
         (base(node={"members": ["n1", "n2", "n3"]}), "no address for peers ['n3']"),
         ({**base(), "surprise": {}}, "surprise"),
+        (base(node={"bugs": ["no-such-bug"]}), "unknown bug switch no-such-bug"),
     ],
 )
 def test_bad_configs_name_the_problem(raw, message):

@@ -1,0 +1,140 @@
+"""Trace validation: TLC accepts faulty-but-correct runs and rejects an edited event."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from swarmshake.chaos.commands import specs as specs_command
+from swarmshake.reference_node.protocol import history as h
+from swarmshake.verify.tla_trace import event_record, trace_module, validate_events, validate_run
+
+History = list[h.EventBase]
+
+
+def _index_of(events: History, kind: type[h.EventBase], nth: int = 0, **match: object) -> int:
+    found = [
+        index
+        for index, event in enumerate(events)
+        if isinstance(event, kind) and all(getattr(event, k) == v for k, v in match.items())
+    ]
+    return found[nth]
+
+
+def _edit(events: History, index: int, **changes: object) -> History:
+    edited = list(events)
+    edited[index] = msgspec.structs.replace(edited[index], **changes)
+    return edited
+
+
+def _write_run(run_dir: Path, events: History) -> Path:
+    by_node: dict[str, list[h.EventBase]] = {}
+    for event in events:
+        by_node.setdefault(event.node, []).append(event)
+    for node, node_events in by_node.items():
+        h.write_history(run_dir / "events" / f"{node}.jsonl", node_events)
+    return run_dir
+
+
+def test_a_run_with_crash_restart_and_partition_is_accepted(
+    make_history: Callable[..., History], tmp_path: Path
+) -> None:
+    events = make_history()
+    ops = {(e.op, e.phase) for e in events if isinstance(e, h.Fault)}
+    assert {("crash", "inject"), ("restart", "inject"), ("partition", "inject")} <= ops
+    result = validate_run(_write_run(tmp_path / "run", events))
+    assert result.status == "valid", result.message
+    assert result.explained == result.events == len(events)
+    assert result.first_unexplained is None
+
+
+# Each edit breaks one rule; the trace must be rejected exactly at the edited event.
+EDITS: dict[str, Callable[[History], tuple[History, int]]] = {
+    # S1: a replica reports other parameters for a step another replica committed.
+    "S1 params differ": lambda ev: (
+        _edit(ev, i := _index_of(ev, h.Commit, 7), param_fp="0" * 16),
+        i,
+    ),
+    # S3: a commit resting on a minority quorum (no-quorum).
+    "S3 minority quorum": lambda ev: (
+        _edit(ev, i := _index_of(ev, h.Commit, 4), quorum=[ev[_index_of(ev, h.Commit, 4)].node]),
+        i,
+    ),
+    # ack-before-apply: an accept without the aggregate's bytes.
+    "accept without bytes": lambda ev: (_edit(ev, i := _index_of(ev, h.Accept, 3), holds_bytes=False), i),
+    # eager-dead / S4: declaring dead a peer never suspected.
+    "dead without suspicion": lambda ev: (
+        _edit(ev, i := _index_of(ev, h.DeclareDead, 0), peer_incarnation=5),
+        i,
+    ),
+    # a crashed process cannot log: move n3's restart start event's node to... an edit of
+    # the restarted node's incarnation backwards (incarnations never go back).
+    "incarnation goes back": lambda ev: (
+        _edit(ev, i := _index_of(ev, h.Start, 0, node="n3", incarnation=1), incarnation=0),
+        i,
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edited_event_is_rejected_at_that_event(
+    make_history: Callable[..., History], edit: str
+) -> None:
+    events, index = EDITS[edit](make_history())
+    result = validate_events(events)
+    assert result.status == "violated" and result.exit_code == 1, result.message
+    assert result.first_unexplained is not None
+    assert result.first_unexplained.index == index + 1  # 1-based, as the message says
+    assert result.explained == index
+    assert result.first_unexplained.event == msgspec.to_builtins(events[index])
+
+
+def test_a_declared_death_of_a_live_node_breaks_s4_inside_the_envelope(
+    make_history: Callable[..., History],
+) -> None:
+    events = make_history()
+    first_fault = _index_of(events, h.Fault, 0)
+    # n1 suspects then confirms n2 dead while n2 runs and no network fault happened.
+    template = events[first_fault - 1]
+    t = template.t_mono
+    suspicion = h.Suspect(t_wall=t, t_mono=t, node="n1", peer="n2", peer_incarnation=0)
+    death = h.DeclareDead(t_wall=t, t_mono=t, node="n1", peer="n2", peer_incarnation=0)
+    edited = events[:first_fault] + [suspicion, death] + events[first_fault:]
+    result = validate_events(edited)
+    assert result.status == "violated"
+    assert result.first_unexplained is not None and result.first_unexplained.index == first_fault + 2
+
+
+def test_the_generated_module_holds_the_trace_as_a_sequence_literal(
+    make_history: Callable[..., History],
+) -> None:
+    events = make_history()[:5]
+    text = trace_module(events, (Path(__file__).parents[2] / "specs" / "History.tla").read_text())
+    assert "MODULE HistoryTrace" in text and "CONSTANTS Trace, Nodes" not in text
+    assert 'Nodes == {"n1", "n2", "n3"}' in text
+    assert event_record(events[1]) in text
+    assert event_record(events[1]).startswith('[k |-> "start", n |-> "n1", inc |-> 0')
+
+
+def test_cli_trace_json_and_exit_codes(
+    make_history: Callable[..., History], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = _write_run(tmp_path / "run", make_history())
+    assert specs_command.main(["check", "--trace", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "valid" and report["trace"]["explained"] == report["trace"]["events"]
+
+
+def test_cli_rejects_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(specs_command.UsageError, match="no events/ folder"):
+        specs_command.main(["check", "--trace", str(tmp_path)])
+
+
+def test_cli_bad_usage_exits_64() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        specs_command.main(["check", "--profile", "nightly"])
+    assert exit_info.value.code == 64

@@ -1,0 +1,156 @@
+"""Which TLA+ modules and configs ``swarmshake specs check`` runs, and the spec mutants.
+
+Specs live in ``specs/`` (the ``swarmshake.specs`` package data).  Each spec has
+one or more configs per profile: ``default`` (CI, the whole check within about a
+minute on 2 cores) and ``deep`` (nightly).  Each known bug of
+``reference_node/protocol/bugs.py`` has a mutant config
+``<Module>.mutant-<bug>.cfg`` beside its module: it turns the same mistake on
+(``Bugs = {"<bug>"}``) and checks only the property the registry says it breaks,
+which TLC must then violate.  The module is the one of the bug's ``core``.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from swarmshake.reference_node.protocol.bugs import BUGS
+from swarmshake.verify.tla import TlcResult, run_tlc
+
+Profile = Literal["default", "deep"]
+PROFILES: tuple[str, ...] = ("default", "deep")
+
+# Deadlines per TLC process: far above what each config takes on 2 shared cores
+# (see BENCHMARKS.md), low enough that a state-space blow-up after an edit ends as
+# "unknown" instead of hanging CI.
+TIMEOUT_S: dict[str, float] = {"default": 120.0, "deep": 1800.0, "mutant": 180.0}
+
+
+class SpecEntry(msgspec.Struct, frozen=True):
+    name: str
+    module: str
+    configs: dict[str, tuple[str, ...]]  # profile -> cfg file names
+    about: str
+
+
+SPECS: dict[str, SpecEntry] = {
+    entry.name: entry
+    for entry in (
+        SpecEntry(
+            name="detector",
+            module="Detector",
+            configs={"default": ("Detector.cfg",), "deep": ("Detector.deep.cfg",)},
+            about="failure detection: suspicion, incarnations, refutation, confirmation (S4, L1)",
+        ),
+        SpecEntry(
+            name="commit",
+            module="Commit",
+            configs={
+                "default": ("Commit.crash.cfg", "Commit.partition.cfg"),
+                "deep": ("Commit.deep.cfg",),
+            },
+            about="strict-mode step commit, Paxos per step, majority of voters (S1, S2, S3, L2)",
+        ),
+        SpecEntry(
+            name="rejoin",
+            module="Rejoin",
+            configs={"default": ("Rejoin.cfg",), "deep": ("Rejoin.deep.cfg",)},
+            about="rejoin by state transfer, checkpoint fallback (S1, L3)",
+        ),
+    )
+}
+
+# bugs.py names the core that carries a switch; the spec of that core carries the mutant.
+MODULE_OF_CORE: dict[str, str] = {"detector": "Detector", "commit": "Commit", "rejoin": "Rejoin"}
+
+
+class SpecCheck(msgspec.Struct):
+    spec: str
+    config: str
+    profile: str
+    result: TlcResult
+
+
+class MutantCheck(msgspec.Struct):
+    bug: str
+    breaks: str
+    config: str
+    caught: bool
+    result: TlcResult
+    problem: str = ""  # why the mutant could not be checked (missing cfg, wrong property)
+
+
+def specs_dir() -> Path:
+    return Path(str(files("swarmshake.specs")))
+
+
+def check_spec(name: str, profile: str = "default", *, timeout_s: float | None = None) -> list[SpecCheck]:
+    """Run every config of one spec in one profile."""
+    if name not in SPECS:
+        raise KeyError(f"unknown spec {name!r}; known: {', '.join(SPECS)}")
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    entry = SPECS[name]
+    module_file = specs_dir() / f"{entry.module}.tla"
+    checks = []
+    for config in entry.configs[profile]:
+        config_text = (specs_dir() / config).read_text()
+        result = run_tlc(
+            module_file,
+            config_text,
+            timeout_s=timeout_s or TIMEOUT_S[profile],
+        )
+        checks.append(SpecCheck(spec=name, config=config, profile=profile, result=result))
+    return checks
+
+
+def mutant_config_name(bug: str) -> str:
+    return f"{MODULE_OF_CORE.get(BUGS[bug].core, '?')}.mutant-{bug}.cfg"
+
+
+def _mutant_config_problem(bug: str, config_text: str) -> str:
+    """The cfg must switch on exactly this bug and check exactly the named property."""
+    expected = BUGS[bug].breaks
+    bugs_line = re.search(r"^\s*Bugs\s*=\s*\{(.*)\}\s*$", config_text, re.M)
+    switched = re.findall(r'"([^"]+)"', bugs_line.group(1)) if bugs_line else []
+    if switched != [bug]:
+        return f'the cfg must set Bugs = {{"{bug}"}}, it sets {switched!r}'
+    checked = re.findall(r"^\s*(?:INVARIANTS?|PROPERTY|PROPERTIES)\s+(.+)$", config_text, re.M)
+    names = [name for line in checked for name in line.split()]
+    if names != [expected]:
+        return f"the cfg must check exactly {expected} (bugs.py: {bug} breaks it), it checks {names}"
+    return ""
+
+
+def check_mutant(bug: str, *, timeout_s: float | None = None) -> MutantCheck:
+    """Run one bug's mutant; ``caught`` only if TLC violates the property bugs.py names."""
+    known = BUGS[bug]
+    config = mutant_config_name(bug)
+    path = specs_dir() / config
+    module = MODULE_OF_CORE.get(known.core)
+    empty = TlcResult(module=module or "?", status="unknown")
+    if module is None or not path.is_file():
+        problem = f"no spec mutant for bug {bug!r}: add specs/{config} (see docs/changing-the-protocol.md)"
+        return MutantCheck(bug, known.breaks, config, False, empty, problem)
+    config_text = path.read_text()
+    problem = _mutant_config_problem(bug, config_text)
+    if problem:
+        return MutantCheck(bug, known.breaks, config, False, empty, f"{config}: {problem}")
+    result = run_tlc(
+        specs_dir() / f"{module}.tla", config_text, timeout_s=timeout_s or TIMEOUT_S["mutant"]
+    )
+    caught = result.status == "violated" and result.violated_property == known.breaks
+    problem = "" if caught else _why_not_caught(result, known.breaks)
+    return MutantCheck(bug, known.breaks, config, caught, result, problem)
+
+
+def _why_not_caught(result: TlcResult, expected: str) -> str:
+    if result.status == "valid":
+        return f"TLC found no violation of {expected}: the spec does not express this bug"
+    if result.status == "violated":
+        return f"TLC violated {result.violated_property or result.violation_kind}, not {expected}"
+    return f"TLC gave no verdict: {result.message}"
