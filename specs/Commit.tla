@@ -19,8 +19,8 @@
 (* duplication and reordering are all behaviours; a message crosses only  *)
 (* between nodes on the same side at the time it is received.             *)
 (*                                                                         *)
-(* Fairness (what the implementation assumes, for L2): every enabled      *)
-(* protocol step of a live node is eventually taken (WF); a proposer       *)
+(* Fairness (what the implementation assumes, for L2): a live node that   *)
+(* can take a protocol step eventually takes one (WF per node); a proposer *)
 (* starts a new round only after a fault since its last one (its retry    *)
 (* timeout exceeds a fault-free round trip), so rounds are bounded by      *)
 (* faults; the environment has no fairness but injects finitely many       *)
@@ -38,9 +38,10 @@ CONSTANTS
 ASSUME Bugs \subseteq {"no-quorum", "ack-before-apply", "forget-vote"}
 
 Nodes == 1..N
-\* The aggregate each node computes from the gradients it received: odd and
-\* even nodes saw different contributor sets, so two values compete.
-AggregateOf(n) == IF n % 2 = 1 THEN "a" ELSE "b"
+\* The aggregate each node computes from the gradients it received: node 1 saw
+\* a different contributor set from the others, so two values compete and
+\* node 1's is held by node 1 alone until someone fetches it.
+AggregateOf(n) == IF n = 1 THEN "a" ELSE "b"
 Values == {AggregateOf(n) : n \in Nodes}
 Steps == 1..MaxStep
 MaxRound == MaxCrashes + 2 * MaxPartitions
@@ -115,12 +116,14 @@ Promise(n, b, acc) ==
     /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![s] = b] ELSE maxBal[a]]
     /\ UNCHANGED <<up, side, accBal, accVal, bytes, params, proposals, commits, faults>>
 
-\* Phase 2a, the event "propose": a quorum q still holds n's promise on b; n
-\* adopts the value of the highest ballot q accepted, or its own aggregate.
+\* Phase 2a, the event "propose": q, the acceptors on n's side still holding
+\* n's promise on b, is a quorum; n adopts the value of the highest ballot q
+\* accepted, or its own aggregate.
 \* (Reading the acceptors' persisted state stands for their promise replies:
 \* with maxBal = b they accepted nothing since promising, so it is the same.)
-Propose(n, b, q) ==
+Propose(n, b) ==
     LET s == NextStep(n)
+        q == {a \in Nodes : up[a] /\ Reachable(a, n) /\ maxBal[a][s] = b}
         voted == {a \in q : accBal[a][s] >= 0}
         highest == CHOOSE a \in voted : \A k \in voted : accBal[k][s] <= accBal[a][s]
         v == IF voted = {} THEN AggregateOf(n) ELSE accVal[highest][s]
@@ -128,7 +131,6 @@ Propose(n, b, q) ==
     /\ up[n] /\ Owner(b) = n /\ s \in Steps
     /\ ~\E p \in proposals : p.step = s /\ p.bal = b
     /\ IsQuorum(q, n)
-    /\ \A a \in q : maxBal[a][s] = b /\ up[a] /\ Reachable(a, n)
     /\ proposals' = proposals \cup {[from |-> n, step |-> s, bal |-> b, val |-> v]}
     /\ UNCHANGED <<up, side, maxBal, accBal, accVal, bytes, params, commits, faults>>
 
@@ -149,14 +151,15 @@ Accept(p, acc) ==
                                       ELSE bytes[a]]
     /\ UNCHANGED <<up, side, params, proposals, commits, faults>>
 
-\* The event "commit": n sees a quorum q that accepted (s, b, v) and applies v,
-\* which needs v's bytes.
-Commit(n, b, q) ==
-    LET s == NextStep(n)
-        v == accVal[CHOOSE a \in q : TRUE][s]
+\* The event "commit": the acceptors on n's side that accepted proposal p form
+\* a quorum q; n applies p's value, which needs its bytes.
+Commit(n, p) ==
+    LET s == p.step
+        v == p.val
+        q == {a \in Nodes : accBal[a][s] = p.bal /\ accVal[a][s] = v /\ Reachable(a, n)}
+        b == p.bal
     IN
-    /\ up[n] /\ s \in Steps /\ IsQuorum(q, n)
-    /\ \A a \in q : accBal[a][s] = b /\ accVal[a][s] = v /\ Reachable(a, n)
+    /\ up[n] /\ s = NextStep(n) /\ IsQuorum(q, n)
     /\ CanFetch(n, s, v) /\ Fetch(n, s, v)
     /\ params' = [params EXCEPT ![n] = Append(@, v)]
     /\ commits' = commits \cup {[step |-> s, value |-> v, majority |-> IsMajorityOf(q, Nodes)]}
@@ -198,12 +201,14 @@ Heal ==
 
 -----------------------------------------------------------------------------
 Protocol ==
-    \/ \E n \in Nodes, b \in Ballots, q \in SUBSET Nodes :
-          Promise(n, b, q) \/ Propose(n, b, q) \/ Commit(n, b, q)
+    \/ \E n \in Nodes, b \in Ballots, acc \in SUBSET Nodes : Promise(n, b, acc)
+    \/ \E n \in Nodes, b \in Ballots : Propose(n, b)
     \/ \E p \in proposals, acc \in SUBSET Nodes : Accept(p, acc)
+    \/ \E p \in proposals, n \in Nodes : Commit(n, p)
 
 Environment ==
-    \/ \E n \in Nodes : Crash(n) \/ Restart(n)
+    \/ \E n \in Nodes : Crash(n)
+    \/ \E n \in Nodes : Restart(n)
     \/ \E group \in SUBSET Nodes : Partition(group)
     \/ Heal
 
@@ -214,8 +219,8 @@ Next == Protocol \/ Environment
 \* more but cost TLC four times the liveness work; every protocol step moves a
 \* finite state forward, so no step can be starved forever by the others.)
 NodeSteps(n) ==
-    \/ \E b \in Ballots, q \in SUBSET Nodes : Promise(n, b, q) \/ Propose(n, b, q) \/ Commit(n, b, q)
-    \/ \E p \in proposals : Accept(p, {n})
+    \/ \E b \in Ballots : Propose(n, b) \/ \E q \in SUBSET Nodes : Promise(n, b, q)
+    \/ \E p \in proposals : Commit(n, p) \/ Accept(p, {n})
 
 Fairness == \A n \in Nodes : WF_vars(NodeSteps(n))
 

@@ -183,11 +183,15 @@ Lose(m) ==
 -----------------------------------------------------------------------------
 Protocol ==
     \/ \E n \in Nodes : Heartbeat(n)
-    \/ \E m \in msgs : ReceiveHeartbeat(m) \/ ReceiveSuspicion(m) \/ DropAtStopped(m)
-    \/ \E n, p \in Nodes : Suspect(n, p) \/ Confirm(n, p)
+    \/ \E m \in msgs : ReceiveHeartbeat(m)
+    \/ \E m \in msgs : ReceiveSuspicion(m)
+    \/ \E m \in msgs : DropAtStopped(m)
+    \/ \E n, p \in Nodes : Suspect(n, p)
+    \/ \E n, p \in Nodes : Confirm(n, p)
 
 Environment ==
-    \/ \E n \in Nodes : Crash(n) \/ Restart(n)
+    \/ \E n \in Nodes : Crash(n)
+    \/ \E n \in Nodes : Restart(n)
     \/ \E m \in msgs : Lose(m)
 
 Next == Protocol \/ Tick \/ Environment

@@ -96,7 +96,7 @@ Stop ==
 \* Events that change no protocol state but can only come from a running process.
 Bookkeeping ==
     /\ ev.k \in {"ready", "agg_send", "train_step", "frame_drop", "checkpoint_write",
-                 "checkpoint_skip", "rejoin_begin"}
+                 "checkpoint_skip", "rejoin_begin", "byzantine"}
     /\ Running(ev.n)
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope>>
@@ -108,8 +108,8 @@ RunMark ==
 
 Fault ==
     /\ ev.k = "fault"
-    /\ ev.tg \subseteq Nodes \cup {Harness}
-    /\ LET targets == ev.tg \cap Nodes
+    /\ ev.tg \subseteq Nodes \cup {Harness, "*"}  \* "*": every node
+    /\ LET targets == IF "*" \in ev.tg THEN Nodes ELSE ev.tg \cap Nodes
            crash == ev.op \in {"crash", "kill"} /\ ev.ph = "inject"
            pause == ev.op = "pause" /\ ev.ph = "inject"
            resume == (ev.op = "pause" /\ ev.ph = "heal") \/ ev.op = "resume"

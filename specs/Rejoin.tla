@@ -127,9 +127,13 @@ CorruptCheckpoint(n) ==
 -----------------------------------------------------------------------------
 Next ==
     \/ \E q \in SUBSET Nodes : CommitStep(q)
-    \/ \E n, p \in Nodes : Learn(n, p) \/ TransferFrom(n, p)
-    \/ \E n \in Nodes : WriteCheckpoint(n) \/ ResumeAlone(n)
-    \/ \E n \in Nodes : Crash(n) \/ Restart(n) \/ CorruptCheckpoint(n)
+    \/ \E n, p \in Nodes : Learn(n, p)
+    \/ \E n, p \in Nodes : TransferFrom(n, p)
+    \/ \E n \in Nodes : WriteCheckpoint(n)
+    \/ \E n \in Nodes : ResumeAlone(n)
+    \/ \E n \in Nodes : Crash(n)
+    \/ \E n \in Nodes : Restart(n)
+    \/ \E n \in Nodes : CorruptCheckpoint(n)
 
 Fairness ==
     \A n \in Nodes :

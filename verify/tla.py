@@ -107,7 +107,9 @@ def tla2tools_jar() -> Path:
 def java_executable() -> str:
     java = shutil.which("java")
     if java is None:
-        raise TlcError("java not found on PATH; install a JRE (Java 11 or newer), e.g. openjdk-17-jre")
+        raise TlcError(
+            "java not found on PATH; install a JRE (Java 11 or newer), e.g. openjdk-17-jre"
+        )
     return java
 
 
@@ -226,8 +228,13 @@ def parse_tlc_output(module: str, output: str, return_code: int) -> TlcResult:
     elif succeeded and return_code == 0 and not errors:
         result.status = "valid"
     else:
-        tail = output.strip().splitlines()[-20:]
-        result.message = "\n".join(errors) or "TLC ended without a verdict:\n" + "\n".join(tail)
+        # SANY's parse and semantic errors are printed outside the message markers.
+        loose = [
+            line
+            for line in _MESSAGE.sub("", output).splitlines()
+            if line.strip() and not line.startswith(("Parsing file", "Semantic processing"))
+        ][-20:]
+        result.message = "\n".join([*errors, *loose]) or "TLC ended without a verdict"
     return result
 
 

@@ -88,7 +88,9 @@ def specs_dir() -> Path:
     return Path(str(files("swarmshake.specs")))
 
 
-def check_spec(name: str, profile: str = "default", *, timeout_s: float | None = None) -> list[SpecCheck]:
+def check_spec(
+    name: str, profile: str = "default", *, timeout_s: float | None = None
+) -> list[SpecCheck]:
     """Run every config of one spec in one profile."""
     if name not in SPECS:
         raise KeyError(f"unknown spec {name!r}; known: {', '.join(SPECS)}")
@@ -122,7 +124,9 @@ def _mutant_config_problem(bug: str, config_text: str) -> str:
     checked = re.findall(r"^\s*(?:INVARIANTS?|PROPERTY|PROPERTIES)\s+(.+)$", config_text, re.M)
     names = [name for line in checked for name in line.split()]
     if names != [expected]:
-        return f"the cfg must check exactly {expected} (bugs.py: {bug} breaks it), it checks {names}"
+        return (
+            f"the cfg must check exactly {expected} (bugs.py: {bug} breaks it), it checks {names}"
+        )
     return ""
 
 

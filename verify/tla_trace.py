@@ -31,6 +31,7 @@ from swarmshake.reference_node.protocol import history as h
 from swarmshake.verify.tla import Status, TlcResult, run_tlc
 
 TRACE_MODULE = "HistoryTrace"
+ALL_NODES = "*"  # a fault target meaning every node (the harness's and simulator's notation)
 # 100k events take ~?? s; a deadline scaled by the trace length keeps a huge
 # history from hanging CI while never cutting an ordinary one short.
 BASE_TIMEOUT_S = 60.0
@@ -136,6 +137,7 @@ def node_names(events: Sequence[h.EventBase]) -> set[str]:
             case h.Fault():
                 names.update(event.target)
     names.discard(h.HARNESS)
+    names.discard(ALL_NODES)
     return names
 
 
@@ -152,10 +154,7 @@ def trace_module(events: Sequence[h.EventBase], spec_text: str) -> str:
     if spec_text.count(CONSTANTS_LINE) != 1 or "MODULE History " not in spec_text:
         raise ValueError(f"History.tla must declare exactly one line {CONSTANTS_LINE!r}")
     records = ",\n    ".join(event_record(event) for event in events)
-    definitions = (
-        f"Nodes == {_string_set(node_names(events))}\n"
-        f"Trace == <<\n    {records}\n>>\n"
-    )
+    definitions = f"Nodes == {_string_set(node_names(events))}\nTrace == <<\n    {records}\n>>\n"
     text = spec_text.replace("MODULE History ", f"MODULE {TRACE_MODULE} ", 1)
     return text.replace(CONSTANTS_LINE, definitions, 1)
 
@@ -215,5 +214,7 @@ def validate_run(run_dir: str | os.PathLike[str], *, timeout_s: float | None = N
     history = h.History.load(run_dir)
     result = validate_events(history.events, label=str(run_dir), timeout_s=timeout_s)
     if history.torn_lines:
-        result.message = (result.message + f"; {history.torn_lines} torn last line(s) skipped").lstrip("; ")
+        result.message = (
+            result.message + f"; {history.torn_lines} torn last line(s) skipped"
+        ).lstrip("; ")
     return result

@@ -420,7 +420,9 @@ class LocalBackend(Backend):
         self.incidents: list[dict[str, Any]] = []
 
     def _incident(self, kind: str, data: dict[str, Any]) -> None:
-        self.incidents.append({"kind": kind, **data})
+        self.incidents.append({"kind": kind, "t_mono": time.monotonic(), **data})
+        if kind == "toxiproxy_restart" and self.registry and self.toxiproxy and self.toxiproxy.pid:
+            self.registry.add_process("toxiproxy", self.toxiproxy.pid)  # the new server's pid
 
     async def up(self) -> None:
         spec = self.spec

@@ -100,6 +100,8 @@ class ClusterSession:
             if self._thread.is_alive():
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(LOOP_START_TIMEOUT_S)
+            if not self._loop.is_running():
+                self._loop.close()
             self.registry.close()
 
     def __enter__(self) -> ClusterSession:

@@ -27,14 +27,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def parse_duration_s(text: str) -> float:
     """``600s``, ``10m``, ``250ms``, ``1h`` or a plain number of seconds."""
-    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
     stripped = text.strip()
-    for suffix, scale in units:
-        if stripped.endswith(suffix) and not (suffix == "s" and stripped.endswith("ms")):
-            number = stripped[: -len(suffix)]
+    number, scale = stripped, 1.0
+    # "ms" before "s": the longest unit that matches wins.
+    for suffix, unit_s in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if stripped.endswith(suffix):
+            number, scale = stripped[: -len(suffix)], unit_s
             break
-    else:
-        number, scale = stripped, 1.0
     try:
         value = float(number) * scale
     except ValueError:

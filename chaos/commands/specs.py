@@ -36,7 +36,9 @@ def _parser() -> ArgumentParser:
     check.add_argument("--spec", choices=sorted(tla_catalog.SPECS), help="one spec only")
     check.add_argument("--profile", choices=tla_catalog.PROFILES, default="default")
     check.add_argument("--mutants", action="store_true", help="TLC must catch every known bug")
-    check.add_argument("--trace", metavar="RUN_DIR", help="validate a run's history against the spec")
+    check.add_argument(
+        "--trace", metavar="RUN_DIR", help="validate a run's history against the spec"
+    )
     check.add_argument("--timeout", type=float, metavar="SECONDS", help="deadline per TLC process")
     check.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser
@@ -137,7 +139,9 @@ def main(argv: list[str]) -> int:
         report["error"] = str(error)
         codes = [EXIT_UNKNOWN]
     exit_code = _worst(codes)
-    report["status"] = {EXIT_VALID: "valid", EXIT_INVALID: "violated", EXIT_UNKNOWN: "unknown"}[exit_code]
+    report["status"] = {EXIT_VALID: "valid", EXIT_INVALID: "violated", EXIT_UNKNOWN: "unknown"}[
+        exit_code
+    ]
     report["exit_code"] = exit_code
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

@@ -10,6 +10,8 @@ monotonic clock that an NTP step cannot move back.
 
 from __future__ import annotations
 
+import math
+
 PPM = 1e-6
 
 
@@ -49,7 +51,13 @@ class NodeClock:
         return max(self.local_base + self.rate * (t - self.t_base), self.last_local)
 
     def true_time(self, local: float) -> float:
-        """The true time at which the local clock reads ``local`` (for timers)."""
+        """The earliest true time at which the local clock reads at least ``local``
+        (for timers: a wake-up one ulp early would find its timer not yet due)."""
         if self.rate == 1.0 and self.t_base == self.local_base:
             return local
-        return self.t_base + (local - self.local_base) / self.rate
+        t = self.t_base + (local - self.local_base) / self.rate
+        for _ in range(8):  # rounding: a few ulps at most
+            if self.local_base + self.rate * (t - self.t_base) >= local:
+                break
+            t = math.nextafter(t, math.inf)
+        return t

@@ -62,6 +62,12 @@ from swarmshake.reference_node.protocol.history import ViewChange as ViewChangeE
 from swarmshake.reference_node.protocol.messages import Gossip
 
 LOOK, MESSAGE, CALL, TIMER = range(4)
+# A livelock guard: 1,000 nodes may legitimately act at one instant a few times each.
+SAME_TIME_EVENTS_MAX = 200_000
+
+
+class SimulationStalled(RuntimeError):
+    """Virtual time stopped advancing: a driver or core keeps scheduling work at now."""
 SEED_MASK = (1 << 62) - 1  # the cores take a non-negative seed below 2**62
 _TICK = Tick()
 
@@ -164,9 +170,19 @@ class Simulation:
         heap = self._heap
         pop = heapq.heappop
         processes = self.processes
+        same_time = 0
         while heap and heap[0][0] <= until:
             entry = pop(heap)
             t, _, kind, node, gen, payload = entry
+            if t == self.now:
+                same_time += 1
+                if same_time > SAME_TIME_EVENTS_MAX:
+                    raise SimulationStalled(
+                        f"{same_time} events at t={t}: virtual time does not advance "
+                        f"(last: kind {kind} at {node or 'harness'})"
+                    )
+            else:
+                same_time = 0
             self.now = t
             self.handled_events += 1
             if kind == CALL:
@@ -579,15 +595,16 @@ class Simulation:
                 deadline = detector.deadline_for(peer)
                 if deadline is not None and (wake is None or deadline < wake):
                     wake = deadline
-        # A stream that is settling becomes trustworthy at settled_at: look then.
+        at = None if wake is None else (wake if proc.clock.identity else proc.clock.true_time(wake))
+        # A stream that is settling becomes trustworthy at settled_at (true time): look then.
         for peer in detector.targets:
             stream = incoming.get(peer)
             if stream is not None and stream.active and t < stream.settled_at:
-                if wake is None or stream.settled_at < wake:
-                    wake = stream.settled_at
-        if wake is None:
+                if at is None or stream.settled_at < at:
+                    at = stream.settled_at
+        if at is None:
             return
-        at = max(proc.clock.true_time(wake) if not proc.clock.identity else wake, t)
+        at = max(at, t)
         if at < proc.next_look:
             proc.next_look = at
             self.push(at, LOOK, proc.name, proc.gen)

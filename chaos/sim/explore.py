@@ -86,14 +86,13 @@ def schedules(
         _seconds(50, 800),
     )
     blackhole = st.builds(
-        lambda a, b, t, h: faults.ScheduleEntry(
-            op=faults.Blackhole(src=[a], dst=[b], direction="one_way"), at_s=t, heal_after_s=h
+        lambda pair, t, h: faults.ScheduleEntry(
+            op=faults.Blackhole(src=[pair[0]], dst=[pair[1]], direction="one_way"), at_s=t, heal_after_s=h
         ),
-        node,
-        node,
+        st.tuples(node, node).filter(lambda pair: pair[0] != pair[1]),
         at,
         _seconds(50, 1500),
-    ).filter(lambda e: e.op.src != e.op.dst)
+    )
     latency = st.builds(
         lambda a, delay, jitter, t, h: faults.ScheduleEntry(
             op=faults.Latency(src=[a], delay_ms=delay, jitter_ms=min(jitter, delay)),
@@ -107,17 +106,18 @@ def schedules(
         _seconds(50, 800),
     )
     skew = st.builds(
-        lambda n, offset, drift, t, h: faults.ScheduleEntry(
-            op=faults.ClockSkew(nodes=[n], offset_ms=offset, drift_ppm=drift),
+        lambda n, offset_drift, t, h: faults.ScheduleEntry(
+            op=faults.ClockSkew(nodes=[n], offset_ms=offset_drift[0], drift_ppm=offset_drift[1]),
             at_s=t,
             heal_after_s=h,
         ),
         node,
-        st.integers(-500, 500).map(float),
-        st.integers(-5000, 5000).map(float),
+        st.tuples(st.integers(-500, 500).map(float), st.integers(-5000, 5000).map(float)).filter(
+            lambda pair: pair != (0.0, 0.0)
+        ),
         at,
         _seconds(50, 800),
-    ).filter(lambda e: e.op.offset_ms or e.op.drift_ppm)
+    )
     entry = st.one_of(crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew)
     return st.lists(entry, min_size=1, max_size=max_entries).map(
         lambda entries: faults.FaultSchedule(entries=entries)

@@ -28,6 +28,9 @@ GAP_WINDOW = 20_000
 # With no detector timer pending, re-check this often anyway (a bound, not a poll
 # the core depends on: every event that may move the deadline wakes the task).
 IDLE_RECHECK_S = 1.0
+# Event-loop iterations given to pending socket reads before a timer fires: one to
+# poll the sockets, one for the reader task to parse, one for its handler.
+PENDING_IO_YIELDS = 3
 
 
 class DetectorDriver:
@@ -181,7 +184,16 @@ class DetectorDriver:
             deadline = self.core.next_deadline()
             now = self.clock.now()
             if deadline is not None and deadline <= now:
-                self.apply(self.core.handle(det.Tick(), now))
+                # Deliver arrivals before timers (DRIVERS.md): if this loop was stalled,
+                # heartbeats that reached the socket meanwhile are still unread, and a
+                # Tick first would blame the peers for our own stall.  A few loop
+                # iterations let the readers run (select, then the reader task).
+                for _ in range(PENDING_IO_YIELDS):
+                    await asyncio.sleep(0)
+                deadline = self.core.next_deadline()
+                now = self.clock.now()
+                if deadline is not None and deadline <= now:
+                    self.apply(self.core.handle(det.Tick(), now))
                 continue
             delay = (
                 IDLE_RECHECK_S

@@ -189,3 +189,55 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(docker_client, tmp_path):
     assert docker_client.containers.list(all=True, filters=label) == []
     assert docker_client.networks.list(filters=label) == []
     assert list((tmp_path / "state" / "active").glob("*.json")) == []
+
+
+def test_every_link_toxic_on_the_container_toxiproxy(docker_cluster):
+    session = docker_cluster
+    session.heal_all()
+    session.inject(F.Blackhole(src=["n2"], dst=["n3"], direction="one_way"))
+    t = time.monotonic() + 0.3
+    time.sleep(1.0)
+    assert heartbeats(session, "n3", "n2", t) == [] and heartbeats(session, "n2", "n3", t)
+    ops = [
+        F.Bandwidth(src=["n1"], dst=["n3"], direction="one_way", rate_kbps=64),
+        F.ResetPeer(src=["n1"], dst=["n2"], direction="one_way", timeout_ms=100),
+        F.Slicer(src=["n3"], dst=["n1"], direction="one_way"),
+        F.LimitData(src=["n3"], dst=["n2"], direction="one_way", limit_bytes=4096),
+        F.SlowClose(src=["n2"], dst=["n1"], direction="one_way", delay_ms=200),
+    ]
+    client = session.backend.toxiproxy.client
+    for op in ops:
+        session.inject(op)
+        (src,), (dst,) = op.src, op.dst
+        for channel in ("control", "bulk"):
+            toxics = session.call(client.toxics(f"{src}__{dst}__{channel}"))
+            assert [t.name for t in toxics] == [op.name], (op.name, channel, toxics)
+    t = time.monotonic()
+    wait_for(lambda: [r for r in observed(session, "n1", t, "link_broken") if r["peer"] == "n2"],
+             what="reset_peer breaks n1→n2")  # fmt: skip
+    session.heal_all()
+    for src, dst in (("n1", "n3"), ("n2", "n3")):
+        assert session.call(client.toxics(f"{src}__{dst}__control")) == []
+
+
+def test_churn_byzantine_and_checkpoint_corrupt_on_containers(docker_cluster):
+    session = docker_cluster
+    session.heal_all()
+    t = time.monotonic()
+    session.inject(F.Byzantine(nodes=["n1"], mode="sign_flip", scale=5))
+    command = wait_for(
+        lambda: observed(session, "n1", t, "command"), what="set_byzantine reaches n1"
+    )
+    assert command[0]["command"]["behaviour"]["mode"] == "sign_flip"
+    session.inject(F.Pause(nodes=["n2"]))  # no new checkpoint while we look
+    newest = max(session.spec.checkpoint_dir("n2").glob("ckpt-*.bin"))
+    session.inject(F.CheckpointCorrupt(nodes=["n2"], mode="truncate"))
+    assert newest.stat().st_size == 4096
+    session.inject(F.Resume(nodes=["n2"]))
+    session.inject(F.Churn(events_per_min=300, down_s=0.5, min_alive=2))
+    time.sleep(3.0)
+    session.heal(F.Churn(events_per_min=300))
+    departures = [
+        op for _, op, phase in session.nemesis.applied if op == "crash" and phase == "inject"
+    ]
+    assert departures and all(session.backend.node(n).is_running() for n in session.spec.nodes)

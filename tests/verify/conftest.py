@@ -38,7 +38,9 @@ class HistoryBuilder:
         self.clock_s += 0.001
         if node in self.incarnation and "incarnation" not in fields:
             fields["incarnation"] = self.incarnation[node]
-        self.events.append(event_type(t_wall=1.7e9 + self.clock_s, t_mono=self.clock_s, node=node, **fields))
+        self.events.append(
+            event_type(t_wall=1.7e9 + self.clock_s, t_mono=self.clock_s, node=node, **fields)
+        )
 
     def start_all(self) -> HistoryBuilder:
         self._emit(h.RunMark, h.HARNESS, mark="run_start")
@@ -68,12 +70,26 @@ class HistoryBuilder:
             self._emit(h.Promise, name, step=step, ballot=ballot, to=leader)
         self._emit(h.Propose, leader, step=step, ballot=ballot, value_fp=value, contributors=group)
         for name in group:
-            self._emit(h.Accept, name, step=step, ballot=ballot, value_fp=value, contributors=group, to=leader)
+            self._emit(
+                h.Accept,
+                name,
+                step=step,
+                ballot=ballot,
+                value_fp=value,
+                contributors=group,
+                to=leader,
+            )
         self.params_fp[step] = _fp("params", step)
         for name in group:
             self._emit(
-                h.Commit, name, step=step, value_fp=value, contributors=group,
-                param_fp=self.params_fp[step], voters=self.names, quorum=group,
+                h.Commit,
+                name,
+                step=step,
+                value_fp=value,
+                contributors=group,
+                param_fp=self.params_fp[step],
+                voters=self.names,
+                quorum=group,
             )
             self.applied[name] = step
         self.step = step
@@ -85,7 +101,13 @@ class HistoryBuilder:
         for peer in self.names:
             if self.up[peer]:
                 self._emit(h.Suspect, peer, peer=name, peer_incarnation=self.incarnation[name])
-                self._emit(h.DeclareDead, peer, peer=name, peer_incarnation=self.incarnation[name], suspicions=1)
+                self._emit(
+                    h.DeclareDead,
+                    peer,
+                    peer=name,
+                    peer_incarnation=self.incarnation[name],
+                    suspicions=1,
+                )
         return self
 
     def restart(self, name: str) -> HistoryBuilder:
@@ -103,7 +125,9 @@ class HistoryBuilder:
     def _rejoin(self, name: str) -> None:
         source = next(n for n in self.names if n != name and self.up[n])
         self._emit(h.RejoinBegin, name, source=source, from_step=self.applied[name])
-        self._emit(h.RejoinDone, name, step=self.step, source=source, param_fp=self.params_fp[self.step])
+        self._emit(
+            h.RejoinDone, name, step=self.step, source=source, param_fp=self.params_fp[self.step]
+        )
         self.applied[name] = self.step
 
     def partition(self, name: str) -> HistoryBuilder:

@@ -39,22 +39,38 @@ class Run:
 
     def fault(self, op: str, target: list[str], t: float, phase: str = "inject", **params) -> None:
         self.events.append(
-            Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=target, params=params, phase=phase)
+            Fault(
+                t_wall=t, t_mono=t, node=HARNESS, op=op, target=target, params=params, phase=phase
+            )
         )
 
     def accept(self, node: str, step: int, t: float, value: str, holds_bytes: bool = True) -> None:
         self.events.append(
             Accept(
-                t_wall=t, t_mono=t, node=node, step=step, ballot=[1, 0], value_fp=value,
-                contributors=NODES, holds_bytes=holds_bytes,
+                t_wall=t,
+                t_mono=t,
+                node=node,
+                step=step,
+                ballot=[1, 0],
+                value_fp=value,
+                contributors=NODES,
+                holds_bytes=holds_bytes,
             )
         )
 
-    def commit(self, node: str, step: int, t: float, value: str | None = None, param: str | None = None) -> None:
+    def commit(
+        self, node: str, step: int, t: float, value: str | None = None, param: str | None = None
+    ) -> None:
         self.events.append(
             Commit(
-                t_wall=t, t_mono=t, node=node, step=step, value_fp=value or f"a{step:04x}",
-                contributors=NODES, param_fp=param or f"f{step:04x}", voters=NODES,
+                t_wall=t,
+                t_mono=t,
+                node=node,
+                step=step,
+                value_fp=value or f"a{step:04x}",
+                contributors=NODES,
+                param_fp=param or f"f{step:04x}",
+                voters=NODES,
             )
         )
 

@@ -27,7 +27,11 @@ def test_a_mutant_config_checking_another_property_is_refused() -> None:
 def test_spec_holds_in_the_default_profile(name: str) -> None:
     for check in tla_catalog.check_spec(name, "default"):
         result = check.result
-        assert result.status == "valid", (check.config, result.message, format_counterexample(result))
+        assert result.status == "valid", (
+            check.config,
+            result.message,
+            format_counterexample(result),
+        )
         assert result.distinct_states > 100  # the model explored something real
 
 

@@ -65,7 +65,10 @@ EDITS: dict[str, Callable[[History], tuple[History, int]]] = {
         i,
     ),
     # ack-before-apply: an accept without the aggregate's bytes.
-    "accept without bytes": lambda ev: (_edit(ev, i := _index_of(ev, h.Accept, 3), holds_bytes=False), i),
+    "accept without bytes": lambda ev: (
+        _edit(ev, i := _index_of(ev, h.Accept, 3), holds_bytes=False),
+        i,
+    ),
     # eager-dead / S4: declaring dead a peer never suspected.
     "dead without suspicion": lambda ev: (
         _edit(ev, i := _index_of(ev, h.DeclareDead, 0), peer_incarnation=5),
@@ -106,13 +109,15 @@ def test_a_declared_death_of_a_live_node_breaks_s4_inside_the_envelope(
     edited = events[:first_fault] + [suspicion, death] + events[first_fault:]
     result = validate_events(edited)
     assert result.status == "violated"
-    assert result.first_unexplained is not None and result.first_unexplained.index == first_fault + 2
+    assert (
+        result.first_unexplained is not None and result.first_unexplained.index == first_fault + 2
+    )
 
 
 def test_the_generated_module_holds_the_trace_as_a_sequence_literal(
     make_history: Callable[..., History],
 ) -> None:
-    events = make_history()[:5]
+    events = make_history()[:7]  # run_mark, then start + ready of n1..n3
     text = trace_module(events, (Path(__file__).parents[2] / "specs" / "History.tla").read_text())
     assert "MODULE HistoryTrace" in text and "CONSTANTS Trace, Nodes" not in text
     assert 'Nodes == {"n1", "n2", "n3"}' in text
@@ -138,3 +143,40 @@ def test_cli_bad_usage_exits_64() -> None:
     with pytest.raises(SystemExit) as exit_info:
         specs_command.main(["check", "--profile", "nightly"])
     assert exit_info.value.code == 64
+
+
+def _simulated_run(run_dir: Path) -> Path:
+    from swarmshake.chaos import faults
+    from swarmshake.chaos.sim.run import SimConfig, run_simulation
+
+    schedule = faults.FaultSchedule(
+        entries=[
+            faults.ScheduleEntry(op=faults.Crash(nodes=["n2"]), at_s=5.0),
+            faults.ScheduleEntry(op=faults.Restart(nodes=["n2"]), at_s=12.0),
+            faults.ScheduleEntry(
+                op=faults.Partition(grouping="groups", groups=[["n0", "n1"], ["n2"]]),
+                at_s=20.0,
+                heal_after_s=5.0,
+            ),
+        ]
+    )
+    run_simulation(SimConfig(nodes=3, duration_s=40.0, seed=3), schedule, run_dir)
+    return run_dir
+
+
+def test_a_simulator_run_with_crash_restart_and_partition_is_accepted(tmp_path: Path) -> None:
+    run_dir = _simulated_run(tmp_path / "sim")
+    events = h.History.load(run_dir).events
+    ops = {e.op for e in events if isinstance(e, h.Fault)}
+    assert {"crash", "partition"} <= ops and any(isinstance(e, h.RejoinDone) for e in events)
+    result = validate_run(run_dir)
+    assert result.status == "valid", (result.message, result.first_unexplained)
+    assert result.explained == len(events) > 100
+
+
+def test_an_edited_simulator_history_is_rejected_at_that_event(tmp_path: Path) -> None:
+    events = h.History.load(_simulated_run(tmp_path / "sim")).events
+    index = _index_of(events, h.Commit, 10)
+    result = validate_events(_edit(events, index, value_fp="f" * 16))
+    assert result.status == "violated"
+    assert result.first_unexplained is not None and result.first_unexplained.index == index + 1
