@@ -344,10 +344,10 @@ def _majority_ring_cuts(ordered: list[str]) -> set[tuple[str, str]]:
 
 
 def _bridge_cuts(ordered: list[str]) -> set[tuple[str, str]]:
+    # The middle node (ordered[size // 2]) is in neither cut group: it links both sides.
     size = len(ordered)
-    bridge = ordered[size // 2]
-    left = [n for n in ordered[: size // 2]]
-    right = [n for n in ordered[size // 2 + 1 :]]
+    left = ordered[: size // 2]
+    right = ordered[size // 2 + 1 :]
     return _group_cuts([left, right], one_way=False) if left and right else set()
 
 

@@ -68,6 +68,8 @@ SAME_TIME_EVENTS_MAX = 200_000
 
 class SimulationStalled(RuntimeError):
     """Virtual time stopped advancing: a driver or core keeps scheduling work at now."""
+
+
 SEED_MASK = (1 << 62) - 1  # the cores take a non-negative seed below 2**62
 _TICK = Tick()
 

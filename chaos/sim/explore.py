@@ -87,7 +87,9 @@ def schedules(
     )
     blackhole = st.builds(
         lambda pair, t, h: faults.ScheduleEntry(
-            op=faults.Blackhole(src=[pair[0]], dst=[pair[1]], direction="one_way"), at_s=t, heal_after_s=h
+            op=faults.Blackhole(src=[pair[0]], dst=[pair[1]], direction="one_way"),
+            at_s=t,
+            heal_after_s=h,
         ),
         st.tuples(node, node).filter(lambda pair: pair[0] != pair[1]),
         at,

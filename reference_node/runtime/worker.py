@@ -53,8 +53,8 @@ KEEP_AGGREGATE_STEPS = 4
 # Contributions are accepted for the current step and this many ahead (peers run
 # at most one step ahead of a node that is applying its commit).
 AHEAD_STEPS = 2
-# Bulk frames held while the worker starts: a few steps of every peer's contribution.
-EARLY_FRAMES_MAX = 256
+# Bulk frames held while the worker starts: about two steps of three peers' chunks.
+EARLY_FRAMES_MAX = 64
 
 
 class Worker:

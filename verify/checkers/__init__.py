@@ -47,7 +47,9 @@ def check_history(history: History, bounds: Bounds | None = None) -> Verdict:
         membership = Membership(history)
     except Exception as error:  # noqa: BLE001 - any failure here means "cannot decide"
         message = f"could not build the run's ground truth: {type(error).__name__}: {error}"
-        results = {p: PropertyResult(property=p, status="unknown", message=message) for p in PROPERTIES}
+        results = {
+            p: PropertyResult(property=p, status="unknown", message=message) for p in PROPERTIES
+        }
         return Verdict(status="unknown", results=results, bounds=bounds, events=len(history.events))
 
     checkers: dict[str, Callable[[], PropertyResult]] = {

@@ -26,7 +26,6 @@ from swarmshake.reference_node.protocol.history import DeclareDead, History
 from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
 from swarmshake.verify.checkers.timeline import NodeTimeline, Timeline
 
-
 _NODE_LIST = re.compile(r"(?:confirmed by|suspicions:)\s*([\w.:,-]+)")
 
 
@@ -65,7 +64,9 @@ def false_positive_refs(
         else:
             explanation = f"{event.node} repeated a declaration of {event.peer} judged {verdict}"
         if verdict == "invalid":
-            false_positives.append((index, explanation or f"{event.node} declared {event.peer} dead at t={t:.3f}"))
+            false_positives.append(
+                (index, explanation or f"{event.node} declared {event.peer} dead at t={t:.3f}")
+            )
         elif verdict == "unknown":
             undecidable.append((index, explanation))
     return false_positives, undecidable
@@ -104,7 +105,8 @@ def _judge(
     ):
         return "unknown", explanation + " (outside the declared envelope)"
     if any(
-        judge in timeline.nodes and timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
+        judge in timeline.nodes
+        and timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
         for judge in judges
     ):
         # A judge that was frozen missed Δ_proc itself: its verdicts rest on silence it
@@ -160,10 +162,14 @@ def detection_delays_s(
             if first < len(times) and times[first] <= t_crash + bound:
                 delays.append(max(times[first] - t_crash, 0.0))
                 continue
-            undecidable = run_cut or timeline.out_of_envelope(observer, t_crash, end) or (
-                timeline.out_of_envelope(crashed, process_start, t_crash)
+            undecidable = (
+                run_cut
+                or timeline.out_of_envelope(observer, t_crash, end)
+                or (timeline.out_of_envelope(crashed, process_start, t_crash))
             )
-            misses.append((observer, crashed, t_crash, crash_index, "unknown" if undecidable else "late"))
+            misses.append(
+                (observer, crashed, t_crash, crash_index, "unknown" if undecidable else "late")
+            )
     return delays, misses
 
 

@@ -35,7 +35,16 @@ DOWN_OPS = frozenset({"crash", "restart"})
 PAUSE_OPS = frozenset({"pause"})
 # Network ops whose window always leaves the envelope; latency/clock/cpu are judged by params.
 NETWORK_OPS = frozenset(
-    {"partition", "blackhole", "bandwidth", "reset_peer", "slicer", "limit_data", "slow_close", "netem"}
+    {
+        "partition",
+        "blackhole",
+        "bandwidth",
+        "reset_peer",
+        "slicer",
+        "limit_data",
+        "slow_close",
+        "netem",
+    }
 )
 ALL_NODES = "*"
 

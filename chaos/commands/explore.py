@@ -1,0 +1,117 @@
+"""``swarmshake explore``: draw fault schedules, run each, shrink a failing one.
+
+    swarmshake explore [--backend sim] [--budget N] [--seed S] [--bug NAME]
+                       [--nodes N] [--duration 40s] [--property P ...] [--json]
+
+With ``--backend sim`` Hypothesis draws schedules (crashes, event-triggered crashes,
+pauses, partitions, black holes, jitter, clock skew), the simulator runs each and the
+checkers judge it.  On a violation the schedule is shrunk to the smallest one that
+still violates, printed as a scenario's ``faults:`` YAML on stdout, and the exit code
+is 1; with no violation in ``--budget`` runs the exit code is 0.  ``--property``
+limits what counts (default: any invalid property; ``--bug NAME`` defaults it to the
+property that bug must break).  ``unknown`` verdicts never count as violations.
+
+The real backends (``local``, ``docker``) come with the harness; until then they
+exit 64 with "backend not available yet".
+"""
+
+from __future__ import annotations
+
+import sys
+
+import msgspec
+
+from swarmshake.chaos import faults
+from swarmshake.chaos.commands._args import (
+    EXIT_INVALID,
+    EXIT_VALID,
+    ArgumentParser,
+    UsageError,
+    parse_duration_s,
+)
+from swarmshake.chaos.sim.explore import explore
+from swarmshake.chaos.sim.run import SimConfig
+from swarmshake.reference_node.protocol.bugs import BUGS
+from swarmshake.verify.checkers import PROPERTIES
+
+MAX_BUDGET = 100_000  # runs; a larger search belongs in a nightly job with its own seed
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="swarmshake explore", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="sim", choices=("sim", "local", "docker"))
+    parser.add_argument("--budget", type=int, default=200, help="schedules to try (default 200)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bug", choices=sorted(BUGS), help="switch on a known bug")
+    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument(
+        "--duration", type=parse_duration_s, default=40.0, help="virtual time per run"
+    )
+    parser.add_argument(
+        "--property", action="append", choices=PROPERTIES, help="what counts as a violation"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    args = parser.parse_args(argv)
+    if args.backend != "sim":
+        raise UsageError(
+            f"backend {args.backend!r} not available yet: the real-cluster harness has not "
+            "landed; use --backend sim"
+        )
+    if not 1 <= args.budget <= MAX_BUDGET:
+        raise UsageError(f"--budget {args.budget} must lie in [1, {MAX_BUDGET}]")
+    if args.duration < 25.0:
+        raise UsageError("--duration must be at least 25s: faults fall in the first 20s")
+    properties = tuple(args.property) if args.property else None
+    if properties is None and args.bug:
+        properties = (BUGS[args.bug].breaks,)
+    try:
+        config = SimConfig(
+            nodes=args.nodes,
+            duration_s=args.duration,
+            seed=args.seed,
+            bugs=(args.bug,) if args.bug else (),
+        )
+    except (ValueError, msgspec.ValidationError) as error:
+        raise UsageError(f"bad simulation settings: {error}") from None
+
+    def progress(count: int, schedule: faults.FaultSchedule, bad: list[str]) -> None:
+        if count % 50 == 0 or bad:
+            mark = f" violates {','.join(bad)}" if bad else ""
+            print(f"explore: run {count}, schedule of {schedule.size()}{mark}", file=sys.stderr)
+
+    found = explore(config, args.budget, args.seed, properties, progress=progress)
+    if found is None:
+        if args.json:
+            print(
+                msgspec.json.encode(
+                    {"status": "valid", "budget": args.budget, "seed": args.seed}
+                ).decode()
+            )
+        else:
+            print(
+                f"explore: no violation in {args.budget} schedules (seed {args.seed})",
+                file=sys.stderr,
+            )
+        return EXIT_VALID
+    schedule, run = found
+    scenario = faults.schedule_to_yaml(schedule)
+    header = (
+        f"# swarmshake explore --backend sim --seed {args.seed} --nodes {args.nodes}"
+        f"{' --bug ' + args.bug if args.bug else ''}: violates {', '.join(run.verdict.violated())}\n"
+        f"# replay: swarmshake sim --nodes {args.nodes} --duration {args.duration:g}s --seed {args.seed}"
+        f"{' --bug ' + args.bug if args.bug else ''} --faults THIS_FILE\n"
+    )
+    if args.json:
+        document = {
+            "status": "invalid",
+            "violated": run.verdict.violated(),
+            "schedule_size": schedule.size(),
+            "scenario_yaml": scenario,
+            "result": msgspec.to_builtins(run.result),
+        }
+        print(msgspec.json.encode(document).decode())
+    else:
+        sys.stdout.write(header + scenario)
+        for violation in run.result.violations:
+            print(f"explore: {violation.property}: {violation.message}", file=sys.stderr)
+    return EXIT_INVALID
