@@ -79,9 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 64
+    from swarmshake.reference_node.runtime import worker_start
     from swarmshake.reference_node.runtime.node import ControlProcess
 
-    return asyncio.run(ControlProcess(config, config_path, overrides).run())
+    forked = None
+    if worker_start.fork_preferred(config.worker.start):
+        # Before the event loop and its threads exist (worker_start says why).
+        forked = worker_start.fork_worker(config.worker.nice)
+    return asyncio.run(ControlProcess(config, config_path, overrides, forked).run())
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -79,6 +79,11 @@ class WorkerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     # value (needs CAP_SYS_NICE, else a warning) protects heartbeats on a machine
     # that other jobs saturate, where nicing the worker alone is not enough.
     control_nice: int = 0
+    # How the worker process starts: "exec" runs a fresh interpreter (which imports
+    # torch, seconds of CPU); "fork" forks this process before its event loop starts
+    # (cheap where torch is already imported, e.g. under the harness's zygote);
+    # "auto" forks exactly when torch is already imported here, else execs.
+    start: Literal["auto", "fork", "exec"] = "auto"
 
 
 class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

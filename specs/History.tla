@@ -64,6 +64,10 @@ Init ==
 
 ev == Trace[l]
 Running(n) == n \in Nodes /\ up[n] /\ ~paused[n]
+\* Who may author an event: a node that has started.  Not "Running": the harness
+\* logs a crash or pause before the signal lands, so a node's last events may
+\* follow the fault event in the total order (a real race, not a bug).
+Logs(n) == n \in Nodes /\ inc[n] >= 0
 Set(f, k, v) == [x \in DOMAIN f \cup {k} |-> IF x = k THEN v ELSE f[x]]
 \* Per-step facts are kept for the last StepWindow steps only: the state (and the
 \* cost of each event) stays bounded however long the run.  A commit or rejoin
@@ -88,7 +92,7 @@ Start ==
     /\ UNCHANGED <<epoch, voters, promised, accepted, applied, paramsAt, valueAt, envelope>>
 
 Stop ==
-    /\ ev.k = "stop" /\ Running(ev.n)
+    /\ ev.k = "stop" /\ Logs(ev.n)
     /\ up' = [up EXCEPT ![ev.n] = FALSE]
     /\ UNCHANGED <<paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope>>
@@ -97,7 +101,7 @@ Stop ==
 Bookkeeping ==
     /\ ev.k \in {"ready", "agg_send", "train_step", "frame_drop", "checkpoint_write",
                  "checkpoint_skip", "rejoin_begin", "byzantine"}
-    /\ Running(ev.n)
+    /\ Logs(ev.n)
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope>>
 
@@ -125,14 +129,14 @@ Fault ==
 (* Failure detector and membership. *)
 
 Suspect ==
-    /\ ev.k = "suspect" /\ Running(ev.n) /\ ev.peer \in Nodes /\ ev.peer # ev.n
+    /\ ev.k = "suspect" /\ Logs(ev.n) /\ ev.peer \in Nodes /\ ev.peer # ev.n
     /\ suspected' = [suspected EXCEPT ![ev.n] = Set(@, ev.peer, ev.pinc)]
     /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
                    paramsAt, valueAt, envelope>>
 
 \* A refutation raises the incarnation.
 Refute ==
-    /\ ev.k = "refute" /\ Running(ev.n) /\ ev.inc > inc[ev.n]
+    /\ ev.k = "refute" /\ Logs(ev.n) /\ ev.inc > inc[ev.n]
     /\ inc' = [inc EXCEPT ![ev.n] = ev.inc]
     /\ UNCHANGED <<up, paused, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope>>
@@ -140,7 +144,7 @@ Refute ==
 \* Confirmation needs a standing suspicion of that incarnation (no eager-dead),
 \* and inside the envelope the peer's current life must be over (S4).
 DeclareDead ==
-    /\ ev.k = "declare_dead" /\ Running(ev.n) /\ ev.peer \in Nodes
+    /\ ev.k = "declare_dead" /\ Logs(ev.n) /\ ev.peer \in Nodes
     /\ ev.peer \in DOMAIN suspected[ev.n] /\ suspected[ev.n][ev.peer] = ev.pinc
     /\ envelope => ~(Running(ev.peer) /\ ev.pinc >= bornInc[ev.peer])
     /\ suspected' = [suspected EXCEPT ![ev.n] =
@@ -149,7 +153,7 @@ DeclareDead ==
                    paramsAt, valueAt, envelope>>
 
 DeclareAlive ==
-    /\ ev.k = "declare_alive" /\ Running(ev.n) /\ ev.peer \in Nodes
+    /\ ev.k = "declare_alive" /\ Logs(ev.n) /\ ev.peer \in Nodes
     /\ suspected' = [suspected EXCEPT ![ev.n] =
                         [p \in DOMAIN @ \ {ev.peer} |-> @[p]]]
     /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
@@ -157,14 +161,14 @@ DeclareAlive ==
 
 \* View epochs only rise.
 ViewChange ==
-    /\ ev.k = "view_change" /\ Running(ev.n) /\ ev.ep >= epoch[ev.n]
+    /\ ev.k = "view_change" /\ Logs(ev.n) /\ ev.ep >= epoch[ev.n]
     /\ epoch' = [epoch EXCEPT ![ev.n] = ev.ep]
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, voters, promised, accepted, applied,
                    paramsAt, valueAt, envelope>>
 
 \* One node at a time, so consecutive majorities overlap.
 ConfigChange ==
-    /\ ev.k = "config_change" /\ Running(ev.n)
+    /\ ev.k = "config_change" /\ Logs(ev.n)
     /\ voters = {} \/ Cardinality((voters \ ev.vs) \cup (ev.vs \ voters)) <= 1
     /\ voters' = ev.vs
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, promised, accepted, applied,
@@ -174,20 +178,20 @@ ConfigChange ==
 (* Step commit (single-decree Paxos per step). *)
 
 Promise ==
-    /\ ev.k = "promise" /\ Running(ev.n)
+    /\ ev.k = "promise" /\ Logs(ev.n)
     /\ promised[ev.n].step = ev.st => BallotLess(promised[ev.n].bal, ev.bal)
     /\ promised' = [promised EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal]]
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, accepted, applied,
                    paramsAt, valueAt, envelope>>
 
 Propose ==
-    /\ ev.k = "propose" /\ Running(ev.n)
+    /\ ev.k = "propose" /\ Logs(ev.n)
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope>>
 
 \* Accept only a ballot at least the promise, and only holding the bytes.
 Accept ==
-    /\ ev.k = "accept" /\ Running(ev.n) /\ ev.hb
+    /\ ev.k = "accept" /\ Logs(ev.n) /\ ev.hb
     /\ promised[ev.n].step = ev.st => BallotAtLeast(ev.bal, promised[ev.n].bal)
     /\ (accepted[ev.n].step = ev.st /\ accepted[ev.n].bal = ev.bal) => accepted[ev.n].val = ev.val
     /\ promised' = [promised EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal]]
@@ -199,7 +203,7 @@ Accept ==
 \* parameter fingerprint per step, whoever commits it.
 Commit ==
     LET theVoters == IF voters = {} THEN ev.vs ELSE voters IN
-    /\ ev.k = "commit" /\ Running(ev.n)
+    /\ ev.k = "commit" /\ Logs(ev.n)
     /\ ev.vs = {} \/ voters = {} \/ ev.vs = voters
     /\ IsMajorityOf(ev.q, theVoters)
     /\ Known(valueAt, ev.st, ev.val) /\ Known(paramsAt, ev.st, ev.par)
@@ -215,7 +219,7 @@ Commit ==
 
 \* The state a rejoining node installs must be the committed one of its step (S1).
 RejoinDone ==
-    /\ ev.k = "rejoin_done" /\ Running(ev.n) /\ ev.ok
+    /\ ev.k = "rejoin_done" /\ Logs(ev.n) /\ ev.ok
     /\ Known(paramsAt, ev.st, ev.par)
     /\ applied' = [applied EXCEPT ![ev.n] = ev.st]
     /\ paramsAt' = SetRecent(paramsAt, ev.st, ev.par)

@@ -51,6 +51,9 @@ _MSG_BACK_TO_STATE = 2122
 _MSG_STATES_COUNT = 2199
 _MSG_DEPTH = 2194
 _MSG_SUCCESS = 2193
+_MSG_PROGRESS = 2200  # periodic; the only counts a run killed at its deadline leaves
+_MSG_BEHAVIOR_HEADER = 2121  # "The behavior up to this point is:" (severity 1, not an error)
+_MSG_COUNTEREXAMPLE_HEADER = 2264  # "The following behavior constitutes a counter-example:"
 _SEVERITY_ERROR = 1
 
 _MESSAGE = re.compile(r"@!@!@STARTMSG (\d+):(\d+) @!@!@\n(.*?)@!@!@ENDMSG \1 @!@!@", re.S)
@@ -214,12 +217,23 @@ def parse_tlc_output(module: str, output: str, return_code: int) -> TlcResult:
             if counts:
                 result.states_generated = int(counts.group(1).replace(",", ""))
                 result.distinct_states = int(counts.group(2).replace(",", ""))
+        elif code == _MSG_PROGRESS:
+            progress = re.search(
+                r"Progress\((\d+)\).*?([\d,]+) states generated.*?([\d,]+) distinct states", text
+            )
+            if progress:
+                result.depth = max(result.depth, int(progress.group(1)))
+                result.states_generated = int(progress.group(2).replace(",", ""))
+                result.distinct_states = int(progress.group(3).replace(",", ""))
         elif code == _MSG_DEPTH:
             found = re.search(r"is (\d+)", text)
             result.depth = int(found.group(1)) if found else 0
         elif code == _MSG_SUCCESS:
             succeeded = True
-        elif severity == _SEVERITY_ERROR and code not in (2121, 2264):
+        elif severity == _SEVERITY_ERROR and code not in (
+            _MSG_BEHAVIOR_HEADER,
+            _MSG_COUNTEREXAMPLE_HEADER,
+        ):
             errors.append(text)
     if result.violation_kind:
         result.status = "violated"

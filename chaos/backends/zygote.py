@@ -34,12 +34,17 @@ import traceback
 # missing from this tree is skipped: the child imports what it needs itself.
 DEFAULT_PRELOAD = (
     "torch",
+    # What the worker's torch.use_deterministic_algorithms() imports on first call
+    # (~900 modules, 1.6 s of CPU per worker otherwise): nodes fork their worker from
+    # here (runtime/worker_start.py), so it is paid once.
+    "torch._inductor.config",
     "numpy",
     "msgspec",
     "aiomqtt",
     "swarmshake.kernels",
     "swarmshake.reference_node.config",
     "swarmshake.reference_node.runtime",
+    "swarmshake.reference_node.runtime.worker",
     "swarmshake.reference_node.training.step",
     "swarmshake.reference_node.training.model",
     "swarmshake.reference_node.training.aggregation",

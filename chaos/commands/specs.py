@@ -12,6 +12,7 @@ violated (or a mutant escaped, or the trace was rejected), 2 unknown, 64 usage.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -55,12 +56,12 @@ def _worst(codes: list[int]) -> int:
     return EXIT_UNKNOWN if EXIT_UNKNOWN in codes else EXIT_VALID
 
 
-def _check_specs(args: object, report: dict) -> list[int]:
-    names = [args.spec] if args.spec else list(tla_catalog.SPECS)  # type: ignore[attr-defined]
+def _check_specs(args: argparse.Namespace, report: dict) -> list[int]:
+    names = [args.spec] if args.spec else list(tla_catalog.SPECS)
     codes = []
     report["specs"] = []
     for name in names:
-        for check in tla_catalog.check_spec(name, args.profile, timeout_s=args.timeout):  # type: ignore[attr-defined]
+        for check in tla_catalog.check_spec(name, args.profile, timeout_s=args.timeout):
             result = check.result
             codes.append(result.exit_code)
             report["specs"].append(msgspec.to_builtins(check))
@@ -77,11 +78,14 @@ def _check_specs(args: object, report: dict) -> list[int]:
     return codes
 
 
-def _check_mutants(args: object, report: dict) -> list[int]:
+def _check_mutants(args: argparse.Namespace, report: dict) -> list[int]:
     codes = []
     report["mutants"] = []
-    for bug in BUGS:
-        check = tla_catalog.check_mutant(bug, timeout_s=args.timeout)  # type: ignore[attr-defined]
+    module = tla_catalog.SPECS[args.spec].module if args.spec else None
+    for bug, known in BUGS.items():
+        if module and tla_catalog.MODULE_OF_CORE.get(known.core) != module:
+            continue  # --spec: only the mutants of that spec
+        check = tla_catalog.check_mutant(bug, timeout_s=args.timeout)
         report["mutants"].append(msgspec.to_builtins(check))
         if check.caught:
             codes.append(EXIT_VALID)
@@ -99,12 +103,12 @@ def _check_mutants(args: object, report: dict) -> list[int]:
     return codes
 
 
-def _check_trace(args: object, report: dict) -> list[int]:
-    run_dir = Path(args.trace)  # type: ignore[attr-defined]
+def _check_trace(args: argparse.Namespace, report: dict) -> list[int]:
+    run_dir = Path(args.trace)
     if not (run_dir / "events").is_dir():
         raise UsageError(f"{run_dir}: no events/ folder; pass a run directory (runs/<run-id>)")
     try:
-        result = tla_trace.validate_run(run_dir, timeout_s=args.timeout)  # type: ignore[attr-defined]
+        result = tla_trace.validate_run(run_dir, timeout_s=args.timeout)
     except ValueError as error:  # HistoryError: a malformed line, named by file and line
         raise UsageError(str(error)) from None
     report["trace"] = msgspec.to_builtins(result)

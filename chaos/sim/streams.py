@@ -5,8 +5,9 @@ when, how often) instead of ticking a timer per heartbeat, so the simulator neve
 a heartbeat on the event heap.  A ``HeartbeatStream`` is one directed link's stream:
 its sends are ``start + k · interval`` on the sender's clock, each arrival is drawn
 from the link's own heartbeat RNG when the stream is *materialised*, and arrivals
-are handed to the receiver's detector in one ``HeartbeatsArrived`` batch when the
-receiver next has to look (the core guarantees a batch equals the arrivals one by one).
+are handed to the receiver's detector when the receiver next wakes, in runs of
+``HeartbeatsArrived`` batches merged across senders in arrival order (the core
+guarantees a batch equals its arrivals one by one).
 
 Exactness rests on one rule: **materialise before anything that changes the stream
 changes** — a fault on the link, the sender crashing, pausing, being throttled or

@@ -14,7 +14,7 @@ import struct
 
 import msgspec
 
-from swarmshake.reference_node.training.byzantine import ByzantineBehaviour
+from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 
 # Inference batches (256 x 1024 floats) are the largest legitimate message.
 MAX_IPC_BYTES = 8 * 1024 * 1024
@@ -93,9 +93,13 @@ class LoadCheckpointFile(_Msg, tag="load_checkpoint"):
 
 
 class InstallStaged(_Msg, tag="install_staged"):
-    """The rejoin core accepted the staged state: make it the replica's state."""
+    """The rejoin core accepted the staged state: make it the replica's state.
+
+    ``source = "local"`` exists only under the ``stale-rejoin`` bug: keep the local
+    (stale) parameters and jump to ``next_step``, with no transfer and no check."""
 
     source: str
+    next_step: int = -1
 
 
 class WriteCheckpoint(_Msg, tag="write_checkpoint"):

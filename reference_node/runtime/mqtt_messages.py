@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from swarmshake.reference_node.runtime.links import PeerAddress
-from swarmshake.reference_node.training.byzantine import ByzantineBehaviour
+from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 
 # A command or address book is a few hundred bytes; 64 KiB holds a book of ~1000
 # peers and bounds what a stray publisher can make a node parse.

@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -48,7 +47,12 @@ from swarmshake.reference_node.runtime.mqtt_messages import (
     SetByzantine,
     SetClock,
 )
-from swarmshake.reference_node.training.environment import cpu_flags
+from swarmshake.reference_node.runtime.worker_start import (
+    ForkedWorker,
+    WorkerProcess,
+    exec_worker,
+)
+from swarmshake.reference_node.training.host import cpu_flags, installed_torch_version
 
 WORKER_START_TIMEOUT_S = 120.0  # importing torch on a loaded 2-core machine takes seconds
 WORKER_PING_S = 5.0  # keeps the worker's silence deadline (30 s) from firing
@@ -76,7 +80,15 @@ class NodeExit(Exception):
 
 
 class ControlProcess:
-    def __init__(self, config: NodeConfig, config_path: Path, overrides: dict[str, Any]):
+    def __init__(
+        self,
+        config: NodeConfig,
+        config_path: Path,
+        overrides: dict[str, Any],
+        forked_worker: ForkedWorker | None = None,
+    ):
+        """``forked_worker``: a worker already forked (``worker_start.fork_worker``) and
+        waiting for its init; None starts one by exec."""
         self.config = config
         self.config_path = config_path
         self.overrides = overrides
@@ -139,7 +151,8 @@ class ControlProcess:
                 seed=config.node.seed,
             )
         self.worker_channel: ipc.IpcChannel | None = None
-        self.worker_process: asyncio.subprocess.Process | None = None
+        self.forked_worker = forked_worker
+        self.worker_process: WorkerProcess | None = None
         self.worker_ready: ipc.WorkerReady | None = None
         self.worker_report: ipc.WorkerReport | None = None
         self._infer_ids = itertools.count(1)
@@ -200,17 +213,11 @@ class ControlProcess:
     # -- worker --------------------------------------------------------------------------------
 
     async def start_worker(self) -> None:
-        parent_sock, child_sock = socket.socketpair()
-        child_fd = child_sock.fileno()
-        self.worker_process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "swarmshake.reference_node.runtime.worker_entry",
-            str(child_fd),
-            str(self.config.worker.nice),
-            pass_fds=(child_fd,),
-        )
-        child_sock.close()
+        if self.forked_worker is not None:
+            self.worker_process = self.forked_worker
+            parent_sock = self.forked_worker.control_socket
+        else:
+            self.worker_process, parent_sock = await exec_worker(self.config.worker.nice)
         self.worker_channel = await ipc.IpcChannel.from_socket(parent_sock, ipc.FromWorker)
         peers = {
             peer: (address.host, address.bulk_port)
@@ -397,15 +404,13 @@ class ControlProcess:
         self.stopping.set()
 
     async def run(self) -> int:
-        import torch
-
         from swarmshake.reference_node.runtime.step_driver import StepDriver
 
         self.events.log(
             history.Start,
             seed=self.config.node.seed,
             git_commit=os.environ.get("SWARMSHAKE_GIT_COMMIT", ""),
-            torch_version=str(torch.__version__),
+            torch_version=installed_torch_version(),  # no torch import here
             threads=self.config.training.threads,
             cpu_flags=cpu_flags(),
             config=redacted(self.config),

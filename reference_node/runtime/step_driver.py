@@ -431,7 +431,9 @@ class StepDriver:
                         nbytes=action.nbytes,
                         verified=action.verified,
                     )
-                    self.node.to_worker(ipc.InstallStaged(source=action.source))
+                    self.node.to_worker(
+                        ipc.InstallStaged(source=action.source, next_step=action.step)
+                    )
                 case rj.RejoinFailed():
                     self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
                     self.rejoin = None  # retried when peers are still ahead

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import os
 import socket
@@ -41,6 +42,7 @@ from swarmshake.reference_node.runtime.bulk import (
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks, QueueFull
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
+from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
 from swarmshake.reference_node.training.state import TrainingState
 from swarmshake.reference_node.training.step import Replica
@@ -223,7 +225,7 @@ class Worker:
             case ipc.LoadCheckpointFile():
                 await self.load_checkpoint_file(message.path)
             case ipc.InstallStaged():
-                self.install_staged(message.source)
+                self.install_staged(message)
             case ipc.WriteCheckpoint():
                 await self.write_checkpoint()
             case ipc.SetBehaviour():
@@ -365,7 +367,11 @@ class Worker:
 
     def expect_state(self, source: str) -> None:
         limit = self.replica.model.parameter_count * 4 * 3  # params + two Adam buffers
-        self.state_pull = (source, checkpoint.StateAssembler(max_payload_bytes=limit))
+        # Live mode: bulk frames are HMAC-authenticated and TCP-ordered, so the payload
+        # is not hashed again (it would halve the transfer rate); the parameter
+        # fingerprint is still checked against the offer (checkpoint.state_chunks).
+        assembler = checkpoint.StateAssembler(max_payload_bytes=limit, require_payload_hash=False)
+        self.state_pull = (source, assembler)
         self.staged = None
 
     async def serve_state(self, requester: str) -> None:
@@ -374,7 +380,7 @@ class Worker:
         if snapshot.step == 0:
             return  # nothing committed to offer; the requester times out and moves on
         fp = await self.run_compute(snapshot.param_fingerprint)
-        header = checkpoint.build_header(snapshot, self.node)
+        header = checkpoint.build_header(snapshot, self.node, payload_sha256=checkpoint.UNHASHED)
         prefix = checkpoint.encode_prefix(header)
         self.channel.send(
             ipc.StateServing(
@@ -384,7 +390,7 @@ class Worker:
                 nbytes=len(prefix) + header.payload_nbytes,
             )
         )
-        chunks = checkpoint.state_chunks(snapshot, node=self.node)
+        chunks = checkpoint.state_chunks(snapshot, node=self.node, hash_payload=False)
         await self.send_blob(requester, split("state", snapshot.step, fp, chunks))
 
     async def load_checkpoint_file(self, path: str) -> None:
@@ -404,16 +410,34 @@ class Worker:
             ipc.StateStaged(source="checkpoint", step=state.step - 1, computed_fp=fp, nbytes=0)
         )
 
-    def install_staged(self, source: str) -> None:
-        if self.staged is None or self.staged[0] != source:
+    def install_staged(self, message: ipc.InstallStaged) -> None:
+        source = message.source
+        if source == "local" and "stale-rejoin" in self.config.bug_set:
+            # The bug: rejoin at the cluster's step with our stale parameters.
+            state = dataclasses.replace(
+                self.replica.state, step=max(message.next_step, self.replica.step)
+            )
+        elif self.staged is None or self.staged[0] != source:
             self.channel.send(ipc.StateFailed(source=source, reason="nothing staged from it"))
             return
-        state = self.staged[1]
-        self.staged = None
-        self.replica = Replica(self.config.training, self.node, state)
+        else:
+            state = self.staged[1]
+            self.staged = None
+        self.replica = Replica(self.config.training, self.node, state)  # honest behaviour
         fp = state.param_fingerprint()
         self._param_fp_cache = (state.step, fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
+        # A restarted node runs honest whatever its previous incarnation did; the
+        # replay learns from this event which behaviour produced its next gradients.
+        honest = ByzantineBehaviour()
+        self.log(
+            history.ByzantineSwitch,
+            step=state.step,
+            mode=honest.mode,
+            seed=honest.seed,
+            magnitude=honest.magnitude,
+            noise_std=honest.noise_std,
+        )
         self.channel.send(ipc.StateInstalled(next_step=state.step, param_fp=fp, source=source))
 
     async def serve_aggregate(self, requester: str, step: int, key: str) -> None:

@@ -26,18 +26,23 @@ def _die_with_parent() -> None:
         pass  # not Linux: EOF on the socketpair still ends the worker
 
 
+def become_worker(fd: int, nice: int, control_pid: int) -> int:
+    """Run the worker on socket ``fd`` (exec'd here, or forked by ``worker_start``)."""
+    _die_with_parent()
+    if os.getppid() != control_pid:
+        return 3  # the parent died before PDEATHSIG was armed
+    # Absolute, not relative: the control process may run at a negative niceness.
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    from swarmshake.reference_node.runtime.worker import run
+
+    return run(fd)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[0].isdigit():
         print(USAGE, file=sys.stderr)
         return 64
-    _die_with_parent()
-    if os.getppid() == 1:
-        return 3  # the parent died before PDEATHSIG was armed
-    # Absolute, not relative: the control process may run at a negative niceness.
-    os.setpriority(os.PRIO_PROCESS, 0, int(argv[1]))
-    from swarmshake.reference_node.runtime.worker import run
-
-    return run(int(argv[0]))
+    return become_worker(int(argv[0]), int(argv[1]), control_pid=os.getppid())
 
 
 if __name__ == "__main__":

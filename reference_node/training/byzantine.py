@@ -19,35 +19,22 @@ recomputes the same bits.
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
-import msgspec
 import torch
 
+from swarmshake.reference_node.training.behaviour import (  # re-exported: the old names
+    BYZANTINE_MODES,
+    ByzantineBehaviour,
+    ByzantineMode,
+)
 from swarmshake.reference_node.training.seeds import generator
 
-ByzantineMode = Literal["honest", "sign_flip", "scaled", "gaussian_noise", "stale", "random_bits"]
-BYZANTINE_MODES: tuple[str, ...] = ByzantineMode.__args__  # type: ignore[attr-defined]
-
-
-class ByzantineBehaviour(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    mode: ByzantineMode = "honest"
-    seed: int = 0
-    magnitude: float = 10.0
-    noise_std: float = 1.0
-    since_step: int = 0  # the first step the behaviour applies to
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.magnitude):
-            raise ValueError(f"byzantine magnitude must be finite, got {self.magnitude}")
-        if not (math.isfinite(self.noise_std) and self.noise_std >= 0):
-            raise ValueError(f"byzantine noise_std must be finite and >= 0, got {self.noise_std}")
-        if self.since_step < 0:
-            raise ValueError(f"byzantine since_step must be >= 0, got {self.since_step}")
-
-    def is_honest(self) -> bool:
-        return self.mode == "honest"
+__all__ = [
+    "BYZANTINE_MODES",
+    "ByzantineBehaviour",
+    "ByzantineMode",
+    "ByzantineSchedule",
+    "corrupt_gradient",
+]
 
 
 def corrupt_gradient(

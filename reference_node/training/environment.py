@@ -9,12 +9,13 @@ run (the ``start`` event) and compared before a replay claims anything.
 from __future__ import annotations
 
 import platform
-from pathlib import Path
 
 import msgspec
 import torch
 
-CPUINFO_PATH = Path("/proc/cpuinfo")
+from swarmshake.reference_node.training.host import CPUINFO_PATH, cpu_flags
+
+__all__ = ["CPUINFO_PATH", "EnvironmentFacts", "configure_torch", "cpu_flags", "environment_facts"]
 
 
 class EnvironmentFacts(msgspec.Struct, kw_only=True, frozen=True):
@@ -42,19 +43,6 @@ def configure_torch(threads: int = 1) -> None:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
-
-
-def cpu_flags(cpuinfo_path: Path = CPUINFO_PATH) -> str:
-    """The CPU feature flags of the first processor, sorted; "" where not readable."""
-    try:
-        text = cpuinfo_path.read_text(errors="replace")
-    except OSError:
-        return ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):  # x86 and ARM spell it differently
-            return " ".join(sorted(value.split()))
-    return ""
 
 
 def environment_facts(seed: int) -> EnvironmentFacts:

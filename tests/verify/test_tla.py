@@ -77,3 +77,14 @@ def test_the_deadline_kills_tlc_and_says_unknown(tmp_path: Path) -> None:
 def test_parser_without_a_verdict_is_unknown() -> None:
     result = parse_tlc_output("M", "Exception in thread main java.lang.OutOfMemoryError", 1)
     assert result.status == "unknown" and "OutOfMemoryError" in result.message
+
+
+def test_a_run_killed_at_its_deadline_keeps_its_progress_counts() -> None:
+    output = (
+        "@!@!@STARTMSG 2200:0 @!@!@\nProgress(12) at 2026-11-26 04:34:53: 120,291 states "
+        "generated (119,856 s/min), 32,130 distinct states found (31,863 ds/min), 14,043 "
+        "states left on queue.\n@!@!@ENDMSG 2200 @!@!@\n"
+    )
+    result = parse_tlc_output("M", output, -9)
+    assert result.status == "unknown"
+    assert (result.states_generated, result.distinct_states, result.depth) == (120291, 32130, 12)

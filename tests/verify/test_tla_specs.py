@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from swarmshake.reference_node.protocol.bugs import BUGS
@@ -42,3 +44,17 @@ def test_tlc_catches_every_known_bug_as_the_property_it_breaks(bug: str) -> None
     assert check.caught, check.problem
     assert check.result.violated_property == BUGS[bug].breaks
     assert len(check.result.counterexample) >= 2
+
+
+def test_cli_mutants_of_one_spec_print_the_counterexample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from swarmshake.chaos.commands import specs as specs_command
+
+    assert specs_command.main(["check", "--mutants", "--spec", "rejoin", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert [m["bug"] for m in report["mutants"]] == ["stale-rejoin"]
+    assert report["mutants"][0]["caught"] and report["status"] == "valid"
+    assert "CAUGHT   stale-rejoin" in captured.err and "state 2: " in captured.err
+    assert "TransferFrom" in captured.err  # the action that took the stale parameters

@@ -180,3 +180,16 @@ def test_an_edited_simulator_history_is_rejected_at_that_event(tmp_path: Path) -
     result = validate_events(_edit(events, index, value_fp="f" * 16))
     assert result.status == "violated"
     assert result.first_unexplained is not None and result.first_unexplained.index == index + 1
+
+
+def test_a_last_event_racing_the_crash_signal_is_explained(
+    make_history: Callable[..., History],
+) -> None:
+    # The harness logs the crash before SIGKILL lands: the victim may log once more.
+    events = make_history()
+    crash = _index_of(events, h.Fault, 0)
+    victim = events[crash].target[0]
+    t = events[crash].t_mono
+    late = h.TrainStep(t_wall=t, t_mono=t, node=victim, step=99, loss=0.5)
+    result = validate_events(events[: crash + 1] + [late] + events[crash + 1 :])
+    assert result.status == "valid", result.message
