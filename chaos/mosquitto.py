@@ -82,15 +82,18 @@ class MosquittoBroker:
         )
         return config
 
-    async def start(self) -> None:
-        config = self._write_config()
-        self._process = subprocess.Popen(
-            [str(mosquitto_binary()), "-c", str(config)],
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        # Popen only forks and execs; waiting for the listener is awaited in start().
+        return subprocess.Popen(
+            [str(mosquitto_binary()), "-c", str(self._write_config())],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    async def start(self) -> None:
+        self._process = self._spawn()
         if self.pid_dir:
             self.pid_dir.mkdir(parents=True, exist_ok=True)
             (self.pid_dir / f"mosquitto-{self.port}.pid").write_text(str(self._process.pid))

@@ -22,8 +22,8 @@
 (* Fairness (what the implementation assumes, for L2): a live node that   *)
 (* can take a protocol step eventually takes one (WF per node); a proposer *)
 (* starts a new round only after a fault since its last one (its retry    *)
-(* timeout exceeds a fault-free round trip), so rounds are bounded by      *)
-(* faults; the environment has no fairness but injects finitely many       *)
+(* timeout exceeds a fault-free round trip) or right above a ballot that   *)
+(* rejected it, so rounds are bounded by faults; the environment has no fairness but injects finitely many       *)
 (* faults (MaxCrashes, MaxPartitions).                                     *)
 (***************************************************************************)
 EXTENDS Integers, FiniteSets, Sequences
@@ -45,7 +45,8 @@ AggregateOf(n) == IF n = 1 THEN "a" ELSE "b"
 Values == {AggregateOf(n) : n \in Nodes}
 Steps == 1..MaxStep
 MaxRound == MaxCrashes + 2 * MaxPartitions
-Ballots == 0..((MaxRound + 1) * N - 1)
+\* Rounds: one per fault, plus one retry above a rejecting ballot.
+Ballots == 0..((MaxRound + 2) * N - 1)
 Owner(b) == (b % N) + 1
 Round(b) == b \div N
 None == "none"
@@ -100,6 +101,13 @@ CanFetch(n, s, v) ==
     \/ \E h \in Nodes : up[h] /\ Reachable(n, h) /\ v \in bytes[h][s]
 Fetch(n, s, v) == bytes' = [bytes EXCEPT ![n][s] = @ \cup {v}]
 
+\* A leader whose promise request was rejected (an acceptor on its side holds a
+\* higher ballot) retries in the round above that ballot's.
+HighestSeen(n, s) ==
+    LET seen == {maxBal[a][s] : a \in {x \in Nodes : up[x] /\ Reachable(x, n)}}
+    IN CHOOSE m \in seen : \A k \in seen : k <= m
+RetryRound(n, s) == IF HighestSeen(n, s) >= 0 THEN Round(HighestSeen(n, s)) + 1 ELSE -1
+
 \* Phase 1a + 1b, the event "promise": the side's leader asks for promises
 \* on ballot b (its first round, or a retry after a fault); the acceptors in
 \* acc (any non-empty set on its side: the others did not get the request)
@@ -110,7 +118,7 @@ Fetch(n, s, v) == bytes' = [bytes EXCEPT ![n][s] = @ \cup {v}]
 Promise(n, b, acc) ==
     LET s == NextStep(n) IN
     /\ up[n] /\ Leader(n) /\ Owner(b) = n /\ s \in Steps
-    /\ Round(b) = FaultCount
+    /\ Round(b) = FaultCount \/ Round(b) = RetryRound(n, s)
     /\ acc # {}
     /\ \A a \in acc : up[a] /\ Reachable(a, n) /\ b > maxBal[a][s]
     /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![s] = b] ELSE maxBal[a]]

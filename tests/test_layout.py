@@ -53,10 +53,17 @@ def test_the_wheel_maps_every_folder_into_the_namespace(tmp_path):
 
 
 def test_python_dash_m_and_the_console_script_agree():
-    for command in ([sys.executable, "-m", "swarmshake", "--help"],
-                    [str(Path(sys.executable).parent / "swarmshake"), "--help"]):
+    for command in (
+        [sys.executable, "-m", "swarmshake", "--help"],
+        [str(Path(sys.executable).parent / "swarmshake"), "--help"],
+    ):
         result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0 and "swarmshake COMMAND" in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "swarmshake", "no-such-command"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "swarmshake", "no-such-command"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert bad.returncode == 64 and "unknown command" in bad.stderr

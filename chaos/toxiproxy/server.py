@@ -109,10 +109,12 @@ class ToxiproxyServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def start(self) -> None:
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        # Popen only forks and execs (about a millisecond); the slow part, waiting
+        # for the API to answer, is awaited in start().
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            self._process = subprocess.Popen(
+            return subprocess.Popen(
                 [str(toxiproxy_binary()), "-host", self.host, "-port", str(self.port)],
                 stdout=log,
                 stderr=log,
@@ -122,6 +124,9 @@ class ToxiproxyServer:
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
+
+    async def start(self) -> None:
+        self._process = self._spawn()
         if self.pid_dir:
             self.pid_dir.mkdir(parents=True, exist_ok=True)
             (self.pid_dir / f"toxiproxy-{self.port}.pid").write_text(str(self._process.pid))

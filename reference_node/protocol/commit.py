@@ -816,6 +816,11 @@ class StepCommit:
             self._learn(value, quorum, actions)
 
     def _proposer_nack(self, message: Nack, now: float, actions: list) -> None:
+        if message.sender_step is not None and message.sender_step > self.step:
+            actions.append(
+                Behind(step=self.step, peer_step=message.sender_step, peer=message.sender)
+            )
+            return
         proposer = self._proposer
         proposer.highest_round = max(proposer.highest_round, message.promised[0])
         if (
@@ -881,6 +886,23 @@ class StepCommit:
                             step=message.step,
                             value=entry[0],
                             quorum=list(entry[1]),
+                        ),
+                    )
+                )
+            else:
+                # This node started past that step (checkpoint or state transfer) and
+                # cannot tell its value; silence would stall the laggard for ever (found
+                # by explore: a node restored from its checkpoint at step 0 and one that
+                # rejoined at genesis never committed again).  Tell it that it is behind.
+                actions.append(
+                    Send(
+                        to=(message.sender,),
+                        message=Nack(
+                            sender=self.node,
+                            step=message.step,
+                            ballot=message.ballot,
+                            promised=message.ballot,
+                            sender_step=self.step,
                         ),
                     )
                 )

@@ -105,7 +105,7 @@ from swarmshake.reference_node.protocol.structs import (
 
 Status = Literal["alive", "suspect", "dead", "left"]
 _US_PER_S = 1_000_000
-_TIMER_KINDS = ("watch", "suspicion_timeout", "notice_retry", "gossip_round")
+_TIMER_KINDS = ("watch", "suspicion_timeout", "notice_retry", "gossip_round", "dead_notice")
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -129,6 +129,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     gossip_rounds_mult: float = 2.0
     notice_retry_base_s: float = 0.1
     notice_retries_max: int = 3  # bounded: after that the suspicion timeout decides
+    dead_notice_gap_s: float = 0.1  # at most one "you were declared dead" answer per peer
+    dead_notices_max: int = 8  # bounded: 0.1 s .. 12.8 s backoff, ~25 s of telling the dead
 
     def __post_init__(self) -> None:
         for name in (
@@ -141,6 +143,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "gossip_interval_s",
             "gossip_rounds_mult",
             "notice_retry_base_s",
+            "dead_notice_gap_s",
         ):
             check_positive(getattr(self, name), f"DetectorConfig.{name}")
         for name in (
@@ -155,6 +158,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             if value < 1:
                 raise LocalProtocolError(f"DetectorConfig.{name} must be >= 1, got {value}")
         check_count(self.notice_retries_max, "DetectorConfig.notice_retries_max")
+        check_count(self.dead_notices_max, "DetectorConfig.dead_notices_max")
         if self.suspicion_ceiling_s < self.suspicion_floor_s:
             raise LocalProtocolError("DetectorConfig: suspicion_ceiling_s < suspicion_floor_s")
         if self.min_window_gaps > self.window_gaps:
@@ -465,6 +469,11 @@ class FailureDetector:
         self._suspicions: dict[str, _Suspicion] = {}
         self._queue: dict[str, list] = {}  # subject -> [GossipItem, rounds left]; insertion order
         self._next_gossip_at: float | None = None
+        # Telling the dead (see "Partitions and the dead" in the module docstring):
+        # peer -> [next notice time, notices sent]; only peers this node confirmed dead
+        # from its own evidence, so O(monitors) entries per death, each bounded.
+        self._dead_notices: dict[str, list] = {}
+        self._told_dead_at: dict[str, float] = {}  # peer -> last notice (rate limit)
         self._gossip_order: tuple[str, ...] = ()
         self._gossip_stride = 1
         self._gossip_cursor = 0
@@ -546,6 +555,8 @@ class FailureDetector:
             tuple(sorted((p, s.snapshot()) for p, s in self._suspicions.items())),
             tuple((s, item, rounds) for s, (item, rounds) in self._queue.items()),
             self._next_gossip_at,
+            tuple(sorted((p, tuple(n)) for p, n in self._dead_notices.items())),
+            tuple(sorted(self._told_dead_at.items())),
             self._gossip_order,
             self._gossip_stride,
             self._gossip_cursor,
@@ -584,6 +595,8 @@ class FailureDetector:
             self.known_incarnation.pop(gone, None)
             self._suspicions.pop(gone, None)
             self._queue.pop(gone, None)
+            self._dead_notices.pop(gone, None)
+            self._told_dead_at.pop(gone, None)
         for new in sorted(set(new_members) - set(self.members)):
             if new != self.node:
                 self.status[new] = "alive"
@@ -653,7 +666,9 @@ class FailureDetector:
                 return False
         status = self.status[peer]
         known = self.known_incarnation[peer]
-        if event.incarnation < known or (status in ("dead", "left") and event.incarnation <= known):
+        if status == "dead" and event.incarnation == known:
+            return self._answer_dead_arrivals(peer, times, actions)
+        if event.incarnation < known or (status == "left" and event.incarnation <= known):
             return False  # an old incarnation: it must rejoin with a higher one
         if event.incarnation > known:
             self._transition(peer, "alive_newer", event.incarnation, self.node, times[0], actions)
@@ -678,12 +693,11 @@ class FailureDetector:
             arrival = times[index]
             if arrival > other_at or (watch.deadline is not None and arrival > watch.deadline):
                 self._fire_due(arrival, actions, inclusive=False, only=peer)
-                if (
-                    self.left
-                    or self.self_dead
-                    or self._watches.get(peer) is not watch
-                    or self.status[peer] in ("dead", "left")
-                ):
+                if self.left or self.self_dead:
+                    return False
+                if self.status[peer] == "dead":  # declared inside this batch
+                    return self._answer_dead_arrivals(peer, times[index:], actions)
+                if self._watches.get(peer) is not watch or self.status[peer] == "left":
                     return False  # later arrivals of this incarnation are ignored
                 other = self._earliest_timer(skip_watch=peer, only=peer)
                 other_at = math.inf if other is None else other[0]
@@ -720,6 +734,17 @@ class FailureDetector:
                 watch.deadline = watch.last_t + self._threshold_us(watch) / _US_PER_S
         return True
 
+    def _answer_dead_arrivals(self, peer: str, times: tuple[float, ...], actions: list) -> bool:
+        """A peer held dead still heartbeats: it was cut off when it was declared, and
+        nobody heartbeats or gossips to the dead.  Tell it (rate-limited) so it rejoins;
+        the peer's timers fire between the arrivals as one by one."""
+        for arrival in times:
+            self._fire_due(arrival, actions, inclusive=False, only=peer)
+            if self.left or self.self_dead:
+                return True
+            self._answer_the_dead(peer, arrival, actions)
+        return True
+
     def _on_gossip(self, event: GossipReceived, now: float, actions: list) -> None:
         message = event.message
         if message.sender not in self.status and message.sender != self.node:
@@ -738,10 +763,14 @@ class FailureDetector:
                         self._transition(
                             item.subject, "alive_newer", item.incarnation, item.origin, now, actions
                         )
-                else:
+                elif kind == "left" or self.status.get(item.origin) not in ("dead", "left"):
                     self._transition(
                         item.subject, kind, item.incarnation, item.origin, now, actions
                     )
+                # else: a suspicion or death claimed by a node this node holds dead
+                # (cut off when it formed it): not evidence; it will be told to rejoin.
+        if self.status.get(message.sender) == "dead":
+            self._answer_the_dead(message.sender, now, actions)
         self._gossip_if_due(now, actions)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
@@ -779,8 +808,10 @@ class FailureDetector:
                 )
             elif kind == 2:
                 self._send_notice(subject, at, actions)
-            else:
+            elif kind == 3:
                 self._gossip_round(at, actions)
+            else:
+                self._send_dead_notice(subject, at, actions)
 
     def _on_leave(self, event: LeaveRequested, now: float, actions: list) -> None:
         if self.left:
@@ -897,6 +928,8 @@ class FailureDetector:
             self.known_incarnation[subject] = incarnation
             self.status[subject] = "alive"
             self._suspicions.pop(subject, None)
+            self._dead_notices.pop(subject, None)
+            self._told_dead_at.pop(subject, None)
             if status != "alive":
                 actions.append(DeclaredAlive(peer=subject, peer_incarnation=incarnation, at=at))
             watch = self._watches.get(subject)
@@ -986,6 +1019,10 @@ class FailureDetector:
                         at=at,
                     )
                 )
+                if origin == self.node and (suspicion is None or self.node in suspicion.origins):
+                    # This node's own evidence: it tells the dead (the node may only be
+                    # cut off); nodes that learnt the death second-hand stay quiet.
+                    self._dead_notices[subject] = [at, 0]
             self._enqueue(
                 GossipItem(subject=subject, incarnation=incarnation, status=kind, origin=self.node)
             )
@@ -1009,6 +1046,15 @@ class FailureDetector:
             )
             actions.append(self._plan(at))
         elif item.status in ("dead", "left"):
+            if (
+                item.origin != self.node
+                and self.status.get(item.origin) in ("dead", "left")
+                and 2 * len(self.alive_view()) > len(self.members)
+            ):
+                # Both sides of a healed partition hold each other dead; the side that
+                # still sees a majority of the members keeps its incarnation, the
+                # other side rejoins (a 2/2 split has no majority: both rejoin).
+                return
             self.self_dead = True
             self._queue.clear()
             self._next_gossip_at = None
@@ -1039,6 +1085,30 @@ class FailureDetector:
             suspicion.notice_at = at + self.config.notice_retry_base_s * (
                 2**suspicion.notice_attempts
             )
+
+    def _dead_notice(self, peer: str, at: float, actions: list) -> None:
+        self._told_dead_at[peer] = at
+        item = GossipItem(
+            subject=peer, incarnation=self.known_incarnation[peer], status="dead", origin=self.node
+        )
+        actions.append(SendGossip(to=(peer,), message=Gossip(sender=self.node, items=[item]), at=at))
+
+    def _answer_the_dead(self, peer: str, at: float, actions: list) -> None:
+        """``peer``, held dead, sent something: tell it, at most every
+        ``dead_notice_gap_s`` (it heartbeats every 50 ms; one answer in two suffices,
+        and a lost answer is repeated by the next heartbeat's)."""
+        last = self._told_dead_at.get(peer)
+        if last is None or at >= last + self.config.dead_notice_gap_s:
+            self._dead_notice(peer, at, actions)
+
+    def _send_dead_notice(self, peer: str, at: float, actions: list) -> None:
+        entry = self._dead_notices[peer]
+        entry[1] += 1
+        self._dead_notice(peer, at, actions)
+        if entry[1] >= self.config.dead_notices_max:
+            del self._dead_notices[peer]
+        else:  # progressive: 0.1, 0.2, 0.4 s ... (a partition heals at an unknown time)
+            entry[0] = at + self.config.notice_retry_base_s * (2 ** (entry[1] - 1))
 
     def _enqueue(self, item: GossipItem) -> None:
         self._queue.pop(item.subject, None)
@@ -1116,6 +1186,9 @@ class FailureDetector:
                 ):
                     if candidate[0] is not None and (best is None or candidate < best):
                         best = candidate
+            notice = self._dead_notices.get(only)
+            if notice is not None and (best is None or (notice[0], 4, only) < best):
+                best = (notice[0], 4, only)
             return best
         if watches:
             for peer, watch in self._watches.items():
@@ -1138,6 +1211,10 @@ class FailureDetector:
                         best = candidate
         if self._next_gossip_at is not None:
             candidate = (self._next_gossip_at, 3, "")
+            if best is None or candidate < best:
+                best = candidate
+        for subject, notice in self._dead_notices.items():
+            candidate = (notice[0], 4, subject)
             if best is None or candidate < best:
                 best = candidate
         return best

@@ -54,6 +54,8 @@ Fingerprint = Annotated[
 ]
 Counter = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNTER)]
 Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNTER)]
+GENESIS_STEP = -1  # "no step committed yet": the state is the initial parameters
+OfferedStep = Annotated[int, msgspec.Meta(ge=GENESIS_STEP, le=MAX_COUNTER)]
 ProposerIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_CLUSTER_NODES)]
 Ballot = tuple[Counter, ProposerIndex]
 """(round, proposer index): compared as a tuple, so ballots are totally ordered and two
@@ -142,11 +144,17 @@ class AcceptedReply(_Message, tag="accepted"):
 
 
 class Nack(_Message, tag="nack"):
-    """The acceptor already promised a higher ballot; the proposer retries above it."""
+    """The acceptor already promised a higher ballot; the proposer retries above it.
+
+    ``sender_step`` set: the sender is already at that later step and holds no decision
+    for ``step`` (it started past it from a checkpoint or a state transfer), so nobody
+    may ever answer this proposer: it is behind and must rejoin (``commit.Behind``).
+    """
 
     step: Step
     ballot: Ballot
     promised: Ballot
+    sender_step: Step | None = None
 
 
 class Decided(_Message, tag="decided"):
@@ -170,9 +178,16 @@ class StateRequest(_Message, tag="state_request"):
 
 
 class StateOffer(_Message, tag="state_offer"):
-    """Reply to ``StateRequest``: the bytes follow on the bulk channel."""
+    """Reply to ``StateRequest``: the bytes follow on the bulk channel.
 
-    step: Step
+    ``step == GENESIS_STEP``: the source has committed no step yet and holds the
+    initial parameters (``param_fp`` is their fingerprint); no bytes follow.  Without
+    this answer a node restarted before the first commit waits out every source's
+    fetch timeout and, having no checkpoint, cannot rejoin at all (found by explore:
+    crash one node and restart another at 0.5 s in a 3-node cluster: no commit ever).
+    """
+
+    step: OfferedStep
     param_fp: Fingerprint
     nbytes: Counter
 

@@ -6,7 +6,20 @@ restarting at once spread over different sources, and the choice is stable while
 view is); verify the received bytes by fingerprint against the source's offer; on a
 timeout, failure or mismatch try the next source with a progressively longer timeout;
 after ``sources_max`` attempts, or with no live peer, fall back to the local
-checkpoint.  The node joins at a step boundary: ``RejoinDone.step`` is the committed
+checkpoint.
+
+Genesis: a source that has committed nothing yet answers ``StateOffered(step=-1,
+param_fp=<initial fingerprint>)`` and sends no bytes.  If this node has no checkpoint
+either and the fingerprint equals ``genesis_param_fp`` (the initial parameters, which
+every node derives from the seed), it joins before step 0: ``RejoinDone(step=-1)``.  Safe even if some other peer has
+committed steps meanwhile: the commit core then starts at step 0 and consensus per
+step (plus ``Behind``) brings it the committed values in order; the initial state is
+the one state every replica provably had.  For the same reason genesis is the last
+fallback when no source answered and there is no checkpoint (instead of
+``RejoinFailed``): after a partition in which every live node was declared dead, all
+of them restart at once and none can serve the others.  A driver that passes no
+``genesis_param_fp`` (the default "") gets the old behaviour: a genesis offer counts
+as a failed source and the last fallback is ``RejoinFailed``.  The node joins at a step boundary: ``RejoinDone.step`` is the committed
 step it now holds, and the commit core starts at ``step + 1``.
 
 How a driver uses it (see also DRIVERS.md)
@@ -41,6 +54,7 @@ import msgspec
 
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.messages import GENESIS_STEP
 from swarmshake.reference_node.protocol.structs import (
     Clock,
     CoreAction,
@@ -59,10 +73,12 @@ REJOIN_TRANSITIONS: dict[tuple[Phase, str], Phase] = {
     ("idle", "begin_without_source"): "checkpoint",
     ("idle", "begin_stale"): "done",  # the stale-rejoin bug
     ("idle", "begin_nothing"): "failed",
+    ("idle", "begin_genesis"): "done",  # no peer, no checkpoint: the initial state
     ("fetching", "verified"): "done",
     ("fetching", "next_source"): "fetching",
     ("fetching", "sources_exhausted"): "checkpoint",
     ("fetching", "nothing_left"): "failed",
+    ("fetching", "genesis"): "done",
     ("checkpoint", "verified"): "done",
     ("checkpoint", "corrupt"): "failed",
 }
@@ -80,10 +96,17 @@ class RejoinConfig(msgspec.Struct, frozen=True, kw_only=True):
     fetch_timeout_s: float = 5.0
     fetch_timeout_max_s: float = 40.0
     sources_max: int = 3  # then the local checkpoint: bounded time before a fallback
+    # The offer is one control message: request + reply take <= 2 x 75 ms in the
+    # envelope plus the source's handling (Δ_proc 100 ms), so 1 s is a 4x margin.  A
+    # source silent that long is dead or cut off (a just-restarted node's detector
+    # still lists a crashed peer as alive); waiting out its 5-40 s fetch timeout
+    # instead delayed commits past the recovery bound R (found by explore).
+    offer_timeout_s: float = 1.0
 
     def __post_init__(self) -> None:
         check_positive(self.fetch_timeout_s, "RejoinConfig.fetch_timeout_s")
         check_positive(self.fetch_timeout_max_s, "RejoinConfig.fetch_timeout_max_s")
+        check_positive(self.offer_timeout_s, "RejoinConfig.offer_timeout_s")
         check_count(self.sources_max, "RejoinConfig.sources_max")
 
 
@@ -104,7 +127,8 @@ class StateOffered(CoreEvent, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         check_name(self.source, "StateOffered.source")
-        check_count(self.step, "StateOffered.step")
+        if self.step != GENESIS_STEP:
+            check_count(self.step, "StateOffered.step")
         check_count(self.nbytes, "StateOffered.nbytes")
 
 
@@ -193,6 +217,7 @@ class Rejoin:
         local_checkpoint: CheckpointInfo | None = None,
         local_param_fp: str = "",
         cluster_step: int = -1,
+        genesis_param_fp: str = "",
         config: RejoinConfig | None = None,
         bugs: BugSet = NO_BUGS,
     ):
@@ -205,6 +230,7 @@ class Rejoin:
         self.local_checkpoint = local_checkpoint
         self.local_param_fp = local_param_fp  # what is in memory/disk now (stale)
         self.cluster_step = cluster_step  # the step peers are at, if known
+        self.genesis_param_fp = genesis_param_fp  # the initial parameters' fingerprint
         self.config = config or RejoinConfig()
         self.bugs = bugs
         self._stale = "stale-rejoin" in bugs
@@ -213,7 +239,8 @@ class Rejoin:
         self.attempt = 0
         self.source: str | None = None
         self.offer: StateOffered | None = None
-        self.deadline: float | None = None
+        self.deadline: float | None = None  # the offer's, then the transfer's
+        self.fetch_deadline: float | None = None  # the whole transfer's
         self._clock = Clock()
 
     def handle(self, event: RejoinEvent, now: float) -> list[RejoinAction]:
@@ -237,6 +264,7 @@ class Rejoin:
             self.source,
             self.offer,
             self.deadline,
+            self.fetch_deadline,
             self._clock.last,
         )
 
@@ -275,6 +303,9 @@ class Rejoin:
         elif self.local_checkpoint is not None:
             self._move("begin_without_source")
             self._load_checkpoint(actions)
+        elif self.genesis_param_fp:
+            self._move("begin_genesis")
+            self._genesis("genesis", actions)
         else:
             self._move("begin_nothing")
             actions.append(RejoinFailed(reason="no live peer and no local checkpoint"))
@@ -285,13 +316,14 @@ class Rejoin:
         timeout = min(
             self.config.fetch_timeout_s * 2**self.attempt, self.config.fetch_timeout_max_s
         )
-        self.deadline = now + timeout
+        self.fetch_deadline = now + timeout
+        self.deadline = min(now + self.config.offer_timeout_s, self.fetch_deadline)
         from_step = -1 if self.local_checkpoint is None else self.local_checkpoint.step
         actions.append(
             RequestState(
                 source=self.source,
                 attempt=self.attempt,
-                deadline=self.deadline,
+                deadline=self.fetch_deadline,
                 from_step=from_step,
             )
         )
@@ -305,6 +337,10 @@ class Rejoin:
             self._move("sources_exhausted")
             self.deadline = None
             self._load_checkpoint(actions)
+        elif self.genesis_param_fp:
+            self._move("genesis")
+            self.deadline = None
+            self._genesis("genesis", actions)
         else:
             self._move("nothing_left")
             self.deadline = None
@@ -313,6 +349,17 @@ class Rejoin:
                     reason=f"{len(self.candidates)} sources failed and no local checkpoint"
                 )
             )
+
+    def _genesis(self, source: str, actions: list) -> None:
+        actions.append(
+            RejoinDone(
+                source=source,
+                step=GENESIS_STEP,
+                param_fp=self.genesis_param_fp,
+                nbytes=0,
+                verified=True,  # the initial parameters are derived, not received
+            )
+        )
 
     def _load_checkpoint(self, actions: list) -> None:
         checkpoint = self.local_checkpoint
@@ -324,7 +371,20 @@ class Rejoin:
     def _on_offer(self, event: StateOffered, now: float, actions: list) -> None:
         if self.phase != "fetching" or event.source != self.source:
             return  # a late answer from an abandoned source
+        if event.step == GENESIS_STEP:
+            if (
+                self.genesis_param_fp
+                and event.param_fp == self.genesis_param_fp
+                and self.local_checkpoint is None
+            ):
+                self._move("verified")
+                self.deadline = None
+                self._genesis(event.source, actions)
+            else:  # behind this node's own evidence, or a driver without genesis
+                self._next_source(now, actions)
+            return
         self.offer = event
+        self.deadline = self.fetch_deadline  # it answered: now the bytes get their time
 
     def _on_received(self, event: StateReceived, now: float, actions: list) -> None:
         if self.phase != "fetching" or event.source != self.source:

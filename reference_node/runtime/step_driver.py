@@ -27,7 +27,10 @@ its fingerprint, and restarts its commit core at the installed step.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
+import functools
 import os
 import time
 from pathlib import Path
@@ -49,6 +52,15 @@ if TYPE_CHECKING:
 IDLE_RECHECK_S = 0.5  # bound on any wait; every input that matters also wakes the loop
 FETCH_RETRY_S = 1.0  # a fetch that got no answer is retried from the next source
 RECORDS_KEPT = 32  # acceptor records kept on disk (the core retains 16 steps)
+# Action batches that may wait on one acceptor fsync: inbound messages arrive at most
+# a few hundred per second, so this many means the disk hung for minutes; the node
+# stops rather than grow without bound.
+MAX_DEFERRED_BATCHES = 100_000
+
+
+def _resume_on_loop(loop, callback, rest, generation, done) -> None:  # noqa: ANN001
+    """Done-callback of a persist (runs on the fsync thread): continue on the loop."""
+    loop.call_soon_threadsafe(callback, done, rest, generation)
 
 
 class AcceptorStore:
@@ -97,6 +109,13 @@ class StepDriver:
         assert node.worker_ready is not None
         self.step = node.worker_ready.step  # the next step to run
         self.param_fp = node.worker_ready.param_fp
+        # Acceptor records are fsynced on this thread, off the control loop (perform()).
+        self._persist_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="acceptor-fsync"
+        )
+        self._persisting = False
+        self._deferred: collections.deque[list] = collections.deque()
+        self._generation = 0  # bumped when the core is replaced: its queued actions are moot
         self.core = self._new_core(self.step)
         self.committed = 0
         self._wake = asyncio.Event()
@@ -229,54 +248,97 @@ class StepDriver:
         self.perform(actions)
 
     def perform(self, actions: list) -> None:
+        """Perform the core's actions in order.  A ``Persist`` (fsync: milliseconds,
+        at times hundreds under disk load) runs on the persistence thread so the
+        control loop keeps sending heartbeats; every later action -- of this batch
+        and of batches produced meanwhile -- waits in ``_deferred`` until the record
+        is durable, so nothing a peer sees ever precedes the persist."""
+        if self._persisting:
+            if len(self._deferred) >= MAX_DEFERRED_BATCHES:
+                self._deferred.clear()  # never performed: to peers, lost messages
+                self.node.request_stop(
+                    f"acceptor store: {MAX_DEFERRED_BATCHES} action batches waited on one fsync"
+                )
+                return
+            self._deferred.append(list(actions))
+            return
+        self._perform_until_persist(list(actions))
+
+    def _perform_until_persist(self, actions: list) -> None:
+        for index, action in enumerate(actions):
+            if isinstance(action, cm.Persist):
+                self._persisting = True
+                generation = self._generation
+                rest = actions[index + 1 :]
+                loop = asyncio.get_running_loop()
+                future = self._persist_pool.submit(self.store.write, action.record)
+                future.add_done_callback(
+                    functools.partial(_resume_on_loop, loop, self._persisted, rest, generation)
+                )
+                return
+            self._perform_one(action)
+
+    def _persisted(self, done: concurrent.futures.Future, rest: list, generation: int) -> None:
+        self._persisting = False
+        error = done.exception()
+        if error is not None:
+            # Not durable: the vote must never be sent.  Stop the node (a disk that
+            # fails fsync cannot keep an acceptor's promises).
+            self._deferred.clear()
+            self.node.request_stop(f"acceptor store write failed: {error!r}")
+            return
+        if generation == self._generation:  # else: the core was replaced meanwhile
+            self._perform_until_persist(rest)
+        while not self._persisting and self._deferred:
+            self._perform_until_persist(self._deferred.popleft())
+        self.wake()
+
+    def _perform_one(self, action: object) -> None:
         events = self.node.events
-        for action in actions:
-            match action:
-                case cm.Proposed():
-                    events.log(
-                        history.Propose,
-                        step=action.step,
-                        ballot=list(action.ballot),
-                        value_fp=action.value.agg_fp,
-                        contributors=list(action.value.contributors),
-                    )
-                case cm.Promised():
-                    events.log(
-                        history.Promise, step=action.step, ballot=list(action.ballot), to=action.to
-                    )
-                case cm.AcceptedValue():
-                    events.log(
-                        history.Accept,
-                        step=action.step,
-                        ballot=list(action.ballot),
-                        value_fp=action.value.agg_fp,
-                        contributors=list(action.value.contributors),
-                        to=action.to,
-                        holds_bytes=action.holds_bytes,
-                    )
-                case cm.Persist():
-                    self.store.write(action.record)  # durable before any later action
-                case cm.Send():
-                    for peer in action.to:
-                        self.node.send_message(peer, action.message)
-                case cm.FetchAggregate():
-                    self._fetch(action.step, action.value_fp, action.sources)
-                case cm.ApplyStep():
-                    self.pending_apply = (action.step, action.value.agg_fp)
-                    self.values[(action.step, action.value.agg_fp)] = action.value
-                    self._maybe_apply()
-                case cm.Committed():
-                    events.log(
-                        history.Commit,
-                        step=action.step,
-                        value_fp=action.value.agg_fp,
-                        contributors=list(action.value.contributors),
-                        param_fp=action.param_fp,
-                        voters=list(action.voters),
-                        quorum=list(action.quorum),
-                    )
-                case cm.Behind():
-                    self._start_rejoin(action.peer)
+        match action:
+            case cm.Proposed():
+                events.log(
+                    history.Propose,
+                    step=action.step,
+                    ballot=list(action.ballot),
+                    value_fp=action.value.agg_fp,
+                    contributors=list(action.value.contributors),
+                )
+            case cm.Promised():
+                events.log(
+                    history.Promise, step=action.step, ballot=list(action.ballot), to=action.to
+                )
+            case cm.AcceptedValue():
+                events.log(
+                    history.Accept,
+                    step=action.step,
+                    ballot=list(action.ballot),
+                    value_fp=action.value.agg_fp,
+                    contributors=list(action.value.contributors),
+                    to=action.to,
+                    holds_bytes=action.holds_bytes,
+                )
+            case cm.Send():
+                for peer in action.to:
+                    self.node.send_message(peer, action.message)
+            case cm.FetchAggregate():
+                self._fetch(action.step, action.value_fp, action.sources)
+            case cm.ApplyStep():
+                self.pending_apply = (action.step, action.value.agg_fp)
+                self.values[(action.step, action.value.agg_fp)] = action.value
+                self._maybe_apply()
+            case cm.Committed():
+                events.log(
+                    history.Commit,
+                    step=action.step,
+                    value_fp=action.value.agg_fp,
+                    contributors=list(action.value.contributors),
+                    param_fp=action.param_fp,
+                    voters=list(action.voters),
+                    quorum=list(action.quorum),
+                )
+            case cm.Behind():
+                self._start_rejoin(action.peer)
 
     # -- aggregates ------------------------------------------------------------------------------
 
@@ -440,6 +502,10 @@ class StepDriver:
         self.wake()
 
     def _on_state_installed(self, message: ipc.StateInstalled) -> None:
+        # Actions of the replaced core still waiting on a persist are dropped: to the
+        # peers that is message loss, which the commit protocol tolerates.
+        self._generation += 1
+        self._deferred.clear()
         self.rejoin = None
         self.rejoin_durations.append(time.monotonic() - self.rejoin_started)
         self.param_fp = message.param_fp

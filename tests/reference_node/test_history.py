@@ -41,8 +41,22 @@ def test_round_trip_is_exact(event):
 
 def test_fault_event_has_the_design_fields():
     fault = msgspec.json.decode(h.encode_event(SAMPLES[-1]))
-    assert {"t_wall", "t_mono", "node", "incarnation", "epoch", "step", "lamport", "kind"} <= fault.keys()
-    assert (fault["kind"], fault["op"], fault["target"], fault["phase"]) == ("fault", "crash", ["n2"], "inject")
+    assert {
+        "t_wall",
+        "t_mono",
+        "node",
+        "incarnation",
+        "epoch",
+        "step",
+        "lamport",
+        "kind",
+    } <= fault.keys()
+    assert (fault["kind"], fault["op"], fault["target"], fault["phase"]) == (
+        "fault",
+        "crash",
+        ["n2"],
+        "inject",
+    )
 
 
 def test_writer_and_reader_agree_and_history_is_ordered(tmp_path):

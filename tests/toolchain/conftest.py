@@ -62,5 +62,7 @@ def mosquitto_binary() -> str:
         "/usr/sbin/mosquitto" if shutil.os.path.exists("/usr/sbin/mosquitto") else None
     )
     if not found:
-        pytest.fail("mosquitto not installed — `make setup` installs it (apt-get install mosquitto)")
+        pytest.fail(
+            "mosquitto not installed — `make setup` installs it (apt-get install mosquitto)"
+        )
     return found

@@ -77,7 +77,11 @@ def node_image(docker_client):
 def test_node_image_imports_torch_and_the_node(docker_client, node_image):
     output = docker_client.containers.run(
         node_image,
-        entrypoint=["python", "-c", "import torch, swarmshake.reference_node; print(torch.__version__)"],
+        entrypoint=[
+            "python",
+            "-c",
+            "import torch, swarmshake.reference_node; print(torch.__version__)",
+        ],
         remove=True,
         labels={LABEL: "1"},
     )
@@ -90,6 +94,7 @@ def test_two_containers_talk_through_a_toxiproxy_container(docker_client, node_i
     network = docker_client.networks.create(f"swarmshake-test-{run_id}", labels=labels)
     containers = []
     try:
+
         def start(name: str, image: str, command: list[str], **kwargs):
             container = docker_client.containers.run(
                 image, entrypoint=command, name=f"swarmshake-test-{run_id}-{name}",
@@ -118,8 +123,11 @@ def test_two_containers_talk_through_a_toxiproxy_container(docker_client, node_i
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        httpx.post(f"{api}/proxies", json={"name": "echo", "listen": "0.0.0.0:9100",
-                                           "upstream": "echo:9000"}, timeout=5).raise_for_status()
+        httpx.post(
+            f"{api}/proxies",
+            json={"name": "echo", "listen": "0.0.0.0:9100", "upstream": "echo:9000"},
+            timeout=5,
+        ).raise_for_status()
 
         def ping_ms() -> float:
             out = docker_client.containers.run(
@@ -137,5 +145,7 @@ def test_two_containers_talk_through_a_toxiproxy_container(docker_client, node_i
         for container in containers:
             container.remove(force=True)
         network.remove()
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"swarmshake.run={run_id}"})
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"swarmshake.run={run_id}"}
+    )
     assert leftovers == []

@@ -33,7 +33,9 @@ async def test_publish_subscribe_round_trip(broker):
 
 async def test_retained_announcement_reaches_a_late_subscriber(broker):
     async with aiomqtt.Client("127.0.0.1", broker.port, identifier="announcer") as announcer:
-        await announcer.publish("swarmshake/nodes/n1", b'{"addr": "127.0.0.1:1"}', qos=1, retain=True)
+        await announcer.publish(
+            "swarmshake/nodes/n1", b'{"addr": "127.0.0.1:1"}', qos=1, retain=True
+        )
     async with aiomqtt.Client("127.0.0.1", broker.port, identifier="late") as late:
         await late.subscribe("swarmshake/nodes/+", qos=1)
         async with asyncio.timeout(DEADLINE_S):

@@ -22,9 +22,24 @@ def run_tlc(tmp_path: Path, invariant: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "Counter.tla").write_text(COUNTER)
     (tmp_path / "Counter.cfg").write_text(f"INIT Init\nNEXT Next\nINVARIANT {invariant}\n")
     return subprocess.run(
-        [java_binary(), "-XX:+UseParallelGC", "-cp", str(tla2tools_jar()), "tlc2.TLC",
-         "-workers", "1", "-deadlock", "-metadir", str(tmp_path / "states"), "Counter"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        [
+            java_binary(),
+            "-XX:+UseParallelGC",
+            "-cp",
+            str(tla2tools_jar()),
+            "tlc2.TLC",
+            "-workers",
+            "1",
+            "-deadlock",
+            "-metadir",
+            str(tmp_path / "states"),
+            "Counter",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -133,9 +133,10 @@ def test_toxiproxy_python_still_works_against_our_server(tmp_path):
     """The PyPI client (sync, class-level host/port) against the server we build."""
     import subprocess
 
-    from swarmshake.chaos.toxiproxy.server import free_port, toxiproxy_binary
     from toxiproxy import Toxiproxy
     from toxiproxy.api import APIConsumer
+
+    from swarmshake.chaos.toxiproxy.server import free_port, toxiproxy_binary
 
     port = free_port()
     server = subprocess.Popen(

@@ -51,15 +51,6 @@ def test_explore_finds_forget_vote():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core bug found by explore: a node declared dead during a short partition is "
-        "never told (nobody heartbeats or gossips to a dead node), keeps suspecting the "
-        "others after the heal and gets live nodes declared dead (S4); shrunk schedule: "
-        "partition halves at 0.5s healed after 0.5s, 3 nodes, seed 1"
-    ),
-)
 def test_explore_without_a_bug_finds_nothing():
     config = SimConfig(nodes=3, duration_s=40, seed=1)
     assert explore(config, budget=100, seed=1) is None

@@ -110,7 +110,7 @@ def test_a_known_bug_is_caught_and_reported_with_exit_1(capsys):
     code = sim_command.main(["--nodes", "5", "--duration", "20s", "--bug", "eager-dead", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert [v["property"] for v in result["violations"]] == ["S4"]
+    assert "S4" in [v["property"] for v in result["violations"]]
     assert result["false_positives"] > 0
 
 

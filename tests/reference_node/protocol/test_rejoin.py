@@ -50,6 +50,9 @@ def test_a_mismatch_or_timeout_moves_on_with_longer_timeouts_then_falls_back_to_
         R.StateReceived(source=first.source, step=40, computed_fp="bad", nbytes=10), 0.2
     )
     assert second.source != first.source and second.deadline - 0.2 == pytest.approx(2.0)
+    # Until the source answers, only the offer's timeout applies; then the transfer's.
+    assert core.next_deadline() == pytest.approx(0.2 + core.config.offer_timeout_s)
+    core.handle(R.StateOffered(source=second.source, step=40, param_fp="abc", nbytes=10), 0.3)
     assert core.next_deadline() == second.deadline
     [load] = core.handle(R.Tick(), second.deadline)
     assert load == R.LoadCheckpoint(path=CHECKPOINT.path, step=12, param_fp="c0ffee")
