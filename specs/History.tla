@@ -81,15 +81,18 @@ Advance == l' = l + 1
 -----------------------------------------------------------------------------
 (* Lifecycle. *)
 
-\* Every process start is a new incarnation, above any the node had.
+\* Every process start is a new incarnation, above any the node had.  A running
+\* node may start again without a crash fault: a node declared dead restarts
+\* itself to rejoin.
 Start ==
-    /\ ev.k = "start" /\ ev.n \in Nodes /\ ~up[ev.n] /\ ev.inc > inc[ev.n]
+    /\ ev.k = "start" /\ ev.n \in Nodes /\ ev.inc > inc[ev.n]
     /\ up' = [up EXCEPT ![ev.n] = TRUE]
     /\ paused' = [paused EXCEPT ![ev.n] = FALSE]
     /\ inc' = [inc EXCEPT ![ev.n] = ev.inc]
     /\ bornInc' = [bornInc EXCEPT ![ev.n] = ev.inc]
     /\ suspected' = [suspected EXCEPT ![ev.n] = [p \in {} |-> 0]]
-    /\ UNCHANGED <<epoch, voters, promised, accepted, applied, paramsAt, valueAt, envelope>>
+    /\ epoch' = [epoch EXCEPT ![ev.n] = 0]  \* a new process counts its view epochs anew
+    /\ UNCHANGED <<voters, promised, accepted, applied, paramsAt, valueAt, envelope>>
 
 Stop ==
     /\ ev.k = "stop" /\ Logs(ev.n)
@@ -143,8 +146,16 @@ Refute ==
 
 \* Confirmation needs a standing suspicion of that incarnation (no eager-dead),
 \* and inside the envelope the peer's current life must be over (S4).
+\* A node may also record that a peer declared *it* dead (peer = itself, before
+\* it rejoins with a new incarnation); the declaring peer's own event is the one
+\* the rules apply to.
+DeclareDeadSelf ==
+    /\ ev.k = "declare_dead" /\ Logs(ev.n) /\ ev.peer = ev.n
+    /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
+                   applied, paramsAt, valueAt, envelope>>
+
 DeclareDead ==
-    /\ ev.k = "declare_dead" /\ Logs(ev.n) /\ ev.peer \in Nodes
+    /\ ev.k = "declare_dead" /\ Logs(ev.n) /\ ev.peer \in Nodes /\ ev.peer # ev.n
     /\ ev.peer \in DOMAIN suspected[ev.n] /\ suspected[ev.n][ev.peer] = ev.pinc
     /\ envelope => ~(Running(ev.peer) /\ ev.pinc >= bornInc[ev.peer])
     /\ suspected' = [suspected EXCEPT ![ev.n] =
@@ -159,7 +170,7 @@ DeclareAlive ==
     /\ UNCHANGED <<up, paused, inc, bornInc, epoch, voters, promised, accepted, applied,
                    paramsAt, valueAt, envelope>>
 
-\* View epochs only rise.
+\* View epochs only rise within one process life.
 ViewChange ==
     /\ ev.k = "view_change" /\ Logs(ev.n) /\ ev.ep >= epoch[ev.n]
     /\ epoch' = [epoch EXCEPT ![ev.n] = ev.ep]
@@ -229,7 +240,7 @@ RejoinDone ==
 -----------------------------------------------------------------------------
 Explain ==
     \/ Start \/ Stop \/ Bookkeeping \/ RunMark \/ Fault
-    \/ Suspect \/ Refute \/ DeclareDead \/ DeclareAlive \/ ViewChange \/ ConfigChange
+    \/ Suspect \/ Refute \/ DeclareDead \/ DeclareDeadSelf \/ DeclareAlive \/ ViewChange \/ ConfigChange
     \/ Promise \/ Propose \/ Accept \/ Commit \/ RejoinDone
 
 Next == l <= Len(Trace) /\ Explain /\ Advance

@@ -13,8 +13,12 @@ equals every live replica's; ``invalid`` naming the first diverging step (and th
 node, and whether the aggregate or the applied parameters differ); ``unknown``
 when the log cannot be replayed (a step no node logged, nodes committing different
 contributor sets — an S1 matter for the safety checker — or no training config),
-or when a mismatch comes from a machine whose torch version, thread count or CPU
-flags differ from this one (DESIGN promises bit-exactness only where they match).
+or when a mismatch comes from a machine whose torch version, thread count, CPU
+flags or training device differ from this one (DESIGN promises bit-exactness only
+where they match).  The replay runs on the CPU unless asked for another device
+(``device=``), whatever device the run trained on: a CPU replay of a GPU run is
+attempted, and matching bits are still ``valid``, but a mismatch there is
+``unknown`` (a GPU sums matmuls in another order), never ``invalid``.
 
 What a node must log for its run to be replayable: a ``start`` event carrying
 ``config["training"] = TrainingConfig.to_dict()`` and its environment facts
@@ -45,6 +49,7 @@ from swarmshake.reference_node.protocol.history import (
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.byzantine import ByzantineBehaviour, ByzantineSchedule
 from swarmshake.reference_node.training.config import TrainingConfig, TrainingConfigError
+from swarmshake.reference_node.training.device import device_kind
 from swarmshake.reference_node.training.environment import (
     EnvironmentFacts,
     configure_torch,
@@ -164,10 +169,18 @@ def training_config(history: History) -> TrainingConfig:
 
 
 def recorded_environments(history: History) -> dict[str, EnvironmentFacts]:
-    """Per node, the facts its latest ``start`` event recorded."""
+    """Per node, the facts its latest ``start`` event recorded.
+
+    The device: ``config["device"]`` where a node recorded its device fact (GPU model
+    and CUDA runtime), else the kind from ``config["training"]["device"]`` ("cpu" or
+    "cuda"; a bare "cuda" never equals a replay's full fact, so a GPU run whose GPU
+    model is not recorded is never promised bit-exact)."""
     facts: dict[str, EnvironmentFacts] = {}
     for event in history.of_kind(Start):
         assert isinstance(event, Start)
+        training = event.config.get("training")
+        configured = training.get("device", "cpu") if isinstance(training, dict) else "cpu"
+        recorded_device = event.config.get("device") or device_kind(str(configured))
         facts[event.node] = EnvironmentFacts(
             seed=event.seed,
             torch_version=event.torch_version,
@@ -175,6 +188,7 @@ def recorded_environments(history: History) -> dict[str, EnvironmentFacts]:
             cpu_flags=event.cpu_flags,
             machine=str(event.config.get("machine", "")),
             deterministic=bool(event.config.get("deterministic", True)),
+            device=str(recorded_device),
         )
     return facts
 
@@ -184,16 +198,19 @@ def replay_history(
     config: TrainingConfig | None = None,
     *,
     schedule: ByzantineSchedule | None = None,
+    device: str = "cpu",
 ) -> ReplayResult:
-    """Replay the run in ``history``; never raises for a bad history (that is ``unknown``)."""
+    """Replay the run in ``history`` on ``device`` (default the CPU, whatever device the
+    run trained on); never raises for a bad history (that is ``unknown``)."""
     try:
         config = config if config is not None else training_config(history)
+        config = msgspec.structs.replace(config, device=device)
         log = committed_log(history)
         schedule = schedule if schedule is not None else byzantine_schedule(history)
+        here = environment_facts(config.seed, config.device)
     except (LogError, TrainingConfigError, ValueError) as error:
         return ReplayResult(status="unknown", message=str(error))
     result = replay_log(config, log, schedule)
-    here = environment_facts(config.seed)
     mismatched = sorted(
         {
             f"{node}: {name}"

@@ -116,6 +116,24 @@ def java_executable() -> str:
     return java
 
 
+TLC_VERSION_PROBE_TIMEOUT_S = 30  # a JVM start takes ~1 s; 30 s means Java is broken
+
+
+def tlc_version() -> str:
+    """TLC's self-reported version line, e.g. ``TLC2 Version 2.15 of Day Month 20??``."""
+    completed = subprocess.run(
+        [java_executable(), "-cp", str(tla2tools_jar()), "tlc2.TLC", "-help"],
+        capture_output=True,
+        text=True,
+        timeout=TLC_VERSION_PROBE_TIMEOUT_S,
+        check=False,
+    )
+    for line in (completed.stdout + completed.stderr).splitlines():
+        if "Version" in line:
+            return line.strip()
+    return "unknown"
+
+
 def default_workers() -> int:
     """TLC worker threads: the cores this process may use (2 on CI)."""
     try:

@@ -101,7 +101,7 @@ def check_node_image() -> Check:
 
 
 def check_tlc() -> Check:
-    from swarmshake.verify.tlc_jar import tla2tools_jar, tlc_version
+    from swarmshake.verify.tla import tla2tools_jar, tlc_version
 
     java = _run(["java", "-version"]).splitlines()[0]
     return Check("java/tlc", True, True, tlc_version().replace("TLC2 Version ", ""),

@@ -134,6 +134,7 @@ class NodeDisk:
 
     records: dict[int, AcceptorRecord] = field(default_factory=dict)
     checkpoint: tuple[int, tuple[int, ...], str] | None = None  # (step, params, fp)
+    applied_any: bool = False  # whether this node ever applied a committed step
 
 
 class NodeApp:
@@ -188,12 +189,17 @@ class NodeApp:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, t: float) -> None:
-        if self.first:
+        if self.first or not self.disk.applied_any:
+            # Nothing was ever applied here: the deterministic initial parameters are
+            # this node's verified state, whatever the cluster did since (a node that
+            # is behind learns the decided steps or rejoins from a peer when told).
+            records = tuple(r for _, r in sorted(self.disk.records.items()))
             self.commit = StepCommit(
                 node=self.name,
                 voters=self.sim.names,
                 first_step=0,
                 seed=self.sim.core_seed,
+                persisted=records,
                 bugs=self.bugs,
             )
             self._begin_step(t)
@@ -378,6 +384,7 @@ class NodeApp:
         update = training.aggregate(self.sim.seed, step, value.contributors)
         self.params = training.apply(self.params, update)
         self.param_step = step
+        self.disk.applied_any = True
         self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
 
     def _committed(self, t: float, action: Committed) -> None:
@@ -586,7 +593,16 @@ class NodeApp:
         self.proposed_step = -1
         self.commit_timer_at = math.inf
         self._commit(t, ViewUpdated(alive=tuple(self.alive_view)))
+        self._announce_held(t)
         self._begin_step(t)
+
+    def _announce_held(self, t: float) -> None:
+        """Aggregates that arrived while no commit core ran are held all the same."""
+        commit = self.commit
+        for step in sorted(self.held):
+            if commit is not None and commit.step <= step <= commit.step + AHEAD_STEPS_MAX:
+                for value_fp in sorted(self.held[step]):
+                    self._commit(t, HoldsAggregate(step=step, value_fp=value_fp))
 
     def _serve_state(self, t: float, requester: str) -> None:
         if self.commit is None or self.param_step < 0:

@@ -44,6 +44,12 @@ class NodeClock:
         self.last_local = value
         return value
 
+    def map(self, t: float) -> float:
+        """The local reading at true time ``t`` on the current segment, with no floor:
+        for stamping arrivals that happened since the last skew change (the simulator
+        hands those over before every change) but before the last handled event."""
+        return self.local_base + self.rate * (t - self.t_base)
+
     def peek_local(self, t: float) -> float:
         """``local(t)`` without advancing the no-going-back floor."""
         if self.rate == 1.0 and self.t_base == self.local_base:

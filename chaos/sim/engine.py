@@ -117,7 +117,9 @@ class NodeProcess:
         self.slowness_s = 0.0
         self.cpu_fraction = 1.0
         self.started_at = 0.0
-        self.resumed_at = 0.0  # decisions a frozen node makes on waking happen then
+        # Decisions a node makes on waking, or on a clock jump, happen then, never
+        # earlier (a timer's ``at`` mapped through a jumped clock would lie).
+        self.resumed_at = 0.0
 
 
 class Simulation:
@@ -332,9 +334,14 @@ class Simulation:
 
     def skew(self, name: str, t: float, offset_ms: float, drift_ppm: float) -> None:
         proc = self.processes.get(name)
+        if proc is not None and proc.up and not proc.paused:
+            # Arrivals so far are stamped with the old clock: hand them over first.
+            self.detector_event(proc, t, None)
         clock = proc.clock if proc is not None else NodeClock()
         clock.local(t)  # the floor: the local clock never goes back
         clock.skew(t, offset_ms / 1000, drift_ppm)
+        if proc is not None:
+            proc.resumed_at = t  # decisions the jump triggers happen now, not "earlier"
         for stream in self.streams_from[name].values():
             stream.reclock(t, clock, self.network, self.settle_s)
             self._reschedule(stream.receiver, t)
@@ -464,9 +471,7 @@ class Simulation:
                 continue
             run = merged[start:index]
             times = (
-                tuple(a for a, _, _ in run)
-                if identity
-                else tuple(clock.peek_local(a) for a, _, _ in run)
+                tuple(a for a, _, _ in run) if identity else tuple(clock.map(a) for a, _, _ in run)
             )
             if floor is not None:
                 times = tuple(x if x >= floor else floor for x in times)

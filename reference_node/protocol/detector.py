@@ -72,6 +72,47 @@ impossible under it by the floor, not by a long timeout.
   crashes at once.
 - gossip: fanout 3 every 50 ms, each item for ceil(2 log2(N+1) / 3) rounds: an
   epidemic reaches all N nodes in O(log N) rounds.
+
+Partitions and the dead
+-----------------------
+Nobody heartbeats or gossips to a node it holds dead, so a node declared dead while
+cut off used to never learn it, kept suspecting the others after the heal, and its
+suspicions (relayed to nodes for which it was the only other monitor) got live nodes
+declared dead (S4; ``swarmshake explore`` found it: 3 nodes, halves cut at 0.5 s for
+0.5 s).  The SWIM answer, in three parts:
+
+1. *Tell the dead.*  A node that receives heartbeats at the dead incarnation, or
+   gossip, from a peer it holds dead answers with a ``dead`` item about that peer
+   (at most every ``dead_notice_gap_s`` = 0.1 s per peer: two heartbeats; a lost
+   answer is repeated by the next heartbeat's).  A node that confirmed a death from
+   its *own* evidence (it was one of the suspecting monitors) also sends the dead
+   node ``dead_notices_max`` = 8 notices at 0.1, 0.2, ... 12.8 s (memberlist's
+   "gossip to the dead" for ~30 s): when both sides hold each other dead, no
+   heartbeat flows either way and only these notices end the standoff; bounded by
+   the monitors of the dead node (O(1) per death, not O(N)).  A node told it is dead
+   at its current incarnation stops (``SelfDeclaredDead``) and rejoins with a higher
+   one (DESIGN), which every peer takes back as ``alive_newer``.
+2. *A node held dead is no witness.*  Suspicions and death claims whose origin this
+   node holds dead are dropped: they were formed while that node was cut off (its
+   missing heartbeats were the partition, not the peers dying).  This, not a slower
+   timeout, is what keeps a cut-off node's stale suspicions from confirming deaths of
+   live nodes, so crash detection keeps its speed.  (Lifeguard's local-health
+   multiplier would also do it, but stretching suspicion timeouts by up to 8x would
+   break the 2 s detection bound D for real crashes; a death is still confirmed by
+   the nodes that can see, and the cut-off node's verdicts are void.)
+3. *Mutual deaths resolve to one side.*  After a long partition both sides have
+   confirmed each other (each by its own timeouts).  A death claim from a node this
+   node holds dead is obeyed only if the claimer outranks it: the larger alive view
+   wins (the majority side, if there is one), ties go to the smaller name; each
+   notice carries the sender's view size so both ends decide alike.  Without it
+   both sides restarted and lost their in-memory state, or (ignoring all such
+   claims) the views stayed split for ever.  A notice from an incarnation of the
+   claimer older than the one known (in flight when the claimer rejoined) is stale
+   and ignored.
+
+``eager-dead`` and ``no-refute`` still break S4: the former declares on one missed
+heartbeat (no partition needed), the latter keeps a suspicion through the subject's
+refutation and fresh heartbeats until its timeout.
 """
 
 from __future__ import annotations
@@ -755,7 +796,7 @@ class FailureDetector:
             return  # a dead incarnation is inert until the node rejoins as a new one
         for item in message.items:
             if item.subject == self.node:
-                self._about_me(item, now, actions)
+                self._about_me(item, message, now, actions)
             elif item.subject in self.status:
                 kind = item.status
                 if kind == "alive":
@@ -932,9 +973,16 @@ class FailureDetector:
             self._told_dead_at.pop(subject, None)
             if status != "alive":
                 actions.append(DeclaredAlive(peer=subject, peer_incarnation=incarnation, at=at))
-            watch = self._watches.get(subject)
-            if watch is not None and watch.deadline is None:
-                watch.deadline = at + self.config.startup_grace_s
+            if subject in self._watches:
+                # A new incarnation is a new heartbeat stream (after a restart: a new
+                # process): the old one's gap statistics and deadline say nothing about
+                # it, and keeping them timed out a restarted node 50 ms after it came
+                # back, before its first heartbeat (explore, seed 2: crash n0, restart
+                # n1: n2, its only monitor, declared incarnation 1 dead).  It gets the
+                # start-up grace, like a new watch.
+                self._watches[subject] = _Watch(
+                    self.config.window_gaps, at + self.config.startup_grace_s
+                )
             self._enqueue(
                 GossipItem(
                     subject=subject, incarnation=incarnation, status="alive", origin=self.node
@@ -1029,7 +1077,7 @@ class FailureDetector:
         self._view_maybe_changed(was_in_view, subject, at, actions)
         self._gossip_if_due(at, actions)
 
-    def _about_me(self, item: GossipItem, at: float, actions: list) -> None:
+    def _about_me(self, item: GossipItem, message: Gossip, at: float, actions: list) -> None:
         if self.self_dead or item.incarnation < self.incarnation:
             return
         if item.status == "suspect":
@@ -1047,14 +1095,15 @@ class FailureDetector:
             actions.append(self._plan(at))
         elif item.status in ("dead", "left"):
             if (
-                item.origin != self.node
-                and self.status.get(item.origin) in ("dead", "left")
-                and 2 * len(self.alive_view()) > len(self.members)
+                message.sender == item.origin
+                and message.sender_incarnation is not None
+                and message.sender_incarnation < self.known_incarnation.get(item.origin, 0)
             ):
-                # Both sides of a healed partition hold each other dead; the side that
-                # still sees a majority of the members keeps its incarnation, the
-                # other side rejoins (a 2/2 split has no majority: both rejoin).
-                return
+                return  # the claimer has rejoined since: its old incarnation's verdict
+            if self.status.get(item.origin) in ("dead", "left") and self._outranks(
+                item.origin, message
+            ):
+                return  # mutual death after a partition: the claimer rejoins, not this node
             self.self_dead = True
             self._queue.clear()
             self._next_gossip_at = None
@@ -1086,12 +1135,31 @@ class FailureDetector:
                 2**suspicion.notice_attempts
             )
 
+    def _outranks(self, claimer: str, message: Gossip) -> bool:
+        """Two nodes that hold each other dead (both sides of a healed partition
+        declared the other) must not both restart, nor both stay: the one with the
+        larger alive view keeps its incarnation (the majority side, if there is one),
+        ties go to the smaller name, and both compute the same answer from the view
+        size each notice carries.  A relayed claim or one without a size: this node
+        stays only if it sees a majority of the members."""
+        mine = len(self.alive_view())
+        theirs = message.sender_view_size if message.sender == claimer else None
+        if theirs is None:
+            return 2 * mine > len(self.members)
+        return mine > theirs if mine != theirs else self.node < claimer
+
     def _dead_notice(self, peer: str, at: float, actions: list) -> None:
         self._told_dead_at[peer] = at
         item = GossipItem(
             subject=peer, incarnation=self.known_incarnation[peer], status="dead", origin=self.node
         )
-        actions.append(SendGossip(to=(peer,), message=Gossip(sender=self.node, items=[item]), at=at))
+        message = Gossip(
+            sender=self.node,
+            items=[item],
+            sender_view_size=len(self.alive_view()),
+            sender_incarnation=self.incarnation,
+        )
+        actions.append(SendGossip(to=(peer,), message=message, at=at))
 
     def _answer_the_dead(self, peer: str, at: float, actions: list) -> None:
         """``peer``, held dead, sent something: tell it, at most every

@@ -113,6 +113,12 @@ class Heartbeat(_Message, tag="heartbeat"):
 
 class Gossip(_Message, tag="gossip"):
     items: Annotated[list[GossipItem], msgspec.Meta(min_length=1, max_length=MAX_GOSSIP_ITEMS)]
+    # Set on "you were declared dead" notices: the size of the sender's alive view, so
+    # two nodes that hold each other dead after a partition agree on which one rejoins,
+    # and the sender's incarnation, so a notice from an incarnation that has since
+    # rejoined (still in flight when it restarted) is recognised as stale.
+    sender_view_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_CLUSTER_NODES)] | None = None
+    sender_incarnation: Counter | None = None
 
 
 class Prepare(_Message, tag="prepare"):

@@ -252,7 +252,8 @@ class ControlProcess:
             try:
                 message = await self.worker_channel.receive(timeout_s=ipc.WORKER_SILENCE_S)
             except ipc.IpcError as error:
-                raise NodeExit(EXIT_WORKER_DIED, f"worker channel: {error}") from None
+                status = await self._worker_exit_status()
+                raise NodeExit(EXIT_WORKER_DIED, f"worker channel: {error} ({status})") from None
             if isinstance(message, ipc.WorkerReport):
                 self.worker_report = message
             elif isinstance(message, ipc.InferResult):
@@ -261,6 +262,20 @@ class ControlProcess:
                     waiter.set_result(message)
             elif self.step_driver is not None:
                 self.step_driver.on_worker(message)
+
+    async def _worker_exit_status(self) -> str:
+        """How the worker ended, for the node's exit message (it may still be exiting)."""
+        process = self.worker_process
+        if process is None:
+            return "no worker process"
+        try:
+            async with asyncio.timeout(1.0):
+                code = await process.wait()
+        except TimeoutError:
+            return f"worker pid {process.pid} still running"
+        if code < 0:
+            return f"worker pid {process.pid} killed by {signal.Signals(-code).name}"
+        return f"worker pid {process.pid} exited with {code}"
 
     async def worker_pinger(self) -> None:
         assert self.worker_channel is not None

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -569,8 +570,9 @@ async def worker_main(fd: int) -> int:
     code = 0
     try:
         await worker.serve(init)
-    except* ipc.IpcError:
+    except* ipc.IpcError as group:
         code = 3  # the control process is gone: the node dies as a whole
+        print(f"node {worker.node} worker: exiting: {group.exceptions[0]}", file=sys.stderr)
     return code
 
 

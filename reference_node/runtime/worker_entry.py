@@ -10,6 +10,7 @@ parent, then hands over to ``worker.main``.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -28,6 +29,9 @@ def _die_with_parent() -> None:
 
 def become_worker(fd: int, nice: int, control_pid: int) -> int:
     """Run the worker on socket ``fd`` (exec'd here, or forked by ``worker_start``)."""
+    # A crash in native code (torch) then leaves a Python stack in the node's log
+    # instead of a silent "worker channel closed" in the control process.
+    faulthandler.enable()
     _die_with_parent()
     if os.getppid() != control_pid:
         return 3  # the parent died before PDEATHSIG was armed

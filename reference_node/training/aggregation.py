@@ -12,6 +12,12 @@ trimmed mean exclude them per coordinate and Krum puts such a peer at infinite
 distance (see ``kernels``).  Krum returns the selected contribution; multi-Krum
 the mean of the ``m`` selected ones, in node-id order.  An aggregate that is
 still not finite is refused (``AggregationError``), never applied.
+
+Device: the rows are stacked on ``config.device`` and every op runs there (on
+``cuda``, the CUDA kernels of ``swarmshake.kernels``); the aggregate is handed back
+in host memory, because it is a wire object: fingerprinted and committed, served
+to peers that lack it, applied by replicas that may have fetched it.  On the CPU
+no copy is made either way.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 
 from swarmshake import kernels
 from swarmshake.reference_node.training.config import TrainingConfig
+from swarmshake.reference_node.training.device import resolve_device
 
 
 class AggregationError(ValueError):
@@ -52,8 +59,11 @@ def ordered(contributions: Mapping[str, torch.Tensor]) -> tuple[list[str], list[
 
 
 def aggregate(config: TrainingConfig, contributions: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The aggregate gradient of one step under ``config.aggregation``."""
-    names, rows = ordered(contributions)
+    """The aggregate gradient of one step under ``config.aggregation``, computed on
+    ``config.device`` and returned in host memory."""
+    names, host_rows = ordered(contributions)
+    device = resolve_device(config.device)
+    rows = [row.to(device) for row in host_rows]
     count = len(names)
     try:
         config.check_cluster(count)
@@ -81,7 +91,7 @@ def aggregate(config: TrainingConfig, contributions: Mapping[str, torch.Tensor])
             f"{rule} of {count} contributors ({', '.join(names)}) has {bad} non-finite "
             f"coordinates: more than byzantine_f={f} contributions are bad there"
         )
-    return result
+    return result.cpu()
 
 
 def finite_mean(rows: list[torch.Tensor]) -> torch.Tensor:

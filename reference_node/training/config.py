@@ -10,6 +10,7 @@ same code trains a ~1M-parameter model in CI and a >=100M one in benchmarks.
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 import msgspec
@@ -21,6 +22,9 @@ OptimizerKind = Literal["sgd", "adam"]
 # node on these machines holds, and flat-buffer offsets stay within int32 kernels.
 MAX_PARAMETERS = 2**31 - 1
 MAX_DIM = 1 << 20  # one layer wider than this is a typo, not a model
+# "cpu", "cuda" (the current CUDA device) or "cuda:N"; torch accepts more spellings
+# (mps, xla, ...) that the kernels and the determinism settings do not cover.
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]{1,3})?")
 
 
 class TrainingConfigError(ValueError):
@@ -54,6 +58,10 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     byzantine_f: int = 1
     multi_krum_m: int = 2
     threads: int = 1
+    # Where parameters, optimizer state, data and aggregation live ("cpu", "cuda",
+    # "cuda:N").  Bits are the same only on the same device kind and model: a CPU
+    # replay of a GPU run is not promised bit-exact (environment.py, verify.replay).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -82,6 +90,11 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
         _require(self.byzantine_f >= 0, "byzantine_f", f"must be >= 0, got {self.byzantine_f}")
         _require(self.multi_krum_m >= 1, "multi_krum_m", f"must be >= 1, got {self.multi_krum_m}")
         _require(1 <= self.threads <= 1024, "threads", f"must be in 1..1024, got {self.threads}")
+        _require(
+            DEVICE_PATTERN.fullmatch(self.device) is not None,
+            "device",
+            f'must be "cpu", "cuda" or "cuda:N", got {self.device!r}',
+        )
 
     def layer_dims(self) -> list[tuple[int, int]]:
         """``(fan_in, fan_out)`` of every linear layer, input to output."""

@@ -31,15 +31,16 @@ class FlatMLP:
             offset += fan_in * fan_out + fan_out
         self.parameter_count = offset
 
-    def initial_parameters(self) -> torch.Tensor:
-        """Deterministic initialisation from the run seed (torch.nn.Linear's uniform rule)."""
+    def initial_parameters(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Deterministic initialisation from the run seed (torch.nn.Linear's uniform rule),
+        drawn on the CPU (the same bits for every device) and copied to ``device``."""
         flat = torch.empty(self.parameter_count, dtype=DTYPE)
         gen = generator(self.config.seed, "init")
         for offset, fan_in, fan_out in self.layers:
             bound = 1.0 / fan_in**0.5
             size = fan_in * fan_out + fan_out
             flat[offset : offset + size].uniform_(-bound, bound, generator=gen)
-        return flat
+        return flat.to(device)
 
     def forward(self, flat: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         if flat.shape != (self.parameter_count,) or flat.dtype != DTYPE:
@@ -47,7 +48,8 @@ class FlatMLP:
                 f"parameters must be a flat {DTYPE} tensor of {self.parameter_count} "
                 f"elements, got {flat.dtype} {tuple(flat.shape)}"
             )
-        activations = inputs
+        # Inputs arrive in host memory (data shards, inference requests).
+        activations = inputs.to(flat.device)
         last = len(self.layers) - 1
         for index, (offset, fan_in, fan_out) in enumerate(self.layers):
             weight = flat[offset : offset + fan_in * fan_out].view(fan_out, fan_in)

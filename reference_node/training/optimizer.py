@@ -20,9 +20,11 @@ BUFFER_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-def new_buffers(config: TrainingConfig, parameter_count: int) -> dict[str, torch.Tensor]:
+def new_buffers(
+    config: TrainingConfig, parameter_count: int, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
     return {
-        name: torch.zeros(parameter_count, dtype=torch.float32)
+        name: torch.zeros(parameter_count, dtype=torch.float32, device=device)
         for name in BUFFER_NAMES[config.optimizer]
     }
 

@@ -37,9 +37,31 @@ class TrainingState:
                 raise ValueError(
                     f"{name} has {tensor.numel()} elements, params {self.params.numel()}"
                 )
+            if tensor.device != self.params.device:
+                raise ValueError(f"{name} is on {tensor.device}, params on {self.params.device}")
 
     def param_fingerprint(self) -> str:
         return fingerprint_hex(self.params)
+
+    @property
+    def device(self) -> torch.device:
+        return self.params.device
+
+    def to(self, device: torch.device | str) -> TrainingState:
+        """This state with every tensor on ``device`` (itself if already there).
+
+        A checkpoint or a rejoin transfer arrives in host memory; a GPU replica moves
+        it over once, bytes unchanged (the fingerprint stays the same)."""
+        device = torch.device(device)
+        if self.params.device == device:
+            return self
+        return TrainingState(
+            step=self.step,
+            params=self.params.to(device),
+            optimizer=self.optimizer,
+            buffers={name: tensor.to(device) for name, tensor in self.buffers.items()},
+            update_count=self.update_count,
+        )
 
     def clone(self) -> TrainingState:
         return TrainingState(

@@ -13,6 +13,12 @@ Step ``s`` of a run, the contract every replica and ``verify.replay`` follow:
 
 No step reads anything but its inputs, so recomputing it anywhere with the same
 torch version, thread count and CPU flags gives the same bits.
+
+On ``config.device = "cuda"`` the parameters, optimizer buffers, the shard's
+forward/backward and the aggregation run on the GPU (``device.py``); the same
+promise holds per GPU model (``environment.py``).  A contribution is handed back
+in host memory (it goes on the wire), and ``apply_committed`` takes an aggregate
+from either memory.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from swarmshake.kernels import fingerprint_hex
 from swarmshake.reference_node.training.byzantine import ByzantineBehaviour, corrupt_gradient
 from swarmshake.reference_node.training.config import TrainingConfig
 from swarmshake.reference_node.training.data import shard
+from swarmshake.reference_node.training.device import resolve_device
 from swarmshake.reference_node.training.model import FlatMLP
 from swarmshake.reference_node.training.optimizer import apply_update, new_buffers
 from swarmshake.reference_node.training.state import TrainingState
@@ -32,27 +39,31 @@ from swarmshake.reference_node.training.state import TrainingState
 
 @dataclass(frozen=True)
 class LocalGradient:
-    gradient: torch.Tensor  # flat float32, what the node sends
+    gradient: torch.Tensor  # flat float32 in host memory: what the node sends
     loss: float  # the honest loss on the node's shard, before the update
     samples: int
 
 
 def initial_state(config: TrainingConfig) -> TrainingState:
+    """Step 0 of the run, on ``config.device``."""
+    device = resolve_device(config.device)
     model = FlatMLP(config)
-    params = model.initial_parameters()
+    params = model.initial_parameters(device)
     return TrainingState(
         step=0,
         params=params,
         optimizer=config.optimizer,
-        buffers=new_buffers(config, model.parameter_count),
+        buffers=new_buffers(config, model.parameter_count, device),
     )
 
 
 def local_gradient(
     model: FlatMLP, params: torch.Tensor, step: int, node: str
 ) -> tuple[torch.Tensor, float]:
-    """``(flat gradient, loss)`` of ``node``'s shard at ``step`` evaluated at ``params``."""
+    """``(flat gradient, loss)`` of ``node``'s shard at ``step`` evaluated at ``params``,
+    the gradient on ``params``' device."""
     inputs, targets = shard(model.config, step, node)
+    targets = targets.to(params.device)  # drawn on the CPU: the same bits everywhere
     leaf = params.detach().requires_grad_(True)  # shares storage, no copy
     loss = model.loss(leaf, inputs, targets)
     (gradient,) = torch.autograd.grad(loss, leaf)
@@ -69,6 +80,8 @@ def apply_committed(
         raise ValueError(
             f"state holds {state.optimizer!r} buffers, config says {config.optimizer!r}"
         )
+    # An aggregate arrives in host memory (built here, or fetched from a peer).
+    aggregate = aggregate.to(state.params.device)
     apply_update(config, state.params, state.buffers, state.update_count, aggregate)
     state.update_count += 1
     state.step += 1
@@ -101,11 +114,16 @@ class ContributionSource:
             and step == behaviour.since_step
             and self._stale_gradient is None
         ):
-            self._stale_gradient, _ = local_gradient(self.model, params, step, self.node)
+            gradient, _ = local_gradient(self.model, params, step, self.node)
+            self._stale_gradient = gradient.cpu()
 
     def contribution(self, params: torch.Tensor, step: int) -> LocalGradient:
         self.observe(params, step)
-        honest, loss = local_gradient(self.model, params, step, self.node)
+        gradient, loss = local_gradient(self.model, params, step, self.node)
+        # To host memory once here, in the compute thread: the worker sends these
+        # bytes, and a Byzantine behaviour draws its noise on the CPU.  (A no-op on
+        # the CPU.)
+        honest = gradient.cpu()
         sent = honest
         if not self.behaviour.is_honest():
             sent = corrupt_gradient(
@@ -125,7 +143,9 @@ class Replica:
         self.config = config
         self.node = node
         self.model = FlatMLP(config)
-        self.state = state if state is not None else initial_state(config)
+        self.device = resolve_device(config.device)
+        # A state from a checkpoint or a peer arrives in host memory.
+        self.state = state.to(self.device) if state is not None else initial_state(config)
         if self.state.params.numel() != self.model.parameter_count:
             raise ValueError(
                 f"state has {self.state.params.numel()} parameters, the configured model "

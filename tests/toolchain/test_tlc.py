@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from swarmshake.verify.tlc_jar import java_binary, tla2tools_jar
+from swarmshake.verify.tla import java_executable as java_binary
+from swarmshake.verify.tla import tla2tools_jar
 
 COUNTER = """---- MODULE Counter ----
 EXTENDS Naturals

@@ -59,7 +59,7 @@ class Interval:
         return self.start <= t < self.end
 
     def overlaps(self, low: float, high: float) -> bool:
-        return self.start < high and low < self.end
+        return self.start <= high and low < self.end
 
 
 @dataclass

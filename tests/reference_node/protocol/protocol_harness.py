@@ -1,7 +1,9 @@
 """A small event-heap driver of FailureDetector cores for tests (not the simulator).
 
 Every heartbeat is materialised one by one, links delay each message uniformly in
-[low, high] seconds, crashed nodes stop sending and receiving.  It exists to test the
+[low, high] seconds, crashed nodes stop sending and receiving, a partition drops
+messages on cut directed links, and a node told it was declared dead rejoins as the
+DESIGN says: a fresh detector with a higher incarnation (``rejoins`` records it).  It exists to test the
 detector's contract end to end at small N with a driver written independently of the
 simulator; the simulator (chaos/sim) is the fast, lazy one.
 """
@@ -19,6 +21,7 @@ from swarmshake.reference_node.protocol.detector import (
     HeartbeatPlan,
     HeartbeatsArrived,
     Refuted,
+    SelfDeclaredDead,
     SendGossip,
     Started,
     Tick,
@@ -45,6 +48,9 @@ class MiniCluster:
         self.now = 0.0
         self.log: list[tuple[str, object]] = []
         self.tick_at: dict[str, float] = {}  # the one live tick per node (stale ones skipped)
+        self.cut: set[tuple[str, str]] = set()  # directed links a partition drops
+        self.rejoins: list[tuple[str, int, float]] = []  # (node, new incarnation, time)
+        self._seed, self._bugs, self._config = seed, bugs, config
         for name in self.names:
             self._apply(name, self.detectors[name].handle(Started(), 0.0))
 
@@ -64,7 +70,11 @@ class MiniCluster:
                     self._push(action.start_at + action.interval_s, "beat", node, action)
             elif isinstance(action, SendGossip):
                 for peer in action.to:
-                    self._push(action.at + self._delay(), "gossip", peer, action.message)
+                    if (node, peer) not in self.cut:
+                        self._push(action.at + self._delay(), "gossip", peer, action.message)
+            elif isinstance(action, SelfDeclaredDead):
+                # membership's MustRejoin: restart the cores with a higher incarnation
+                self._push(action.at, "rejoin", node, action.incarnation + 1)
         deadline = self.detectors[node].next_deadline()
         if deadline is not None and node not in self.crashed:
             deadline = max(deadline, self.now)
@@ -76,6 +86,23 @@ class MiniCluster:
     def crash(self, node: str, at: float) -> None:
         self._push(at, "crash", node)
 
+    def partition(self, groups: list[list[str]], at: float, heal_at: float) -> None:
+        """Cut every link between different groups from ``at`` until ``heal_at``."""
+        links = {
+            (a, b)
+            for group in groups
+            for a in group
+            for other in groups
+            if other is not group
+            for b in other
+        }
+        self.cut_links(links, at, heal_at)
+
+    def cut_links(self, links: set[tuple[str, str]], at: float, heal_at: float) -> None:
+        """Drop messages on these directed links from ``at`` until ``heal_at``."""
+        self._push(at, "cut", "", set(links))
+        self._push(heal_at, "heal", "", set(links))
+
     def run(self, until: float) -> None:
         while self.heap and self.heap[0][0] <= until:
             at, _, kind, node, payload = heapq.heappop(self.heap)
@@ -83,14 +110,35 @@ class MiniCluster:
             if kind == "crash":
                 self.crashed[node] = at
                 continue
+            if kind == "cut":
+                self.cut |= payload
+                continue
+            if kind == "heal":
+                self.cut -= payload
+                continue
             if node in self.crashed:
                 continue
             detector = self.detectors[node]
+            if kind == "rejoin":
+                fresh = FailureDetector(
+                    node=node,
+                    members=self.names,
+                    seed=self._seed,
+                    bugs=self._bugs,
+                    config=self._config,
+                    incarnation=max(payload, detector.incarnation + 1),
+                )
+                self.detectors[node] = fresh
+                self.rejoins.append((node, fresh.incarnation, at))
+                self.tick_at.pop(node, None)
+                self._apply(node, fresh.handle(Started(), at))
+                continue
             if kind == "beat":
                 if self.plans.get(node) is not payload:
                     continue  # superseded plan
                 for peer in payload.to:
-                    self._push(at + self._delay(), "hb", peer, (node, payload.incarnation))
+                    if (node, peer) not in self.cut:
+                        self._push(at + self._delay(), "hb", peer, (node, payload.incarnation))
                 self._push(at + payload.interval_s, "beat", node, payload)
             elif kind == "hb":
                 sender, incarnation = payload

@@ -314,3 +314,17 @@ def test_the_model_check_catches_the_safety_bugs(bug):
         )
     text = str(caught.value) + "".join(str(e) for e in getattr(caught.value, "exceptions", ()))
     assert "two values chosen" in text or "chosen is None" in text
+
+
+def test_a_laggard_asking_a_node_that_started_past_its_step_is_told_it_is_behind():
+    """Regression (explore): a node restored from its checkpoint at step 0 starts at
+    step 1 and knows no decision for step 0; a peer that rejoined at genesis proposes
+    for step 0.  Silence stalled both for ever; now the laggard learns it is Behind."""
+    ahead = C.StepCommit(node="a", voters=NAMES, learners=(), first_step=1, seed=0)
+    laggard = C.StepCommit(node="b", voters=NAMES, learners=(), first_step=0, seed=0)
+    prepare = Prepare(sender="b", step=0, ballot=(1, 1))
+    [reply] = ahead.handle(C.MessageReceived(message=prepare), 0.1)
+    assert isinstance(reply, C.Send) and reply.to == ("b",)
+    assert reply.message.sender_step == 1
+    actions = laggard.handle(C.MessageReceived(message=reply.message), 0.2)
+    assert C.Behind(step=0, peer_step=1, peer="a") in actions

@@ -196,3 +196,46 @@ def test_checkpoints_are_written_at_step_boundaries_by_interval():
         CP.FixedInterval(every_steps=0)
     with pytest.raises(LocalProtocolError):
         policy.handle(CP.StepCommitted(step=1), 0.0)  # time went backwards
+
+
+def test_a_source_without_any_commit_answers_genesis_and_the_node_starts_before_step_0():
+    """Regression (explore): a node restarted before the first commit waited out every
+    source and, with no checkpoint, could never rejoin; L2/L3 broke for the rest of
+    the run.  A genesis offer matching the initial fingerprint is installed at once."""
+    core = R.Rejoin(node="n0", incarnation=1, seed=9, genesis_param_fp="1717")
+    [request] = core.handle(R.Begin(live_peers=PEERS), 0.0)
+    [done] = core.handle(
+        R.StateOffered(source=request.source, step=-1, param_fp="1717", nbytes=0), 0.1
+    )
+    assert done == R.RejoinDone(
+        source=request.source, step=-1, param_fp="1717", nbytes=0, verified=True
+    )
+
+
+def test_a_genesis_offer_is_refused_with_a_checkpoint_a_wrong_fingerprint_or_an_old_driver():
+    for core in (
+        rejoin(genesis_param_fp="1717"),  # holds a checkpoint at step 12: not behind that
+        R.Rejoin(node="n0", incarnation=1, seed=9, genesis_param_fp="1717"),  # wrong fp below
+        R.Rejoin(node="n0", incarnation=1, seed=9),  # a driver that knows no genesis
+    ):
+        [first] = core.handle(R.Begin(live_peers=PEERS), 0.0)
+        fp = "bad0" if core.genesis_param_fp and core.local_checkpoint is None else "1717"
+        [second] = core.handle(
+            R.StateOffered(source=first.source, step=-1, param_fp=fp, nbytes=0), 0.1
+        )
+        assert isinstance(second, R.RequestState) and second.source != first.source
+
+
+def test_silent_sources_cost_the_offer_timeout_and_genesis_is_the_last_fallback():
+    core = R.Rejoin(node="n0", incarnation=1, seed=9, genesis_param_fp="1717")
+    [first] = core.handle(R.Begin(live_peers=("n1", "n2")), 0.0)
+    offer_timeout = core.config.offer_timeout_s
+    [second] = core.handle(R.Tick(), offer_timeout)
+    assert second.source != first.source
+    [done] = core.handle(R.Tick(), 2 * offer_timeout)
+    assert done == R.RejoinDone(source="genesis", step=-1, param_fp="1717", nbytes=0, verified=True)
+    # Without genesis support the old outcome stands: nothing to load, the node stalls.
+    old = R.Rejoin(node="n0", incarnation=1, seed=9)
+    old.handle(R.Begin(live_peers=("n1",)), 0.0)
+    [failed] = old.handle(R.Tick(), offer_timeout)
+    assert isinstance(failed, R.RejoinFailed)
