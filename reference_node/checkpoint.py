@@ -116,7 +116,7 @@ class LoadResult:
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The raw bytes of a flat contiguous CPU float32 tensor, without a copy."""
-    return memoryview(tensor.detach().numpy()).cast("B")
+    return memoryview(tensor.detach().cpu().numpy()).cast("B")
 
 
 def _payload_tensors(state: TrainingState) -> list[torch.Tensor]:

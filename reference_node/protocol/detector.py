@@ -794,6 +794,7 @@ class FailureDetector:
             )
         if self.left or self.self_dead:
             return  # a dead incarnation is inert until the node rejoins as a new one
+        announced = False
         for item in message.items:
             if item.subject == self.node:
                 self._about_me(item, message, now, actions)
@@ -801,6 +802,7 @@ class FailureDetector:
                 kind = item.status
                 if kind == "alive":
                     if item.incarnation > self.known_incarnation[item.subject]:
+                        announced |= item.subject == item.origin == message.sender
                         self._transition(
                             item.subject, "alive_newer", item.incarnation, item.origin, now, actions
                         )
@@ -812,7 +814,30 @@ class FailureDetector:
                 # (cut off when it formed it): not evidence; it will be told to rejoin.
         if self.status.get(message.sender) == "dead":
             self._answer_the_dead(message.sender, now, actions)
+        elif announced and not self.left and not self.self_dead:
+            self._sync_newcomer(message.sender, now, actions)
         self._gossip_if_due(now, actions)
+
+    def _sync_newcomer(self, peer: str, at: float, actions: list) -> None:
+        """``peer`` announced itself at a new incarnation (it restarted or rejoined):
+        its fresh view holds every member alive, and the deaths it missed were gossiped
+        and forgotten before it came back, so it would send heartbeats to monitors
+        chosen from the wrong ring and get suspected by the right ones (found with
+        crash/restart schedules at 8 nodes).  Push this node's dead and left members
+        to it, as memberlist's push/pull on join; only the announce's direct receivers
+        (the gossip fanout) do it, so the cost per restart is O(fanout), not O(N)."""
+        gone = [
+            GossipItem(
+                subject=m, incarnation=self.known_incarnation[m], status=status, origin=self.node
+            )
+            for m, status in self.status.items()
+            if status in ("dead", "left") and m != peer
+        ]
+        for start in range(0, len(gone), MAX_GOSSIP_ITEMS):
+            chunk = gone[start : start + MAX_GOSSIP_ITEMS]
+            actions.append(
+                SendGossip(to=(peer,), message=Gossip(sender=self.node, items=chunk), at=at)
+            )
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
         self._fire_due(now, actions, inclusive=True, watches=event.watches, only=event.only)

@@ -86,6 +86,10 @@ class MiniCluster:
     def crash(self, node: str, at: float) -> None:
         self._push(at, "crash", node)
 
+    def restart(self, node: str, at: float) -> None:
+        """Bring a crashed node back as a new process (a higher incarnation)."""
+        self._push(at, "restart", node)
+
     def partition(self, groups: list[list[str]], at: float, heal_at: float) -> None:
         """Cut every link between different groups from ``at`` until ``heal_at``."""
         links = {
@@ -116,6 +120,9 @@ class MiniCluster:
             if kind == "heal":
                 self.cut -= payload
                 continue
+            if kind == "restart":
+                self.crashed.pop(node, None)
+                kind, payload = "rejoin", self.detectors[node].incarnation + 1
             if node in self.crashed:
                 continue
             detector = self.detectors[node]

@@ -199,3 +199,20 @@ def test_a_restarted_peer_gets_a_fresh_watch_with_the_start_up_grace():
     assert detector.deadline_for("n1") == pytest.approx(1.45 + detector.config.startup_grace_s)
     actions = detector.handle(D.Tick(), 1.7)
     assert not any(isinstance(a, D.Suspected | D.DeclaredDead) for a in actions)
+
+
+def test_a_restarted_node_learns_the_deaths_it_missed_and_is_not_suspected():
+    """Regression (sim, 8 nodes, crash n1 and n5 for good, then crash and restart n6):
+    the restarted n6 chose its monitors from a ring that still held n1 and n5, so the
+    right monitors got no heartbeats and declared the live n6 dead.  The receivers of
+    its announce now push it the dead members."""
+    for seed in range(4):
+        cluster = MiniCluster(8, seed)
+        cluster.crash("n1", 1.0)
+        cluster.crash("n5", 2.0)
+        cluster.crash("n6", 4.0)
+        cluster.restart("n6", 6.0)
+        cluster.run(10.0)
+        late = [(n, a) for n, a in cluster.declarations() if a.peer == "n6" and a.at > 6.0]
+        assert late == [], late
+        assert cluster.detectors["n6"].alive_view() == ("n0", "n2", "n3", "n4", "n6", "n7")
