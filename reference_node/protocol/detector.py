@@ -110,6 +110,12 @@ declared dead (S4; ``swarmshake explore`` found it: 3 nodes, halves cut at 0.5 s
    claimer older than the one known (in flight when the claimer rejoined) is stale
    and ignored.
 
+Restarts (found by the same exploration): a peer seen at a new incarnation gets a
+fresh watch with the start-up grace (the old stream's deadline timed it out before its
+first heartbeat), and the direct receivers of its announce push it the members they
+hold dead or left (it would otherwise pick its monitors from a ring that still holds
+them, and its real monitors, hearing nothing, would declare it dead).
+
 ``eager-dead`` and ``no-refute`` still break S4: the former declares on one missed
 heartbeat (no partition needed), the latter keeps a suspicion through the subject's
 refutation and fresh heartbeats until its timeout.

@@ -17,6 +17,7 @@ from swarmshake.reference_node.protocol.history import (
     Fault,
     History,
     RejoinDone,
+    RunMark,
     Start,
     write_history,
 )
@@ -235,6 +236,26 @@ def test_l2_a_stall_during_a_partition_is_not_held_against_progress():
     run.fault("partition", ["*"], 25.0, phase="heal")
     run.steps(26, 40)
     assert run.check().results["L2"].status == "valid"
+
+
+def test_l2_does_not_count_cluster_start_up_as_a_stall():
+    """Nodes that take 20 s (R = 5 s) to import torch and commit their first step
+    have not stalled: L2 judges from the first commit (or the steady_state mark)."""
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(20, 40)
+    assert run.check().results["L2"].status == "valid"
+
+
+def test_l2_judges_from_the_harness_steady_state_mark():
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 2)
+    run.events.append(RunMark(t_wall=3.0, t_mono=3.0, node=HARNESS, mark="steady_state"))
+    run.steps(20, 30)  # 17 s without a commit after steady state, R = 5 s
+    assert run.check().results["L2"].status == "invalid"
 
 
 def restart_run(rejoin_fp: str | None) -> Run:

@@ -2,7 +2,10 @@
 
 - L2: in every *stable* stretch — a majority of the configured voters alive and no
   node outside the envelope (no partition, black hole, … active or within D of its
-  heal) — the highest committed step rises at least every ``R`` seconds.  A stall
+  heal) — the highest committed step rises at least every ``R`` seconds.  Judging
+  starts at the harness's ``steady_state`` mark, else at the run's first commit:
+  L2 is about steps committing *again*; cluster start-up (imports, model set-up)
+  is not a stall.  A stall
   that ends with the run is judged too; a stretch shorter than ``R`` decides nothing.
 - L3: a restarted node (a second or later ``start``) logs ``rejoin_done`` or
   ``commit`` whose ``param_fp`` equals the majority's fingerprint of that step within
@@ -15,7 +18,13 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from swarmshake.reference_node.protocol.history import Commit, History, RejoinDone, Start
+from swarmshake.reference_node.protocol.history import (
+    Commit,
+    History,
+    RejoinDone,
+    RunMark,
+    Start,
+)
 from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
 from swarmshake.verify.checkers.safety import Membership, majority
 from swarmshake.verify.checkers.timeline import Timeline
@@ -70,7 +79,9 @@ def check_l2(
             top = event.step
             rises.append((event.t_mono, index))
     bound = bounds.recovery_s
-    for start, end in stable_stretches(timeline, membership, history):
+    judged_from = judging_start(history, rises)
+    for stretch_start, end in stable_stretches(timeline, membership, history):
+        start = max(stretch_start, judged_from)
         if end - start < bound:
             continue
         findings.checked += 1
@@ -85,6 +96,16 @@ def check_l2(
                 break
             previous = t
     return findings.result(f"{findings.checked} stable stretches, each committing within R")
+
+
+def judging_start(history: History, rises: list[tuple[float, int]]) -> float:
+    """Where L2 starts to judge (``t_mono``, the timeline's clock): the harness's
+    ``steady_state`` mark, else the first commit; a run without either is judged
+    from its start (a cluster that never commits while a majority is up is a stall)."""
+    for event in history.of_kind(RunMark):
+        if event.mark == "steady_state":
+            return event.t_mono
+    return rises[0][0] if rises else 0.0
 
 
 def check_l3(
