@@ -66,8 +66,8 @@ class MiniCluster:
             self.log.append((node, action))
             if isinstance(action, HeartbeatPlan):
                 self.plans[node] = action
-                if action.to:
-                    self._push(action.start_at + action.interval_s, "beat", node, action)
+                if action.to:  # every interval_s from start_at on, as the drivers do
+                    self._push(action.start_at, "beat", node, action)
             elif isinstance(action, SendGossip):
                 for peer in action.to:
                     if (node, peer) not in self.cut:
