@@ -65,6 +65,11 @@ def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
     return args.config, overrides
 
 
+# A node declared dead restarts its control process with a new incarnation; one that
+# keeps being declared dead is not going to converge, and stops.
+MAX_REJOINS_PER_PROCESS = 20
+
+
 def main(argv: list[str] | None = None) -> int:
     from swarmshake.reference_node.config import ConfigError, load
 
@@ -80,13 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 64
     from swarmshake.reference_node.runtime import worker_start
-    from swarmshake.reference_node.runtime.node import ControlProcess
+    from swarmshake.reference_node.runtime.node import EXIT_REJOIN, ControlProcess
 
-    forked = None
-    if worker_start.fork_preferred(config.worker.start):
-        # Before the event loop and its threads exist (worker_start says why).
-        forked = worker_start.fork_worker(config.worker.nice)
-    return asyncio.run(ControlProcess(config, config_path, overrides, forked).run())
+    for _ in range(MAX_REJOINS_PER_PROCESS):
+        forked = None
+        if worker_start.fork_preferred(config.worker.start):
+            # Before the event loop and its threads exist (worker_start says why).
+            forked = worker_start.fork_worker(config.worker.nice)
+        code = asyncio.run(ControlProcess(config, config_path, overrides, forked).run())
+        if code != EXIT_REJOIN:
+            return code
+        print(f"node {config.node.id}: declared dead by peers; rejoining", file=sys.stderr)
+    print(
+        f"node {config.node.id}: declared dead {MAX_REJOINS_PER_PROCESS} times; giving up",
+        file=sys.stderr,
+    )
+    return EXIT_REJOIN
 
 
 if __name__ == "__main__":

@@ -60,6 +60,10 @@ MAX_PENDING_INFER = 64  # /infer requests waiting on the worker; more get a 503
 TELEMETRY_S = 1.0
 DROP_LOG_S = 1.0  # frame drops are logged as one aggregated event per second per reason
 EXIT_WORKER_DIED = 3
+# Returned by ``run`` when peers declared this node dead: DESIGN says it must rejoin
+# with a new incarnation, so ``__main__`` starts a fresh control process (a new
+# incarnation, state transfer from a live peer) in the same OS process.
+EXIT_REJOIN = 75
 
 
 def redacted(config: NodeConfig) -> dict[str, Any]:
@@ -155,6 +159,7 @@ class ControlProcess:
         self.worker_process: WorkerProcess | None = None
         self.worker_ready: ipc.WorkerReady | None = None
         self.worker_report: ipc.WorkerReport | None = None
+        self.rejoin_reason: str | None = None  # set when peers declared this node dead
         self._infer_ids = itertools.count(1)
         self._infer_waiters: dict[int, asyncio.Future[ipc.InferResult]] = {}
         self.stopping = asyncio.Event()
@@ -204,6 +209,9 @@ class ControlProcess:
         self._pending_drops[key] = self._pending_drops.get(key, 0) + 1
 
     def _on_detector_action(self, action: object) -> None:
+        if isinstance(action, det.SelfDeclaredDead) and self.rejoin_reason is None:
+            self.rejoin_reason = f"declared dead by {action.declared_by}: rejoining"
+            self.request_stop(self.rejoin_reason)
         if isinstance(action, det.Refuted):
             # A restart must come back above every incarnation this process used.
             incarnation_store.store(self.config.data_dir, action.incarnation)
@@ -489,6 +497,10 @@ class ControlProcess:
                 if self.step_driver is not None:
                     group.create_task(self.step_driver.run(group))
                 await self.stopping.wait()
+                if self.rejoin_reason is not None:
+                    # Not a leave: no stop event, no leave gossip; the next
+                    # incarnation announces itself when it starts.
+                    raise NodeExit(EXIT_REJOIN, self.rejoin_reason)
                 self.events.log(history.Stop, reason=self.stop_reason)
                 self.detector.leave()
                 await asyncio.sleep(0.1)  # let the leave gossip go out
