@@ -130,6 +130,11 @@ class Backend(abc.ABC):
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
         self.events = EventTail(spec.events_dir(), spec.nodes)
+        # Filled by ``up``; the lookups below are the same on every backend.
+        self.toxiproxy: Any = None  # the backend's Toxiproxy (process or container)
+        self._nodes: dict[str, Any] = {}
+        self._links: dict[tuple[str, str], Link] = {}
+        self._broker: Any = None
 
     @abc.abstractmethod
     async def up(self) -> None: ...
@@ -137,24 +142,45 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def down(self) -> None: ...
 
-    @abc.abstractmethod
-    def node(self, name: str) -> NodeHandle: ...
+    def node(self, name: str) -> NodeHandle:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
 
-    @abc.abstractmethod
     def link(self, src: str, dst: str) -> Link:
         """The directed link ``src → dst`` (both of its channels)."""
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            raise BackendError(f"no link {src}→{dst} in this cluster") from None
 
     @property
-    @abc.abstractmethod
-    def broker(self) -> BrokerHandle: ...
+    def broker(self) -> BrokerHandle:
+        if self._broker is None:
+            raise BackendError("the cluster is not up")
+        return self._broker
 
     @abc.abstractmethod
+    def broker_address(self) -> tuple[str, int]:
+        """Where the harness itself reaches the broker (host, port)."""
+
     async def send_command(self, node: str, command: Command) -> None:
         """Publish a harness command to one node over MQTT (clock skew, Byzantine …)."""
+        from swarmshake.chaos.backends.mqtt_commands import publish_command
 
-    @abc.abstractmethod
+        if self.broker.lost:
+            raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
+        host, port = self.broker_address()
+        await publish_command(host, port, self.spec.topic_prefix, node, command)
+
     async def reset_links(self) -> None:
         """Enable every proxy and remove every toxic (heal of every network fault)."""
+        if self.toxiproxy is not None:
+            await self.toxiproxy.reset()
+        for link in self._links.values():
+            link.cut_now = False
+            link.toxics.clear()
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

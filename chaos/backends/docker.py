@@ -40,12 +40,10 @@ from swarmshake.chaos.backends.base import (
     NodeHandle,
     UnsupportedFault,
 )
-from swarmshake.chaos.backends.mqtt_commands import publish_command
 from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
 from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
 from swarmshake.chaos.mosquitto import mosquitto_binary
 from swarmshake.chaos.toxiproxy import Toxic, ToxiproxyClient, ToxiproxyHungError, toxiproxy_binary
-from swarmshake.reference_node.runtime.mqtt_messages import Command
 
 CONTROL_PORT, BULK_PORT, HTTP_PORT = 7001, 7002, 7003  # inside each node container
 BROKER_PORT = 1883
@@ -420,35 +418,8 @@ class DockerBackend(Backend):
             await asyncio.to_thread(self.client.close)
         self.client = None
 
-    def node(self, name: str) -> DockerNode:
-        try:
-            return self._nodes[name]
-        except KeyError:
-            raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
-
-    def link(self, src: str, dst: str) -> Link:
-        try:
-            return self._links[(src, dst)]
-        except KeyError:
-            raise BackendError(f"no link {src}→{dst} in this cluster") from None
-
-    @property
-    def broker(self) -> DockerBroker:
-        if self._broker is None:
-            raise BackendError("the cluster is not up")
-        return self._broker
-
-    async def send_command(self, node: str, command: Command) -> None:
-        if self.broker.lost:
-            raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
-        await publish_command(self._broker_ip, BROKER_PORT, self.spec.topic_prefix, node, command)
-
-    async def reset_links(self) -> None:
-        if self.toxiproxy is not None:
-            await self.toxiproxy.reset()
-        for link in self._links.values():
-            link.cut_now = False
-            link.toxics.clear()
+    def broker_address(self) -> tuple[str, int]:
+        return self._broker_ip, BROKER_PORT
 
     async def apply_netem(self, links: list[tuple[str, str]], op: Any) -> None:
         """``tc netem`` on the egress of every sending node of ``links``.

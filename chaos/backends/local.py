@@ -31,7 +31,6 @@ from swarmshake.chaos.backends.base import (
     NodeHandle,
     UnsupportedFault,
 )
-from swarmshake.chaos.backends.mqtt_commands import publish_command
 from swarmshake.chaos.cleanup import Registry, process_state, unmount
 from swarmshake.chaos.links import (
     CHANNELS,
@@ -41,7 +40,6 @@ from swarmshake.chaos.links import (
 )
 from swarmshake.chaos.mosquitto import MosquittoBroker
 from swarmshake.chaos.toxiproxy import ToxiproxyServer
-from swarmshake.reference_node.runtime.mqtt_messages import Command
 
 HOST = "127.0.0.1"
 ZYGOTE_READY_TIMEOUT_S = 120.0  # importing torch on a loaded 2-core machine took up to ~20 s
@@ -518,35 +516,8 @@ class LocalBackend(Backend):
         if errors:
             raise BackendError(f"down: {'; '.join(errors)}")
 
-    def node(self, name: str) -> LocalNode:
-        try:
-            return self._nodes[name]
-        except KeyError:
-            raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
-
-    def link(self, src: str, dst: str) -> Link:
-        try:
-            return self._links[(src, dst)]
-        except KeyError:
-            raise BackendError(f"no link {src}→{dst} in this cluster") from None
-
-    @property
-    def broker(self) -> LocalBroker:
-        if self._broker is None:
-            raise BackendError("the cluster is not up")
-        return self._broker
-
-    async def send_command(self, node: str, command: Command) -> None:
-        if self.broker.lost:
-            raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
-        await publish_command(HOST, self.broker.port, self.spec.topic_prefix, node, command)
-
-    async def reset_links(self) -> None:
-        if self.toxiproxy is not None:
-            await self.toxiproxy.reset()
-        for link in self._links.values():
-            link.cut_now = False
-            link.toxics.clear()
+    def broker_address(self) -> tuple[str, int]:
+        return HOST, self.broker.port
 
     def describe(self) -> dict[str, Any]:
         return {
