@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from swarmshake.chaos.child_process import stop_child
 from swarmshake.chaos.toxiproxy.server import free_port
 
 START_DEADLINE_S = 10.0  # mosquitto listens within ~20 ms of exec
-STOP_GRACE_S = 3.0
 
 
 def mosquitto_binary() -> Path:
@@ -115,13 +114,7 @@ class MosquittoBroker:
 
     async def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(process.wait, STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                await asyncio.to_thread(process.wait)
+        await stop_child(process)
         if self.pid_dir:
             (self.pid_dir / f"mosquitto-{self.port}.pid").unlink(missing_ok=True)
         if self._own_workdir:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from swarmshake.chaos.child_process import stop_child
 from swarmshake.chaos.toxiproxy.client import (
     DEFAULT_CALL_TIMEOUT_S,
     Proxy,
@@ -33,7 +33,6 @@ T = TypeVar("T")
 
 START_DEADLINE_S = 10.0  # the server answers /version within ~50 ms of exec
 MAX_RESTARTS = 3  # more than this in one run means the environment is broken
-STOP_GRACE_S = 3.0
 
 
 def project_root() -> Path:
@@ -154,13 +153,7 @@ class ToxiproxyServer:
             await self._client.aclose()
             self._client = None
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(process.wait, STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                await asyncio.to_thread(process.wait)
+        await stop_child(process)
         if self.pid_dir:
             with contextlib.suppress(FileNotFoundError):
                 (self.pid_dir / f"toxiproxy-{self.port}.pid").unlink()
