@@ -12,7 +12,6 @@ import pytest
 
 from swarmshake.chaos.toxiproxy import Toxic, ToxiproxyClient, ToxiproxyHungError
 
-
 PINGS = 15
 
 
