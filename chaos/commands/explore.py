@@ -11,8 +11,10 @@ is 1; with no violation in ``--budget`` runs the exit code is 0.  ``--property``
 limits what counts (default: any invalid property; ``--bug NAME`` defaults it to the
 property that bug must break).  ``unknown`` verdicts never count as violations.
 
-The real backends (``local``, ``docker``) come with the harness; until then they
-exit 64 with "backend not available yet".
+With ``--backend local|docker`` the harness draws schedules from its fault
+generator, runs each on a real cluster, re-runs a failing one to confirm it despite
+real-world nondeterminism, shrinks it greedily and prints the scenario
+(``swarmshake.chaos.explore_real``); ``swarmshake run`` replays it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,38 @@ from swarmshake.verify.checkers import PROPERTIES
 MAX_BUDGET = 100_000  # runs; a larger search belongs in a nightly job with its own seed
 
 
+MAX_REAL_BUDGET = 200  # each real run takes tens of seconds; more is a nightly job
+
+
+def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of main()
+    """Explore on real nodes; exit 1 with the shrunk scenario on a confirmed violation."""
+    import json
+    from pathlib import Path
+
+    from swarmshake.chaos.explore_real import explore_blocking
+
+    if args.budget > MAX_REAL_BUDGET:
+        raise UsageError(f"--budget {args.budget}: at most {MAX_REAL_BUDGET} real runs")
+    result = explore_blocking(
+        backend=args.backend,
+        budget=args.budget,
+        seed=args.seed,
+        nodes=max(args.nodes, 3),
+        bugs=[args.bug] if args.bug else None,
+        out=Path("runs"),
+    )
+    if args.json:
+        print(json.dumps({"runs": result.runs, "failing": bool(result.failing),
+                          "violated": list(result.violated or []),
+                          "scenario": result.scenario_yaml()}))  # fmt: skip
+    elif result.failing:
+        print(result.scenario_yaml())
+    print(f"explore --backend {args.backend}: {result.runs} runs, "
+          f"{'violation of ' + ', '.join(result.violated or []) if result.failing else 'no violation'}",
+          file=sys.stderr)  # fmt: skip
+    return 1 if result.failing else 0
+
+
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake explore", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="sim", choices=("sim", "local", "docker"))
@@ -52,13 +86,10 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
-    if args.backend != "sim":
-        raise UsageError(
-            f"backend {args.backend!r} not available yet: the real-cluster harness has not "
-            "landed; use --backend sim"
-        )
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UsageError(f"--budget {args.budget} must lie in [1, {MAX_BUDGET}]")
+    if args.backend != "sim":
+        return explore_real_cluster(args)
     if args.duration < 25.0:
         raise UsageError("--duration must be at least 25s: faults fall in the first 20s")
     properties = tuple(args.property) if args.property else None

@@ -100,6 +100,7 @@ def test_explore_command_prints_a_replayable_scenario_and_exits_1(capsys, tmp_pa
     assert "S1" in run.verdict.violated()
 
 
-def test_real_backends_are_not_available_yet():
-    with pytest.raises(UsageError, match="backend 'local' not available yet"):
-        explore_command.main(["--backend", "local"])
+def test_real_backends_bound_their_budget():
+    """A real run takes tens of seconds: a budget fit for the simulator is refused."""
+    with pytest.raises(UsageError, match="at most 200 real runs"):
+        explore_command.main(["--backend", "local", "--budget", "500"])
