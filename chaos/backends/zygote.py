@@ -21,6 +21,7 @@ process group and exits, so a killed harness leaves no node behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -131,6 +132,12 @@ def _kill_all(children: set[int]) -> None:
 
 def serve(preload: list[str]) -> int:
     loaded = _preload(preload)
+    # torch and friends leave ~340k GC-tracked objects; every forked node inherits
+    # them, and a full collection walking them all stalls a node's control loop for
+    # ~200 ms, longer than the detector's suspicion floor: its peers declared it
+    # dead (measured: loop_stall events coinciding with gen-2 collections).
+    # Frozen objects sit in a permanent generation that collections skip.
+    gc.freeze()
     _reply({"ready": True, "pid": os.getpid(), "preloaded": loaded})
     children: set[int] = set()
     buffer = b""

@@ -152,7 +152,7 @@ class Nemesis:
                 "inject",
                 grouping=op.grouping,
                 direction=op.direction,
-                cut_links=len(links),
+                cuts=sorted(map(list, links)),
             )
         elif isinstance(op, faults.Heal):
             self.heal(op, t)

@@ -216,6 +216,18 @@ class FrameDrop(EventBase, tag="frame_drop", kw_only=True, frozen=True):
     count: int = 1
 
 
+class LoopStall(EventBase, tag="loop_stall", kw_only=True, frozen=True):
+    """The node's control event loop woke late: for ``stalled_ms`` it handled no events.
+
+    DESIGN's S4 counts a node as alive only while it handles events at least every
+    Δ_proc; this event is the node's own measurement of that envelope (a stalled
+    monitor may blame its peers, a stalled peer may be blamed)."""
+
+    stalled_ms: float
+    # When the stall began, on the same clock as ``t_mono``.
+    since_mono: float
+
+
 # --- harness --------------------------------------------------------------------------------
 
 
@@ -257,6 +269,7 @@ Event = (
     | CheckpointWrite
     | CheckpointSkip
     | FrameDrop
+    | LoopStall
     | Fault
     | RunMark
 )

@@ -11,6 +11,7 @@ cancels the rest and the node exits as a whole, killing the worker on the way
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import itertools
 import json
@@ -36,6 +37,7 @@ from swarmshake.reference_node.runtime.events import EventLog
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame
 from swarmshake.reference_node.runtime.http_api import HttpApi, InferUnavailable
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
+from swarmshake.reference_node.runtime.loop_watchdog import LoopWatchdog
 from swarmshake.reference_node.runtime.metrics import make_registry
 from swarmshake.reference_node.runtime.mqtt import MqttAgent
 from swarmshake.reference_node.runtime.mqtt_messages import (
@@ -134,6 +136,7 @@ class ControlProcess:
             send_heartbeat=self.send_heartbeat,
             on_action=self._on_detector_action,
         )
+        self.watchdog = LoopWatchdog(self.events)
         self.registry = make_registry(self.status)
         self.http = HttpApi(
             host=config.network.listen_host,
@@ -466,6 +469,7 @@ class ControlProcess:
                 self.detector.start()
                 group.create_task(self.detector.heartbeat_loop())
                 group.create_task(self.detector.timer_loop())
+                group.create_task(self.watchdog.run())
                 starting = group.create_task(self.start_worker())
                 stop_wait = group.create_task(self.stopping.wait())
                 await asyncio.wait((starting, stop_wait), return_when=asyncio.FIRST_COMPLETED)
@@ -492,6 +496,10 @@ class ControlProcess:
                     )
                     group.create_task(self.mqtt.run())
                 self.events.log(history.Ready)
+                # Everything imported and built at start-up lives as long as the
+                # process: keep it out of the collector's full passes, which would
+                # otherwise stall this loop past the suspicion floor (zygote.py).
+                gc.freeze()
                 self.is_ready = True
                 self._write_ports()
                 if self.step_driver is not None:

@@ -9,7 +9,8 @@
   healed), the verdict is ``unknown`` (DESIGN: leaving the envelope makes S4
   undecidable, not false); likewise when a judging node was itself paused or
   restarting within the refutation window (every node handling events every Δ_proc
-  is part of the envelope).
+  is part of the envelope).  A declaration made only by nodes that a partition cut
+  from *P* (within ``D`` of the cut) is correct: across a cut, silence is all there is.
 - L1: after each crash, every node alive and inside the envelope for the whole
   ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
   the crashed node came back inside that window.  A miss during an envelope exit, or
@@ -100,6 +101,11 @@ def _judge(
     )
     judges = [event.node, *_origins(event.reason)]
     low = t - envelope_window
+    if all(timeline.cut_between(judge, event.peer, low, t) for judge in judges):
+        # Every node the declaration rests on was partitioned from the peer: a node
+        # behind a cut is indistinguishable from a dead one, and DESIGN requires the
+        # peer to rejoin with a new incarnation after the heal.  Expected, not false.
+        return "ok", ""
     if timeline.out_of_envelope(event.peer, low, t) or any(
         timeline.out_of_envelope(judge, low, t) for judge in judges
     ):

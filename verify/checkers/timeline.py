@@ -105,6 +105,17 @@ class Timeline:
     envelope_exits: list[tuple[Interval, frozenset[str] | None]]  # None: every node
     crashes: list[tuple[str, float, int]]  # (node, t, history index) of each process death
     end_t: float
+    # Partitions' cut links: (window, directed (src, dst) pairs); a window runs from the
+    # inject to D after the heal, like the envelope exits.
+    cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = field(default_factory=list)
+
+    def cut_between(self, a: str, b: str, low: float, high: float) -> bool:
+        """Whether the link between ``a`` and ``b`` (either direction) was cut by a
+        partition at some time in ``[low, high]``."""
+        return any(
+            interval.overlaps(low, high) and ((a, b) in pairs or (b, a) in pairs)
+            for interval, pairs in self.cuts
+        )
 
     def out_of_envelope(self, node: str | None, low: float, high: float) -> bool:
         """Whether ``node`` (or any node when None) was outside the declared envelope
@@ -127,6 +138,8 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     nodes: dict[str, NodeTimeline] = {name: NodeTimeline() for name in history.nodes()}
     open_windows: dict[str, list[tuple[Interval, frozenset[str] | None]]] = {}
     exits: list[tuple[Interval, frozenset[str] | None]] = []
+    open_cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
+    cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
     crashes: list[tuple[str, float, int]] = []
     first_seen: dict[str, float] = {}
     end_t = history.events[-1].t_mono if history.events else 0.0
@@ -136,6 +149,11 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         for interval, affected in open_windows.pop(op, []):
             interval.end = t + grace
             exits.append((interval, affected))
+        if op == "partition":
+            for interval, pairs in open_cuts:
+                interval.end = t + grace
+                cuts.append((interval, pairs))
+            open_cuts.clear()
 
     for index, event in enumerate(history.events):
         if event.node != HARNESS:
@@ -150,6 +168,8 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             _end_process(nodes.get(event.node), event.t_mono)
         elif isinstance(event, Fault):
             _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
+            if event.op == "partition" and event.phase == "inject":
+                open_cuts.append((Interval(event.t_mono, start_index=index), _cut_pairs(event)))
     for op in list(open_windows):
         close(op, math.inf)
     # A node that logged events but no start (a history cut at the front) is up from its
@@ -158,7 +178,19 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         if not timeline.processes and name in first_seen:
             timeline.processes.append(Interval(first_seen[name]))
             timeline.process_incarnations.append(0)
-    return Timeline(nodes=nodes, envelope_exits=exits, crashes=crashes, end_t=end_t)
+    return Timeline(nodes=nodes, envelope_exits=exits, crashes=crashes, end_t=end_t, cuts=cuts)
+
+
+def _cut_pairs(event: Fault) -> frozenset[tuple[str, str]]:
+    """The directed links a partition cut, from its ``cuts`` param (the harness and
+    the simulator both record them); malformed entries are ignored, not trusted."""
+    pairs = set()
+    for entry in event.params.get("cuts", ()) or ():
+        if isinstance(entry, (list, tuple)) and len(entry) == 2:
+            src, dst = entry
+            if isinstance(src, str) and isinstance(dst, str):
+                pairs.add((src, dst))
+    return frozenset(pairs)
 
 
 def _end_process(timeline: NodeTimeline | None, t: float) -> bool:
