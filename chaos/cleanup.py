@@ -226,7 +226,9 @@ def remove_docker_objects(run_id: str | None) -> dict[str, int]:
     try:
         for container in client.containers.list(all=True, filters={"label": label}):
             with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+                # v=True: with it go the container's anonymous volumes (an image
+                # built before the deps layer dropped its VOLUMEs still makes them).
+                container.remove(force=True, v=True)
                 counts["containers"] += 1
         for network in client.networks.list(filters={"label": label}):
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

@@ -168,10 +168,14 @@ def build_deps(client: docker.DockerClient, wheelhouse: Path) -> str:
                     ],
                     "Labels": {LABEL: "1"},
                     "WorkingDir": "/data",
+                    # The install container's bind mounts must not become VOLUMEs of
+                    # the image: every node container would create (and leak) two
+                    # anonymous volumes.
+                    "Volumes": {},
                 },
             )
         finally:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
     return tag
 
 

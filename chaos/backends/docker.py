@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -339,6 +340,13 @@ class DockerBackend(Backend):
                 program = Path(os.getcwd(), spec.node_program)  # noqa: ASYNC240 - no I/O
                 volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
                 entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
+            # The node's output goes to logs/<node>.log in the mounted run directory,
+            # as on the local backend: live (the runner quotes it when a node dies
+            # early), appended across restarts of the container, and kept after the
+            # container is removed.
+            log = spec.run_dir / "logs" / f"{name}.log"
+            entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1',
+                          *entrypoint]  # fmt: skip
             container = await self._run(
                 node_image, f"node-{name}", name, command=command, user=uid, entrypoint=entrypoint,
                 volumes=volumes,

@@ -182,12 +182,21 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(docker_client, tmp_path):
     )
     run_id = json.loads((out / "latest" / "run.json").read_text())["run_id"]
     label = {"label": f"{RUN_LABEL}={run_id}"}
-    assert len(docker_client.containers.list(filters=label)) == 4  # 2 nodes, toxiproxy, broker
+    containers = docker_client.containers.list(filters=label)
+    assert len(containers) == 4  # 2 nodes, toxiproxy, broker
+    # Anonymous volumes carry no label: follow them through the containers' mounts.
+    volumes = {
+        mount["Name"]
+        for container in containers
+        for mount in container.attrs["Mounts"]
+        if mount["Type"] == "volume"
+    }
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
     assert docker_client.containers.list(all=True, filters=label) == []
     assert docker_client.networks.list(filters=label) == []
+    assert volumes.isdisjoint(v.name for v in docker_client.volumes.list())
     assert list((tmp_path / "state" / "active").glob("*.json")) == []
 
 

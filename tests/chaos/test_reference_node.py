@@ -73,33 +73,28 @@ def run_suite(tmp_path, suite: str, *extra: str) -> tuple[int, dict, str]:
     return done.returncode, result, done.stderr
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 4/5): on 2 shared cores the real nodes see machine-wide stalls of "
-    "~220 ms (every node's heartbeat gaps at once) that pass the detector's 160 ms floor, and "
-    "the cascade of refutes that follows ends in false deaths (S4 invalid); with a 300 ms floor "
-    "S4 comes out unknown (declarations during the partition). The run, its verdict and its "
-    "report are still checked by test_smoke_suite_writes_a_full_run_directory.",
-)
-def test_smoke_suite_end_to_end_on_the_local_backend(tmp_path):
-    code, result, stderr = run_suite(tmp_path, "smoke", "--backend", "local")
+def docker_unavailable() -> str:
+    from swarmshake.chaos.backends.docker import docker_available
+
+    status = ROOT / ".cache" / "docker-unavailable"
+    return docker_available() or (status.read_text().strip() if status.exists() else "")
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_smoke_suite_is_valid_and_leaves_a_full_run_directory(tmp_path, backend):
+    """The CI smoke suite (crash + restart, a minority partition, a latency spike) on
+    real reference nodes: every property holds, and the run leaves DESIGN's run
+    directory: the resolved scenario, every node's events, the verdict and reports."""
+    if backend == "docker" and (reason := docker_unavailable()):
+        pytest.skip(f"Docker unavailable on this machine: {reason}")
+    code, result, stderr = run_suite(tmp_path, "smoke", "--backend", backend)
     assert result, stderr[-3000:]
-    assert (code, result["status"]) == (0, "valid"), result.get("message") or stderr[-3000:]
-    run_dir = Path(result["run_dir"])
-    assert (run_dir / "verdict.json").exists() and (run_dir / "scenario.yaml").exists()
-    assert result["timings"]["verdict"] <= 180  # the CI budget
-
-
-def test_smoke_suite_writes_a_full_run_directory(tmp_path):
-    """Whatever the verdict, a smoke run decides every property and leaves the DESIGN
-    run directory: the resolved scenario, events of every node, verdict and reports."""
-    code, result, stderr = run_suite(tmp_path, "smoke", "--backend", "local")
-    assert result and code in (0, 1, 2), stderr[-3000:]
     run_dir = Path(result["run_dir"])
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert set(verdict["results"]) >= {"S1", "S2", "S3", "S4", "L1", "L2", "L3"}
-    for safety in ("S1", "S2", "S3"):  # the consensus guarantees hold even now
-        assert verdict["results"][safety]["status"] == "valid", verdict["results"][safety]
+    assert (code, result["status"]) == (0, "valid"), {
+        name: r["message"] for name, r in verdict["results"].items() if r["status"] != "valid"
+    }
     for name in ("scenario.yaml", "report.html", "junit.xml", "summary.md"):
         assert (run_dir / name).is_file(), name
     assert {p.stem for p in (run_dir / "events").glob("*.jsonl")} >= {
@@ -110,6 +105,7 @@ def test_smoke_suite_writes_a_full_run_directory(tmp_path):
         "n4",
     }
     assert (tmp_path / "runs" / "latest").resolve() == run_dir.resolve()
+    assert result["timings"]["verdict"] <= 180  # the CI budget
 
 
 REAL_RUN_RARE = {
