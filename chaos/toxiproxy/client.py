@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-import httpx
 import msgspec
+
+from swarmshake.chaos.toxiproxy.http import HttpPool, HttpTransportError
 
 # Toxiproxy answers in well under 10 ms on loopback; 2 s is far past any healthy
 # answer and short enough that a fault schedule's timing stays meaningful.
@@ -70,13 +71,8 @@ class ToxiproxyClient:
     def __init__(self, base_url: str, *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S):
         self.base_url = base_url.rstrip("/")
         self.call_timeout_s = call_timeout_s
-        # One connection pool per client; bounded so a burst of concurrent link
-        # changes (a partition touches every cross link) cannot open unbounded sockets.
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=call_timeout_s,
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
-        )
+        # One bounded connection pool per client (http.py says why not httpx).
+        self._http = HttpPool(self.base_url)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -91,18 +87,17 @@ class ToxiproxyClient:
         content = None if body is None else msgspec.json.encode(body)
         try:
             async with asyncio.timeout(self.call_timeout_s):
-                response = await self._http.request(method, path, content=content)
-        except (TimeoutError, httpx.TimeoutException) as error:
+                status, answer = await self._http.request(method, path, content or b"")
+        except TimeoutError as error:
             raise ToxiproxyHungError(
                 f"{method} {self.base_url}{path}: no answer within {self.call_timeout_s}s"
             ) from error
-        except httpx.TransportError as error:
-            raise ToxiproxyHungError(f"{method} {self.base_url}{path}: {error!r}") from error
-        if response.status_code >= 400:
-            raise ToxiproxyError(
-                f"{method} {path}: HTTP {response.status_code}: {response.text.strip()}"
-            )
-        return response.content
+        except HttpTransportError as error:
+            raise ToxiproxyHungError(f"{method} {self.base_url}{path}: {error}") from error
+        if status >= 400:
+            text = answer.decode(errors="replace").strip()
+            raise ToxiproxyError(f"{method} {path}: HTTP {status}: {text}")
+        return answer
 
     async def version(self) -> str:
         return (await self._call("GET", "/version")).decode().strip()
