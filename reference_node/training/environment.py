@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 
 import msgspec
 import torch
@@ -73,10 +74,32 @@ def configure_torch(threads: int = 1) -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    _use_deterministic_algorithms()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
+
+
+def _use_deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)``, without its start-up cost when
+    nothing needs it.
+
+    The public call also sets ``torch._inductor.config.deterministic``, and importing
+    that module pulls in ~900 modules: 1.6 s of CPU per process, which is most of a
+    Docker node's start after ``import torch`` (each container is a fresh process).
+    The inductor flag only affects code compiled by ``torch.compile``, which no
+    training process here uses; the eager-mode switch is the C flag below.  So: the
+    public call when inductor is already imported (a zygote preloaded it, free) or
+    the private entry point is gone in some torch; otherwise the C flag alone,
+    checked through the public getter.
+    """
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if "torch._inductor.config" in sys.modules or set_flag is None:
+        torch.use_deterministic_algorithms(True)
+    else:
+        set_flag(True, warn_only=False)
+    if not torch.are_deterministic_algorithms_enabled():
+        raise RuntimeError("torch refused deterministic algorithms; bit-exact replay needs them")
 
 
 def environment_facts(seed: int, device: str = "cpu") -> EnvironmentFacts:
