@@ -3,7 +3,9 @@
 ``run_schedule`` runs one fault schedule as a scenario on a real cluster and returns
 its verdict; ``confirm`` re-runs a failing schedule to tell a reproducible violation
 from real-world noise; ``explore`` draws schedules (seeded), and on a violation
-shrinks it and prints a scenario that ``swarmshake run`` replays.
+shrinks it and prints a scenario that ``swarmshake run`` replays.  The run directory
+of the last run that confirmed the shrunk scenario's violation gets ``shrunk.yaml``
+(that scenario) and its reports regenerated to show it (``chaos/shrunk.py``).
 
 Why a greedy shrinker rather than Hypothesis's: one real run costs tens of seconds,
 and Hypothesis's shrinker spends hundreds of examples; removing one entry at a
@@ -25,6 +27,7 @@ from swarmshake.chaos import faults as F
 from swarmshake.chaos.backends.base import NODE_MODULE
 from swarmshake.chaos.runner import RunOptions, RunResult, run_scenario
 from swarmshake.chaos.scenario import GENERATOR_OPS, Generator, Scenario, draw, dumps, resolve
+from swarmshake.chaos.shrunk import point_latest, write_shrunk
 
 CONFIRM_ATTEMPTS = 3  # a real violation that shows 0 of 3 times is treated as noise
 MAX_SHRINK_RUNS = 40  # bounds the shrink phase's cost (each run is tens of seconds)
@@ -48,6 +51,7 @@ class ExploreResult:
     failing: Scenario | None = None  # the shrunk scenario, when a violation was confirmed
     violated: list[str] = field(default_factory=list)
     outcomes: list[RealOutcome] = field(default_factory=list)
+    run_dir: Path | None = None  # a failing run of ``failing``, holding shrunk.yaml
 
     def scenario_yaml(self) -> str:
         return dumps(self.failing) if self.failing else ""
@@ -115,9 +119,17 @@ async def confirm(
 
 
 async def shrink(
-    scenario: Scenario, *, out: Path, attempts: int = CONFIRM_ATTEMPTS
-) -> tuple[Scenario, int]:
-    """Greedy one-entry-at-a-time removal, each candidate confirmed on the real backend."""
+    scenario: Scenario,
+    *,
+    out: Path,
+    attempts: int = CONFIRM_ATTEMPTS,
+    failing_run: Path | None = None,
+) -> tuple[Scenario, int, Path | None]:
+    """Greedy one-entry-at-a-time removal, each candidate confirmed on the real backend.
+
+    Returns the smallest confirmed scenario, the runs spent, and the run directory of
+    a run that showed its violation (``failing_run``, that of ``scenario``, when no
+    candidate was confirmed)."""
     current = scenario
     runs = 0
     changed = True
@@ -131,10 +143,11 @@ async def shrink(
             runs += len(outcomes)
             if failed:
                 current, changed = candidate, True
+                failing_run = outcomes[-1].run_dir
                 break
             if runs >= MAX_SHRINK_RUNS:
                 break
-    return current, runs
+    return current, runs, failing_run
 
 
 async def explore(
@@ -174,10 +187,14 @@ async def explore(
         result.runs += 1
         result.outcomes.append(outcome)
         if outcome.status == "invalid":
-            shrunk, runs = await shrink(scenario, out=out)
+            shrunk, runs, run_dir = await shrink(scenario, out=out, failing_run=outcome.run_dir)
             result.runs += runs
             result.failing = shrunk
             result.violated = outcome.violated
+            if run_dir is not None:
+                write_shrunk(run_dir, result.scenario_yaml())
+                point_latest(out, run_dir)
+                result.run_dir = run_dir
             return result
     return result
 

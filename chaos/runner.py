@@ -1,8 +1,9 @@
 """Runs one scenario on a real backend, end to end (DESIGN.md, "A run, end to end").
 
-up → wait for steady state → apply the fault schedule (timed entries and event
-triggers) → heal everything and quiesce → collect → down → verify (history
-checkers, convergence, replay) → report hook.  Writes the run directory::
+up → wait for steady state → start load (a scenario's ``load:``: Locust users on
+``/infer``) → apply the fault schedule (timed entries and event triggers) → heal
+everything and quiesce → stop load → collect → down → verify (history checkers,
+convergence, replay) → report hook.  Writes the run directory::
 
     runs/<run-id>/scenario.yaml   the resolved scenario (seed, drawn faults): rerunnable
     runs/<run-id>/run.json        environment (git commit, torch, threads, CPU flags),
@@ -11,6 +12,8 @@ checkers, convergence, replay) → report hook.  Writes the run directory::
     runs/<run-id>/events/         <node>.jsonl and harness.jsonl
     runs/<run-id>/checkpoints/    <node>/…
     runs/<run-id>/logs/           node, broker, Toxiproxy and zygote output
+    runs/<run-id>/load/           with load: every request (requests.jsonl), Locust's log
+    runs/<run-id>/load.json       with load: availability and latency per fault window
     runs/<run-id>/verdict.json    (and convergence.json, replay.json, reports)
 
 and points ``runs/latest`` at it.  Exit codes: 0 valid, 1 violated, 2 unknown (the
@@ -61,6 +64,10 @@ POLL_INTERVAL_S = 0.02  # event-trigger latency: a trigger fires within ~20 ms o
 DOWN_DEADLINE_S = 60.0  # stopping 64 nodes, the broker and Toxiproxy; each step has its own
 VERIFY_DEADLINE_S = 600.0  # replay of a long run re-trains every step on the CPU
 MAX_PENDING_HEALS = 10_000  # one per schedule entry at most (faults.MAX_SCHEDULE_ENTRIES)
+LOAD_START_TIMEOUT_S = 30.0  # Locust imports gevent and spawns users: seconds on a busy 2-core box
+# Locust's own --run-time outlasts the fault phase and quiesce by this much: a backstop
+# only, the harness stops it at the end of the quiesce.
+LOAD_BACKSTOP_S = 60.0
 
 
 class RunAborted(RuntimeError):
@@ -164,6 +171,8 @@ class Harness:
         self.backend: Backend | None = None
         self.nemesis: Nemesis | None = None
         self.registry: cleanup.Registry | None = None
+        self.load: Any = None  # chaos.bench.load.LoadProcess once Locust started
+        self.load_stopped = False
         self.progress = Progress(
             live=live_allowed(options.json_mode) and not options.quiet,
             quiet=options.quiet or options.json_mode,
@@ -354,6 +363,87 @@ class Harness:
         if never:
             self.incident("faults_never_fired", entries=never)
 
+    async def start_load(self, backend: Backend) -> None:
+        """Start the scenario's Locust users and wait until requests flow, so the fault
+        phase runs under load.  Load is the run's companion, not its subject: a load
+        that cannot start is an incident, and the run goes on without it."""
+        spec = self.scenario.load
+        if spec is None:
+            return
+        # Imported here: only scenarios with load need it (Locust itself never is).
+        from swarmshake.chaos.bench import load as load_module
+        from swarmshake.reference_node.training.config import TrainingConfig
+
+        scenario = self.scenario
+        try:
+            targets = load_module.node_http_targets(backend)
+            self.load = load_module.start_load(
+                targets,
+                users=spec.users,
+                spawn_rate=spec.spawn_rate,
+                rate_per_user=spec.rate_per_user,
+                batch=spec.batch,
+                input_dim=TrainingConfig(
+                    **scenario.cluster.training_section(scenario.seed)
+                ).input_dim,
+                duration_s=min(
+                    scenario.duration_s + scenario.quiesce_s + LOAD_BACKSTOP_S,
+                    load_module.MAX_DURATION_S,
+                ),
+                run_dir=self.run_dir,
+            )
+        except (load_module.LoadConfigError, OSError) as error:
+            self.incident("load_failed", reason=str(error))
+            return
+        if self.registry is not None:
+            self.registry.add_process("locust", self.load.process.pid)
+        deadline = time.monotonic() + LOAD_START_TIMEOUT_S
+        while load_module.records_so_far(self.load) == 0:
+            backend.events.poll()
+            self.progress.update(backend.events)
+            if self.load.process.poll() is not None or time.monotonic() > deadline:
+                log = (
+                    self.load.log.read_text(errors="replace")[-600:]
+                    if self.load.log.exists()
+                    else ""
+                )
+                await self.stop_load(record=False)
+                self.incident(
+                    "load_failed",
+                    reason=f"no request recorded within {LOAD_START_TIMEOUT_S:.0f}s; "
+                    f"Locust's log ends with: {log.strip()}",
+                )
+                self.load = None
+                return
+            await asyncio.sleep(0.05)
+        self.mark("load_start", users=spec.users, targets=len(targets), pid=self.load.process.pid)
+
+    async def stop_load(self, *, record: bool = True) -> None:
+        """Stop Locust (bounded: stop_load escalates to SIGKILL) without blocking the loop."""
+        if self.load is None or self.load_stopped:
+            return
+        self.load_stopped = True
+        from swarmshake.chaos.bench import load as load_module
+
+        exit_status = await asyncio.to_thread(load_module.stop_load, self.load, stop_now=True)
+        if self.registry is not None:
+            self.registry.remove_process("locust")
+        if record:
+            self.mark(
+                "load_stop", requests=load_module.records_so_far(self.load), exit_status=exit_status
+            )
+
+    def write_load_results(self) -> None:
+        """``load.json``, once the history is complete (after down)."""
+        if self.load is None:
+            return
+        from swarmshake.chaos.bench import load as load_module
+
+        try:
+            load_module.write_load_results(self.load, self.run_dir)
+        except (load_module.LoadRunError, ValueError, OSError) as error:
+            self.incident("load_failed", reason=str(error))
+
     async def quiesce(self, backend: Backend, nemesis: Nemesis) -> None:
         await nemesis.heal_all()
         self.mark("quiesce", seconds=self.scenario.quiesce_s)
@@ -362,6 +452,7 @@ class Harness:
             backend.events.poll()
             self.progress.update(backend.events)
             await asyncio.sleep(0.1)
+        await self.stop_load()
 
     async def execute(self) -> RunResult:
         status, message = "unknown", ""
@@ -377,6 +468,7 @@ class Harness:
                     self.mark("cluster_up", **getattr(backend, "timings", {}))
                     await self.wait_steady(backend)
                     self.mark("steady_state")
+                    await self.start_load(backend)
                     assert self.nemesis is not None
                     await self.run_schedule(backend, self.nemesis)
                     self.mark("faults_end")
@@ -393,6 +485,8 @@ class Harness:
                 message = f"harness error: {type(error).__name__}: {error}"
                 self.incident("harness_error", reason=message)
         finally:
+            # An aborted or interrupted run stops its load before the cluster goes down.
+            await asyncio.shield(self.stop_load(record=not interrupted))
             if backend is not None:
                 await self._down(backend)
             if interrupted:
@@ -423,6 +517,7 @@ class Harness:
     async def finish(self, status: str, message: str) -> RunResult:
         verdict: Verdict | None = None
         aborted = bool(message)
+        await asyncio.to_thread(self.write_load_results)
         if self.options.verify and not aborted:
             verdict = await asyncio.wait_for(asyncio.to_thread(self._verify), VERIFY_DEADLINE_S)
             status = verdict.status

@@ -43,6 +43,11 @@ MODEL_SIZES: dict[str, list[int]] = {
     "small": [256, 256],
     "medium": [512, 512, 512, 512],
 }
+# Load bounds mirror chaos/bench/load.py (the node's HTTP API takes 64 connections,
+# http_api.MAX_CONNECTIONS, and 256 rows per request, http_api.MAX_INFER_BATCH).
+MAX_LOAD_USERS = 64
+MAX_LOAD_RATE_PER_USER = 50.0
+MAX_LOAD_BATCH = 256
 GENERATOR_OPS = (
     "crash", "pause", "partition", "latency", "blackhole", "clock_skew", "cpu_throttle",
     "reset_peer", "bandwidth", "slicer", "broker_loss",
@@ -113,13 +118,38 @@ class Generator(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields
             raise ValueError("max_concurrent must lie in [1, 16]")
 
 
+class Load(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """Load under chaos: Locust users posting ``/infer`` to the nodes from steady state
+    to the end of the quiesce (``chaos/bench/load.py``).  Off unless a scenario asks:
+    the users cost CPU on the machine the nodes share, which a suite that measures
+    detection times alone should not pay for."""
+
+    users: int = 4
+    spawn_rate: float = 4.0  # users started per second (Locust's --spawn-rate)
+    rate_per_user: float = 5.0  # requests per second per user, at most
+    batch: int = 4  # rows per /infer request
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.users <= MAX_LOAD_USERS:
+            raise ValueError(f"users = {self.users} must lie in [1, {MAX_LOAD_USERS}]")
+        if not 0.0 < self.spawn_rate <= MAX_LOAD_USERS:
+            raise ValueError(f"spawn_rate = {self.spawn_rate} must lie in (0, {MAX_LOAD_USERS}]")
+        if not 0.1 <= self.rate_per_user <= MAX_LOAD_RATE_PER_USER:
+            raise ValueError(
+                f"rate_per_user = {self.rate_per_user} must lie in [0.1, {MAX_LOAD_RATE_PER_USER}]"
+            )
+        if not 1 <= self.batch <= MAX_LOAD_BATCH:
+            raise ValueError(f"batch = {self.batch} must lie in [1, {MAX_LOAD_BATCH}]")
+
+
 class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     name: str
     description: str = ""
     seed: int = 0
     cluster: Cluster = Cluster()
     steady_state: SteadyState = SteadyState()
-    # Fault phase: ``at_s`` of every entry counts from the moment steady state is reached.
+    # Fault phase: ``at_s`` of every entry counts from the moment steady state is reached
+    # (with ``load``, from the moment its requests flow, a few seconds later).
     duration_s: float = 30.0
     # After the fault phase every fault is healed; the cluster then runs this long so
     # liveness properties (L2, L3) can be observed.
@@ -127,6 +157,7 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     faults: list[F.ScheduleEntry] = []
     generator: Generator | None = None
     bounds: Bounds = Bounds()
+    load: Load | None = None  # off by default (see Load)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
@@ -175,6 +206,7 @@ _HINTS = {
     "op": f"one of {', '.join(F.FAULT_OPS)}",
     "at_s": "seconds after steady state, e.g. at_s: 5",
     "seed": "a non-negative integer",
+    "users": "a whole number of Locust users, 1..64 (e.g. users: 4)",
 }
 
 

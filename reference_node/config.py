@@ -55,6 +55,21 @@ class NodeSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     data_dir: str = ""
     # Known protocol bugs switched on in every core (``--bug NAME``; bugs.py).
     bugs: list[str] = []
+    # Start outside the configured membership and ask to be added (DESIGN: a joining
+    # node is a non-voting learner until it has caught up, then promoted; both changes
+    # go through committed steps).  ``members`` then lists the cluster to ask, this
+    # node included.  A node whose persisted configuration (``membership.json`` in its
+    # data dir) no longer holds it -- it left cleanly -- joins again the same way.
+    join: bool = False
+    # How long a joiner keeps asking before it gives up and exits: long enough for a
+    # loaded cluster to commit the add (a few steps of a few seconds), short enough
+    # that a joiner nobody answers does not wait for ever.
+    join_timeout_s: float = 120.0
+    # A clean leave (the harness's ``leave`` command) waits this long for the step that
+    # removes this node to commit, then stops anyway (the others then hold a crashed
+    # member until it is removed -- what a crash would leave).  A removal needs one
+    # commit: a few seconds even under load.
+    leave_timeout_s: float = 30.0
 
 
 class NetworkSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -94,10 +109,27 @@ class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     round_timeout_s: float = 1.0
     # Stop after this many committed steps (0 = run until stopped).
     max_steps: int = 0
+    # When to checkpoint (protocol/checkpoint_policy.py): "fixed" every
+    # ``checkpoint_every`` committed steps, or "young-daly": sqrt(2 C M) from the
+    # measured write cost C and the failures this node observed (declared deaths and
+    # its own restarts), clamped to [checkpoint_min_interval_s, checkpoint_max_interval_s].
+    checkpoint_policy: Literal["fixed", "young-daly"] = "fixed"
     # Write a checkpoint every this many committed steps (0 = only when asked).
     checkpoint_every: int = 50
-    # Checkpoints replicated to this many peers (DESIGN S2).
-    checkpoint_replicas: int = 1
+    # Young-Daly: the MTBF assumed before any failure was seen (one pseudo-failure, so
+    # a quiet start does not mean "never checkpoint"), the window failures are counted
+    # over, and the interval's clamp.  An hour is the policy core's default and the
+    # order of a preemptible cloud node's lifetime.
+    checkpoint_prior_mtbf_s: float = 3600.0
+    checkpoint_window_s: float = 3600.0
+    checkpoint_min_interval_s: float = 10.0
+    checkpoint_max_interval_s: float = 3600.0
+    # Each checkpoint is copied to this many peers (DESIGN S2: a committed step
+    # survives while fewer than a majority crash).  -1 = automatic: (voters - 1) // 2,
+    # i.e. f = the most crashes a majority quorum tolerates, so the node plus its f
+    # replicas are f + 1 copies and some copy outlives any f crashes (1 for 3-4 nodes,
+    # 2 for 5-6).  0 disables replication.
+    checkpoint_replicas: int = -1
 
 
 class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -206,11 +238,45 @@ def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
         raise _fail(path, f"[worker] control_nice={config.worker.control_nice} must be in -20..19")
     if abs(config.clock.drift_ppm) > 500_000:
         raise _fail(path, "[clock] drift_ppm must be within +-500000")
+    _validate_membership_and_checkpoints(config, path)
     try:
         config.training.check_cluster(len(node.members))
     except TrainingConfigError as error:
         raise _fail(path, str(error)) from None
     return config
+
+
+def _validate_membership_and_checkpoints(config: NodeConfig, path: str) -> None:
+    node, step = config.node, config.step
+    if node.join and len(node.members) < 2:
+        raise _fail(
+            path, "[node] join = true needs the cluster to ask: list its members besides this node"
+        )
+    for name in ("join_timeout_s", "leave_timeout_s"):
+        value = getattr(node, name)
+        if not 0 < value <= 3600:
+            raise _fail(path, f"[node] {name}={value} must be in (0, 3600] seconds")
+    if step.checkpoint_every < 0:
+        raise _fail(path, f"[step] checkpoint_every={step.checkpoint_every} must be >= 0")
+    if step.checkpoint_replicas < -1 or step.checkpoint_replicas >= len(node.members):
+        raise _fail(
+            path,
+            f"[step] checkpoint_replicas={step.checkpoint_replicas} must be -1 (automatic), "
+            f"0 (off) or at most the number of peers ({len(node.members) - 1})",
+        )
+    for name in (
+        "checkpoint_prior_mtbf_s",
+        "checkpoint_window_s",
+        "checkpoint_min_interval_s",
+        "checkpoint_max_interval_s",
+    ):
+        value = getattr(step, name)
+        if not 0 < value < float("inf"):
+            raise _fail(path, f"[step] {name}={value} must be a positive number of seconds")
+    if step.checkpoint_min_interval_s > step.checkpoint_max_interval_s:
+        raise _fail(
+            path, "[step] checkpoint_min_interval_s must not exceed checkpoint_max_interval_s"
+        )
 
 
 def load(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:

@@ -1,4 +1,4 @@
-"""``bench.html`` and ``bench.md`` from a recovery benchmark's ``bench.json``.
+"""``report.html`` (from ``bench.html.j2``) and ``summary.md`` from a recovery benchmark's ``bench.json``.
 
 The HTML is self-contained like ``report.html`` (inline SVG, CSP ``default-src
 'none'``); the Markdown is the table BENCHMARKS.md and CI job summaries hold.  Each

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 
 from swarmshake.reports.bench_report import compare_cells
+from swarmshake.reports.load_model import rewindow
 from swarmshake.reports.recovery import measure_run
 from swarmshake.reports.rundir import RunDir, RunDirError
 
@@ -30,6 +31,17 @@ class Change:
     after_ms: float | None
     regressed: bool
 
+    def to_dict(self) -> dict[str, Any]:
+        delta = (
+            None
+            if self.before_ms is None or self.after_ms is None
+            else self.after_ms - self.before_ms
+        )
+        ratio = (
+            None if delta is None or not self.before_ms else self.after_ms / self.before_ms  # type: ignore[operator]
+        )
+        return {**asdict(self), "delta_ms": delta, "ratio": ratio}
+
 
 def _grew(before: float | None, after: float | None, tolerance: float, floor_ms: float) -> bool:
     if before is None:
@@ -37,6 +49,30 @@ def _grew(before: float | None, after: float | None, tolerance: float, floor_ms:
     if after is None:
         return True  # measured before, missing now: it never recovered/detected
     return after - before > floor_ms and after > before * (1 + tolerance)
+
+
+def _load_rows(new: RunDir, old: RunDir) -> list[dict[str, Any]]:
+    """Load-under-chaos windows of both runs, matched by label (informational: client
+    figures on a shared machine are too noisy to fail a build on)."""
+    if new.load is None or old.load is None:
+        return []
+    # Both cut by today's windowing, so labels written by different versions still match.
+    before = {w.label: w for w in rewindow(old.path, old.load).windows}
+    rows = []
+    for window in rewindow(new.path, new.load).windows:
+        previous = before.get(window.label)
+        if previous is None:
+            continue
+        rows.append(
+            {
+                "window": window.label,
+                "availability_before": previous.availability,
+                "availability_after": window.availability,
+                "p99_ms_before": previous.latency_ms.p99,
+                "p99_ms_after": window.latency_ms.p99,
+            }
+        )
+    return rows
 
 
 def compare_runs(
@@ -49,6 +85,14 @@ def compare_runs(
     new_faults = measure_run(new.history, new.bounds).faults
     old_faults = measure_run(old.history, old.bounds).faults
     changes: list[Change] = []
+    notes: list[str] = []
+    if new.name != old.name:
+        notes.append(f"different scenarios ({old.name} → {new.name}): faults matched by order")
+    if len(new_faults) != len(old_faults):
+        compared = min(len(new_faults), len(old_faults))
+        notes.append(
+            f"{len(old_faults)} faults before, {len(new_faults)} now: the first {compared} compared"
+        )
     for number, (after, before) in enumerate(zip(new_faults, old_faults, strict=False), start=1):
         label = f"fault {number} {after.op} {','.join(after.victims)}".rstrip()
         if (after.op, after.victims) != (before.op, before.victims):
@@ -81,8 +125,11 @@ def compare_runs(
         "tolerance": tolerance,
         "floor_ms": floor_ms,
         "fault_count": {"new": len(new_faults), "old": len(old_faults)},
-        "changes": [asdict(c) for c in changes],
+        "changes": [c.to_dict() for c in changes],
         "verdict_changes": verdicts,
+        "verdict": {"new": new.verdict.status, "old": old.verdict.status},
+        "load": _load_rows(new, old),
+        "notes": notes,
         "regressed": bool(regressions or newly_invalid),
     }
 
@@ -107,6 +154,16 @@ def read_bench(path: Path) -> dict[str, Any]:
     return document
 
 
+def _cell_results(results: dict[str, Any]) -> dict[str, Any]:
+    """``{"crash/local/4": cell summary}``: cells compare like with like (a matrix of
+    two backends pools very different numbers under one fault)."""
+    cells = {}
+    for fault, pooled in results.items():
+        for cell in pooled.get("cells", []):
+            cells[f"{fault}/{cell['backend']}/{cell['nodes']}"] = cell
+    return cells
+
+
 def compare_benches(
     new: dict[str, Any],
     old: dict[str, Any],
@@ -114,45 +171,157 @@ def compare_benches(
     tolerance: float = DEFAULT_TOLERANCE,
     floor_ms: float = DEFAULT_FLOOR_MS,
 ) -> dict[str, Any]:
-    rows = compare_cells(old["results"], new["results"], tolerance=tolerance, floor_ms=floor_ms)
+    new_cells, old_cells = _cell_results(new["results"]), _cell_results(old["results"])
+    if set(new_cells) & set(old_cells):
+        rows = compare_cells(old_cells, new_cells, tolerance=tolerance, floor_ms=floor_ms)
+    else:  # documents without cells (older or hand-made): compare the pooled figures
+        rows = compare_cells(old["results"], new["results"], tolerance=tolerance, floor_ms=floor_ms)
+    notes = []
+    only_old = sorted(set(old_cells) - set(new_cells))
+    if only_old:
+        notes.append(f"not measured now: {', '.join(only_old)}")
     return {
         "kind": "bench",
+        "new": str(new.get("command", "")),
+        "old": str(old.get("command", "")),
         "tolerance": tolerance,
         "floor_ms": floor_ms,
         "changes": [
-            {
-                "what": f"{r['fault']}: {r['measure']}",
-                "before_ms": r["before"],
-                "after_ms": r["after"],
-                "regressed": r["regressed"],
-            }
+            Change(
+                what=f"{r['fault']}: {r['measure']}",
+                before_ms=r["before"],
+                after_ms=r["after"],
+                regressed=r["regressed"],
+            ).to_dict()
             for r in rows
         ],
         "verdict_changes": [],
+        "load": [],
+        "notes": notes,
         "regressed": any(r["regressed"] for r in rows),
     }
 
 
-def render_comparison(comparison: dict[str, Any]) -> str:
-    def ms(value: float | None) -> str:
-        return "—" if value is None else f"{value:.0f}"
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
 
-    head = "❌ regression" if comparison["regressed"] else "✅ no regression"
+
+def change_text(change: dict[str, Any]) -> str:
+    """``+800 ms (×3.0)``, ``-12 ms``, ``never`` (measured before, missing now)."""
+    if change["after_ms"] is None:
+        return "never (measured before)"
+    if change["before_ms"] is None:
+        return "new"
+    delta = change["delta_ms"]
+    ratio = change.get("ratio")
+    text = f"{delta:+.0f} ms"
+    if ratio is not None and abs(delta) >= 1:
+        text += f" (×{ratio:.2f})"
+    return text
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def headline(comparison: dict[str, Any]) -> str:
+    flagged = sum(1 for c in comparison["changes"] if c["regressed"])
+    invalid = [v["property"] for v in comparison["verdict_changes"] if v["after"] == "invalid"]
+    if not comparison["regressed"]:
+        return f"no regression ({len(comparison['changes'])} figures compared)"
+    parts = []
+    if flagged:
+        parts.append(f"{flagged} of {len(comparison['changes'])} figures slower")
+    if invalid:
+        parts.append(f"now violated: {', '.join(invalid)}")
+    return "regression: " + "; ".join(parts)
+
+
+def render_comparison(comparison: dict[str, Any]) -> str:
+    """``compare.md``: the headline, every compared figure (regressions first), verdict
+    and load changes; fits a CI job summary."""
+    mark = "❌" if comparison["regressed"] else "✅"
     lines = [
-        f"## Comparison: {head}",
+        f"## {mark} Comparison: {headline(comparison)}",
         "",
-        f"Flagged when ≥ {comparison['tolerance'] * 100:.0f}% and ≥ {comparison['floor_ms']:.0f} ms slower.",
+        f"New `{comparison.get('new', '')}` against old `{comparison.get('old', '')}`. "
+        f"Flagged when ≥ {comparison['tolerance'] * 100:.0f}% and ≥ "
+        f"{comparison['floor_ms']:.0f} ms slower.",
         "",
-        "| what | before ms | after ms | |",
-        "|---|---:|---:|---|",
     ]
-    for change in comparison["changes"]:
+    lines += [f"- {note}" for note in comparison.get("notes", [])]
+    if comparison.get("notes"):
+        lines.append("")
+    lines += ["| what | before ms | after ms | change | |", "|---|---:|---:|---:|---|"]
+    ordered = sorted(comparison["changes"], key=lambda c: not c["regressed"])
+    for change in ordered:
         flag = "❌ slower" if change["regressed"] else ""
         lines.append(
-            f"| {change['what']} | {ms(change['before_ms'])} | {ms(change['after_ms'])} | {flag} |"
+            f"| {change['what']} | {_ms(change['before_ms'])} | {_ms(change['after_ms'])} | "
+            f"{change_text(change)} | {flag} |"
         )
-    for verdict in comparison["verdict_changes"]:
-        lines.append(
-            f"| {verdict['property']} verdict | {verdict['before']} | {verdict['after']} | |"
-        )
+    if comparison["verdict_changes"]:
+        lines += ["", "| property | before | after |", "|---|---|---|"]
+        for verdict in comparison["verdict_changes"]:
+            flag = " ❌" if verdict["after"] == "invalid" else ""
+            lines.append(
+                f"| {verdict['property']} | {verdict['before']} | {verdict['after']}{flag} |"
+            )
+    if comparison.get("load"):
+        lines += [
+            "",
+            "Load under chaos (informational):",
+            "",
+            "| window | availability before | after | p99 ms before | after |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for row in comparison["load"]:
+            lines.append(
+                f"| {row['window']} | {_pct(row['availability_before'])} | "
+                f"{_pct(row['availability_after'])} | {_ms(row['p99_ms_before'])} | "
+                f"{_ms(row['p99_ms_after'])} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def print_comparison(comparison: dict[str, Any], file: IO[str]) -> None:
+    """The comparison as a terminal table (colour only on a terminal, via rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file, highlight=False)
+    style = "bold red" if comparison["regressed"] else "bold green"
+    console.print(f"[{style}]{headline(comparison)}[/]")
+    console.print(
+        f"new {comparison.get('new', '')}\nold {comparison.get('old', '')}\n"
+        f"flagged when ≥ {comparison['tolerance'] * 100:.0f}% and ≥ "
+        f"{comparison['floor_ms']:.0f} ms slower",
+        style="dim",
+    )
+    for note in comparison.get("notes", []):
+        console.print(f"note: {note}", style="yellow")
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("what")
+    table.add_column("before ms", justify="right")
+    table.add_column("after ms", justify="right")
+    table.add_column("change", justify="right")
+    for change in sorted(comparison["changes"], key=lambda c: not c["regressed"]):
+        table.add_row(
+            change["what"],
+            _ms(change["before_ms"]),
+            _ms(change["after_ms"]),
+            change_text(change) + ("  SLOWER" if change["regressed"] else ""),
+            style="red" if change["regressed"] else None,
+        )
+    console.print(table)
+    for verdict in comparison["verdict_changes"]:
+        console.print(
+            f"{verdict['property']}: {verdict['before']} → {verdict['after']}",
+            style="red" if verdict["after"] == "invalid" else None,
+        )
+    for row in comparison.get("load", []):
+        console.print(
+            f"load {row['window']}: availability {_pct(row['availability_before'])} → "
+            f"{_pct(row['availability_after'])}, p99 {_ms(row['p99_ms_before'])} → "
+            f"{_ms(row['p99_ms_after'])} ms"
+        )

@@ -23,6 +23,7 @@ from swarmshake.reports.rundir import RunDir
 from swarmshake.reports.series import (
     commit_rate,
     fault_windows,
+    loop_stalls,
     loss_curve,
     node_lanes,
     run_duration_s,
@@ -50,6 +51,7 @@ TABLE_KINDS = frozenset(
         "frame_drop",
         "fault",
         "run_mark",
+        "loop_stall",
     }
 )
 MAX_TABLE_ROWS = 5000  # keeps the page under a few MB at 1,000 nodes; evidence is always kept
@@ -199,6 +201,7 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
     duration = run_duration_s(history)
     windows = fault_windows(history)
     lanes = node_lanes(history)
+    stalls = loop_stalls(history)
     fault_steps = [(max(step_at(history, w.start), 0), w.label) for w in windows]
     baseline_loss = loss_curve(run.baseline) if run.baseline is not None else None
     bin_s, rates = commit_rate(history)
@@ -246,7 +249,8 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
         seed=run.seed,
         lanes_cut=len(nodes) > plots.MAX_LANES,
         lanes_shown=min(len(nodes), plots.MAX_LANES),
-        timeline_svg=plots.timeline_svg(lanes, windows, duration),
+        timeline_svg=plots.timeline_svg(lanes, windows, duration, stalls),
+        stall_count=len(stalls),
         fault_rows=fault_rows,
         loss_svg=plots.loss_svg(loss_curve(history), baseline_loss, fault_steps),
         has_baseline=baseline_loss is not None,

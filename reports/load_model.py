@@ -15,17 +15,22 @@ so each request falls into the fault window it was sent in.
                   "latency_ms": {"p50": 3.1, "p95": 7.9, "p99": 12.0, "max": 20.3},
                   "errors_by_kind": {"503": 3, "ConnectionRefusedError": 9}}]}
 
-Times are seconds since the run's first event.  ``availability`` is successful
-requests over requests sent in the window (``null`` when none were sent).
+Times are seconds since the run's first event; ``duration_s`` is the first request
+to the last.  ``availability`` is successful requests over requests sent in the
+window (``null`` when none were sent).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import msgspec
+
+from swarmshake.reference_node.protocol.history import History
+from swarmshake.reports.series import fault_windows, run_origin
 
 MAX_REQUEST_RECORDS = 2_000_000  # bounded users × bounded duration stay far below this
 
@@ -123,3 +128,66 @@ def read_load_results(path: Path) -> LoadResults | None:
         return msgspec.json.decode(path.read_bytes(), type=LoadResults)
     except msgspec.DecodeError as error:
         raise ValueError(f"{path}: not a load.json ({error}); rerun the load test") from None
+
+
+def window_load(
+    records: list[RequestRecord],
+    run_dir: Path,
+    *,
+    users: int,
+    duration_s: float,
+    targets: list[str],
+) -> LoadResults:
+    """Cut requests by the run's fault windows: one ``steady`` window for requests sent
+    outside every fault, one per fault window (a request in overlapping faults counts
+    in each).  Without events, everything is ``steady``, measured from the first request."""
+    history = History.load(run_dir) if (run_dir / "events").is_dir() else None
+    if history is not None and history.events:
+        origin = run_origin(history)
+        windows = fault_windows(history)
+    else:
+        origin = min((r.t_mono for r in records), default=time.monotonic())
+        windows = []
+    relative = [(r.t_mono - origin, r) for r in records]
+    inside = [False] * len(relative)
+    summaries = []
+    for window in windows:
+        # A fault never healed lasts until the load stops, not until the last event.
+        end = window.end if window.healed else float("inf")
+        chosen = []
+        for index, (t, record) in enumerate(relative):
+            if window.start <= t < end:
+                chosen.append(record)
+                inside[index] = True
+        last_t = max((t for t, _ in relative), default=window.start)
+        shown_end = window.end if window.healed else max(window.end, last_t)
+        summaries.append(summarise_window(window.label, window.start, shown_end, chosen))
+    steady = [record for (t, record), hit in zip(relative, inside, strict=True) if not hit]
+    last = max((t for t, _ in relative), default=0.0)
+    first = min((t for t, _ in relative), default=0.0)
+    summaries.insert(0, summarise_window("steady", first, last, steady))
+    return LoadResults(
+        users=users,
+        duration_s=duration_s,
+        targets=targets,
+        requests=len(records),
+        errors=sum(1 for r in records if not r.ok),
+        windows=summaries,
+    )
+
+
+def rewindow(run_dir: Path, previous: LoadResults) -> LoadResults:
+    """``load.json`` recomputed from ``load/requests.jsonl`` with today's windowing (what
+    ``swarmshake report`` does, so a regenerated report agrees with its load table);
+    the previous results when the raw records are gone."""
+    records_path = run_dir / "load" / "requests.jsonl"
+    if not records_path.is_file():
+        return previous
+    records = read_request_records(records_path)
+    return window_load(
+        records,
+        run_dir,
+        users=previous.users,
+        duration_s=previous.duration_s,
+        targets=previous.targets,
+    )

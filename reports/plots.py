@@ -3,14 +3,17 @@
 Text stays text (``svg.fonttype = none``) so the page is searchable and small, ids are
 salted with a constant so the same run gives the same bytes, and every drawn element
 a test or a reader looks for carries an id (``set_gid``): ``lane-<node>``,
-``fault-window-<i>``, ``loss-run``, ``loss-baseline``, ``commit-rate``, ``dist-<name>``.
+``fault-window-<i>``, ``loop-stall-<node>-<i>``, ``loss-run``, ``loss-baseline``,
+``commit-rate``, ``dist-<name>``.  Marks a reader hovers over (loop stalls) carry an
+SVG ``<title>``, which browsers show as a tooltip.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from xml.sax.saxutils import escape
 
 import matplotlib
 
@@ -24,6 +27,7 @@ from swarmshake.reports.series import (  # noqa: E402
     FaultWindow,
     LossPoint,
     Segment,
+    Stall,
 )
 
 STATE_COLOURS = {
@@ -35,6 +39,9 @@ STATE_COLOURS = {
     "down": "#424242",
 }
 FAULT_SHADE = "#ff7043"
+STALL_COLOUR = "#b71c1c"  # darker than "declared dead", and taller than a lane: seen on any state
+MAX_STALL_MARKS = 1000  # an overloaded machine logs many; each mark costs ~300 bytes of page
+MIN_MARK_WIDTH = 0.002  # of the time axis: a 40 ms stall in a minute-long run still shows
 MAX_LANES = 64  # beyond this a lane is thinner than a line of text; the table holds the rest
 WIDTH_IN = 10.0
 
@@ -47,7 +54,8 @@ RC_PARAMS = {
 }
 
 
-def to_svg(figure: plt.Figure) -> str:
+def to_svg(figure: plt.Figure, titles: Mapping[str, str] | None = None) -> str:
+    """The figure as inline SVG; ``titles`` maps an element id to its tooltip text."""
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)
@@ -57,6 +65,20 @@ def to_svg(figure: plt.Figure) -> str:
     text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
     # The RDF metadata block only names vocabularies (dc, cc, rdf URLs): noise in a page.
     text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
+    if titles:
+        # matplotlib writes no <title>; a group's first child <title> is its tooltip.
+        text = re.sub(
+            r'(<g id="([^"]+)">)',
+            lambda m: (
+                m.group(1)
+                + (
+                    f"\n   <title>{escape(titles[m.group(2)])}</title>"
+                    if m.group(2) in titles
+                    else ""
+                )
+            ),
+            text,
+        )
     return text
 
 
@@ -78,9 +100,13 @@ def _shade_faults(axis: plt.Axes, windows: Sequence[FaultWindow], *, label: bool
 
 
 def timeline_svg(
-    lanes: dict[str, list[Segment]], windows: Sequence[FaultWindow], duration_s: float
+    lanes: dict[str, list[Segment]],
+    windows: Sequence[FaultWindow],
+    duration_s: float,
+    stalls: Sequence[Stall] = (),
 ) -> str:
-    """One horizontal lane per node, coloured by state, fault windows shaded."""
+    """One horizontal lane per node, coloured by state, fault windows shaded, each
+    control-loop stall a thin red tick across its node's lane (tooltip: how long)."""
     with plt.rc_context(RC_PARAMS):
         names = sorted(lanes)[:MAX_LANES]
         height = 1.2 + 0.32 * len(names)
@@ -93,12 +119,15 @@ def timeline_svg(
                     bars = axis.broken_barh(spans, (row - 0.35, 0.7), color=STATE_COLOURS[state])
                     bars.set_gid(f"lane-{name}-{state.replace(' ', '-')}")
         _shade_faults(axis, windows, label=True)
+        titles = _mark_stalls(axis, names, stalls, duration_s)
         axis.set_yticks(range(len(names)), list(reversed(names)))
         axis.set_xlim(0, max(duration_s, 1e-3))
         axis.set_ylim(-0.6, len(names) - 0.4)
         axis.set_xlabel("time since run start (s)")
         handles = [Patch(color=STATE_COLOURS[s], label=s) for s in LANE_STATES]
         handles.append(Patch(color=FAULT_SHADE, alpha=0.3, label="fault window"))
+        if titles:
+            handles.append(Patch(color=STALL_COLOUR, label="loop stall"))
         axis.legend(
             handles=handles,
             ncol=len(handles),
@@ -108,7 +137,31 @@ def timeline_svg(
             fontsize=8,
         )
         axis.set_gid("timeline")
-        return to_svg(figure)
+        return to_svg(figure, titles)
+
+
+def _mark_stalls(
+    axis: plt.Axes, names: Sequence[str], stalls: Sequence[Stall], duration_s: float
+) -> dict[str, str]:
+    """Draw the stalls of the lanes shown (the longest first when capped); returns the
+    tooltip of each mark by its id."""
+    rows = {name: row for row, name in enumerate(reversed(names))}
+    shown = [s for s in stalls if s.node in rows]
+    if len(shown) > MAX_STALL_MARKS:
+        shown = sorted(shown, key=lambda s: -s.stalled_ms)[:MAX_STALL_MARKS]
+    min_width = MIN_MARK_WIDTH * max(duration_s, 1e-3)
+    titles: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for stall in sorted(shown, key=lambda s: s.start):
+        number = counts.get(stall.node, 0)
+        counts[stall.node] = number + 1
+        row = rows[stall.node]
+        width = max(stall.end - stall.start, min_width)
+        mark = axis.broken_barh([(stall.start, width)], (row - 0.5, 1.0), color=STALL_COLOUR, lw=0)
+        gid = f"loop-stall-{stall.node}-{number}"
+        mark.set_gid(gid)
+        titles[gid] = stall.description
+    return titles
 
 
 def loss_svg(

@@ -90,6 +90,12 @@ def victims_of(event: Fault, nodes: list[str]) -> list[str]:
     the largest group (the side that can keep a majority)."""
     if event.op == "partition":
         groups = event.params.get("groups")
+        if not (isinstance(groups, list) and groups):
+            # The harness records the links it cut (``cuts``) rather than the sides of
+            # an isolate / halves / random grouping: the sides are what stays connected.
+            groups = _sides_from_cuts(
+                event.params.get("cuts"), sorted(set(event.target) | set(nodes))
+            )
         if isinstance(groups, list) and groups and all(isinstance(g, list) for g in groups):
             named = [[str(n) for n in g] for g in groups]
             rest = sorted(set(nodes) - {n for g in named for n in g})
@@ -101,9 +107,59 @@ def victims_of(event: Fault, nodes: list[str]) -> list[str]:
             # Every node named and no groups recorded: the sides are unknown, so no node
             # is a victim; recovery is then the first new commit anywhere (see module doc).
             return []
+    link_victims = _link_victims(event.params.get("src"), event.params.get("dst"), nodes)
+    if link_victims is not None:
+        return link_victims
     # "*" (every node) names no victim: a link fault on n3's links to everyone is
     # written target ["*", "n3"] and takes out n3; a crash of "*" leaves no survivor.
     return sorted(t for t in event.target if t != ALL_NODES)
+
+
+def _link_victims(src: object, dst: object, nodes: list[str]) -> list[str] | None:
+    """A link fault's victims from its ``src``/``dst`` (the real harness's record,
+    whose ``target`` lists every node the links touch): the side facing ``*`` (n3's
+    links to everyone take out n3, in either direction), else the smaller side."""
+    if not (isinstance(src, list) and isinstance(dst, list) and src and dst):
+        return None
+    sources = {str(n) for n in src}
+    destinations = {str(n) for n in dst}
+    if ALL_NODES in destinations and ALL_NODES in sources:
+        return []  # every link: no node is singled out
+    if ALL_NODES in destinations:
+        side = sources
+    elif ALL_NODES in sources:
+        side = destinations
+    else:
+        side = sources if len(sources) <= len(destinations) else destinations
+    return sorted(side & set(nodes)) if nodes else sorted(side)
+
+
+def _sides_from_cuts(cuts: object, nodes: list[str]) -> list[list[str]] | None:
+    """The groups of nodes still connected when the directed links ``cuts`` are down
+    (a link cut in either direction counts as cut); ``None`` when ``cuts`` is not a
+    list of ``[src, dst]`` pairs or leaves everything connected (a bridge, a ring)."""
+    if not isinstance(cuts, list) or not all(
+        isinstance(c, list) and len(c) == 2 and all(isinstance(n, str) for n in c) for c in cuts
+    ):
+        return None
+    cut = {(a, b) for a, b in cuts} | {(b, a) for a, b in cuts}
+    nodes = [n for n in nodes if n != ALL_NODES]
+    sides: list[list[str]] = []
+    seen: set[str] = set()
+    for first in nodes:
+        if first in seen:
+            continue
+        side, frontier = [first], [first]
+        seen.add(first)
+        while frontier:
+            node = frontier.pop()
+            for other in nodes:
+                if other not in seen and (node, other) not in cut:
+                    seen.add(other)
+                    side.append(other)
+                    frontier.append(other)
+        sides.append(sorted(side))
+    return sides if len(sides) > 1 else None
 
 
 def _majority_fingerprints(history: History) -> dict[int, str]:

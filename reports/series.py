@@ -14,6 +14,10 @@ A lane's state at a moment, in priority order (the first that holds wins):
 - ``declared dead``: up, but at least one peer's detector declared it dead;
 - ``suspected``: at least one peer suspects it;
 - ``alive``: none of the above.
+
+Drawn over the lanes: a node's ``loop_stall`` events (its control loop handled no
+events for ``stalled_ms``: the machine was overloaded, or the node was), each a
+:class:`Stall` from the stall's start to the moment the loop woke.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from swarmshake.reference_node.protocol.history import (
     DeclareDead,
     Fault,
     History,
+    LoopStall,
     Refute,
     RejoinBegin,
     RejoinDone,
@@ -82,6 +87,20 @@ class FaultWindow:
 
     @property
     def label(self) -> str:
+        """``crash n4``, ``latency n2→n3``, ``partition isolate n1``, ``partition n1,n2|n3,n4``:
+        the real harness names every node a link or partition fault touches as its
+        target, so the parameters say more than the targets do."""
+        src, dst = self.params.get("src"), self.params.get("dst")
+        if isinstance(src, list) and isinstance(dst, list) and src and dst:
+            return f"{self.op} {','.join(map(str, src))}→{','.join(map(str, dst))}"
+        groups = self.params.get("groups")
+        if self.op == "partition" and isinstance(groups, list) and groups:
+            sides = [",".join(map(str, g)) for g in groups if isinstance(g, list)]
+            return f"partition {'|'.join(sides)}"
+        grouping, nodes = self.params.get("grouping"), self.params.get("nodes")
+        if self.op == "partition" and isinstance(grouping, str):
+            named = ",".join(map(str, nodes)) if isinstance(nodes, list) else ""
+            return f"partition {grouping} {named}".rstrip()
         return f"{self.op} {','.join(self.targets)}" if self.targets else self.op
 
 
@@ -164,6 +183,31 @@ def fault_windows(history: History) -> list[FaultWindow]:
             )
         )
     return sorted(windows, key=lambda w: (w.start, w.op))
+
+
+@dataclass(frozen=True)
+class Stall:
+    node: str
+    start: float  # seconds since the run's first event: when the loop stopped handling events
+    end: float  # when it woke (the loop_stall event's own time)
+    stalled_ms: float
+    index: int  # the loop_stall event's index in History.events (its table anchor)
+
+    @property
+    def description(self) -> str:
+        return f"{self.node}: control loop stalled {self.stalled_ms:.0f} ms at {self.start:.2f} s"
+
+
+def loop_stalls(history: History) -> list[Stall]:
+    """Every ``loop_stall`` event as a span on its node's lane, in time order."""
+    origin = run_origin(history)
+    stalls = []
+    for index, event in enumerate(history.events):
+        if isinstance(event, LoopStall):
+            end = event.t_mono - origin
+            start = max(0.0, min(end, event.since_mono - origin))
+            stalls.append(Stall(event.node, start, end, event.stalled_ms, index))
+    return stalls
 
 
 class _LaneState:

@@ -15,7 +15,7 @@ from swarmshake.reports.html import (
 )
 from swarmshake.reports.recovery import RunMeasurement
 from swarmshake.reports.rundir import RunDir
-from swarmshake.reports.series import run_duration_s
+from swarmshake.reports.series import loop_stalls, run_duration_s
 
 MAX_FAULT_ROWS = 30  # a summary is read in a browser tab; the report holds every fault
 MAX_SUMMARY_BYTES = 1 << 20  # GitHub's job-summary limit per step
@@ -24,6 +24,10 @@ STATUS_MARK = {"valid": "✅", "invalid": "❌", "unknown": "⚠️"}
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
 
 
 def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
@@ -54,6 +58,14 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
                 )
     lines.append("")
     lines.append(f"False positives: **{measurement.false_positives}**")
+    stalls = loop_stalls(run.history)
+    if stalls:
+        worst = max(stalls, key=lambda s: s.stalled_ms)
+        lines.append(
+            f"\nControl-loop stalls: **{len(stalls)}** (worst {worst.stalled_ms:.0f} ms on "
+            f"{_cell(worst.node)}): the machine or a node was overloaded; timing figures "
+            "from this run are suspect."
+        )
     if measurement.faults:
         lines += [
             "",
@@ -76,18 +88,24 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
             f"Load under chaos: {run.load.users} users, {run.load.requests} requests, "
             f"{run.load.errors} errors.",
             "",
-            "| window | requests | availability | p50 ms | p99 ms |",
-            "|---|---:|---:|---:|---:|",
+            "| window | from s | to s | requests | availability | p50 ms | p95 ms | p99 ms | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for window in run.load.windows[:MAX_FAULT_ROWS]:
             availability = (
                 "—" if window.availability is None else f"{window.availability * 100:.1f}%"
             )
-            p50 = window.latency_ms.p50
-            p99 = window.latency_ms.p99
+            latency = window.latency_ms
+            errors = ", ".join(f"{kind}: {count}" for kind, count in window.errors_by_kind.items())
             lines.append(
-                f"| {_cell(window.label)} | {window.requests} | {availability} | "
-                f"{'—' if p50 is None else f'{p50:.1f}'} | {'—' if p99 is None else f'{p99:.1f}'} |"
+                f"| {_cell(window.label)} | {window.start_s:.1f} | {window.end_s:.1f} | "
+                f"{window.requests} | {availability} | {_ms(latency.p50)} | {_ms(latency.p95)} | "
+                f"{_ms(latency.p99)} | {_cell(errors) or '—'} |"
+            )
+        if len(run.load.windows) > MAX_FAULT_ROWS:
+            lines.append(
+                f"| … {len(run.load.windows) - MAX_FAULT_ROWS} more windows in report.html "
+                "| | | | | | | | |"
             )
     lines += ["", "Reproduce:", "", "```sh", reproduce_command(run), "```", ""]
     text = "\n".join(lines)

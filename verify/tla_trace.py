@@ -4,14 +4,18 @@ The history (every node's and the harness's events in their total order) becomes
 generated module that binds ``Trace`` to a TLA+ sequence literal, one record per
 event holding only the fields its action reads.  TLC then explores ``History``'s
 ``Next``, which explains ``Trace[l]`` and advances the cursor ``l``.  TLC 2.15 has
-no ``TLCGet("stats")`` or POSTCONDITION, so the verdict rides on what it does have:
+no ``TLCGet("stats")`` or POSTCONDITION, so the verdict rides on what it does have,
+the depth of the state graph it searched: the deepest state reached has ``l`` equal
+to that depth, so
 
-* the invariant ``NotFullyMatched`` (``l <= Len(Trace)``) is violated exactly when
-  every event was explained: the trace is **accepted**;
-* TLC finishing without a violation means no state explained them all; the
-  search depth is the largest ``l`` reached, so ``Trace[depth]`` is the **first
+* depth ``Len(Trace) + 1``: every event was explained, the trace is **accepted**;
+* a smaller depth d: no state explained event d, so ``Trace[d]`` is the **first
   event the spec cannot explain**: the trace is **rejected** (exit 1);
 * anything else (TLC error, deadline) is **unknown**.
+
+Why not an invariant ``l <= Len(Trace)`` whose violation means "fully matched":
+TLC then rebuilds and prints the whole trace as its counterexample, one state per
+event (measured on a 19k-event run: 41 s instead of about 10 s).
 
 Each event kind's action is deterministic, so there is one state per event and
 the check costs what building and parsing the literal costs.
@@ -162,7 +166,6 @@ def trace_module(events: Sequence[h.EventBase], spec_text: str) -> str:
 
 TRACE_CONFIG = """INIT Init
 NEXT Next
-INVARIANT NotFullyMatched
 """
 
 
@@ -187,12 +190,12 @@ def validate_events(
         root_module=TRACE_MODULE,
     )
     result = TraceResult(label, "unknown", len(events), 0, tlc=tlc)
-    if tlc.status == "violated" and tlc.violated_property == "NotFullyMatched":
+    if tlc.status == "valid" and tlc.depth == len(events) + 1:
         result.status = "valid"
         result.explained = len(events)
-    elif tlc.status == "valid":
+    elif tlc.status == "valid" and 1 <= tlc.depth <= len(events):
         # Depth d: the deepest state has l = d, so events 1..d-1 were explained.
-        first = max(1, min(tlc.depth, len(events)))
+        first = tlc.depth
         result.status = "violated"
         result.explained = first - 1
         result.first_unexplained = UnexplainedEvent(
@@ -203,9 +206,11 @@ def validate_events(
             f"event {first} of {len(events)} ({kind} by {events[first - 1].node} at "
             f"t_mono={events[first - 1].t_mono}) is not a step of the spec"
         )
+    elif tlc.status == "valid":
+        result.status = "unknown"
+        result.message = f"TLC searched to depth {tlc.depth}, outside 1..{len(events) + 1}"
     else:
         result.message = tlc.message or "TLC gave no verdict"
-    tlc.counterexample = []  # the "counterexample" of an accepted trace is the trace itself
     result.duration_s = time.monotonic() - started
     return result
 

@@ -5,8 +5,10 @@ standard library on import, so it never runs inside the harness), with a bounded
 count, rate and duration, against loopback (or Docker bridge) addresses only.  Every
 request is recorded (``RUN_DIR/load/requests.jsonl``); ``window_load`` then cuts them
 by the run's fault windows (from ``RUN_DIR/events``) into ``RUN_DIR/load.json``,
-which ``report.html`` and ``summary.md`` show.  The harness can call ``start_load``
-before the fault phase and ``finish_load`` after it.
+which ``report.html`` and ``summary.md`` show.  The harness (``chaos/runner.py``, for a
+scenario with a ``load:`` section) calls ``start_load`` once steady state is reached,
+``stop_load`` at the end of the quiesce and ``write_load_results`` once the cluster is
+down and the history complete; ``finish_load`` is the last two in one.
 """
 
 from __future__ import annotations
@@ -16,21 +18,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from swarmshake.reference_node.protocol.history import History
 from swarmshake.reports.load_model import (
     LoadResults,
-    RequestRecord,
     read_request_records,
-    summarise_window,
+    window_load,
 )
-from swarmshake.reports.series import fault_windows, run_origin
 
 MAX_USERS = 64  # the node's HTTP API accepts 64 connections (http_api.MAX_CONNECTIONS)
 MAX_DURATION_S = 3600.0  # a load test is a run's companion, not a soak test
@@ -85,6 +84,7 @@ def start_load(
     rate_per_user: float = 10.0,
     input_dim: int = 32,
     batch: int = 4,
+    spawn_rate: float | None = None,
 ) -> LoadProcess:
     """Start Locust in the background; ``targets`` are URLs (named n1, n2 … in order)
     or a ``{node: url}`` mapping."""
@@ -100,6 +100,9 @@ def start_load(
         raise LoadConfigError(f"users = {users} must lie in [1, {MAX_USERS}]")
     if not 1.0 <= duration_s <= MAX_DURATION_S:
         raise LoadConfigError(f"duration {duration_s}s must lie in [1, {MAX_DURATION_S:.0f}] s")
+    spawn_rate = float(users) if spawn_rate is None else spawn_rate
+    if not 0.0 < spawn_rate <= MAX_USERS:
+        raise LoadConfigError(f"spawn_rate = {spawn_rate} must lie in (0, {MAX_USERS}] users/s")
     if not 0.1 <= rate_per_user <= MAX_RATE_PER_USER:
         raise LoadConfigError(
             f"rate_per_user = {rate_per_user} must lie in [0.1, {MAX_RATE_PER_USER}]"
@@ -128,7 +131,7 @@ def start_load(
         "--users",
         str(users),
         "--spawn-rate",
-        str(users),  # all users at once: the fault phase should see full load
+        str(spawn_rate),  # default: all users at once, so the fault phase sees full load
         "--run-time",
         f"{int(round(duration_s))}s",
         "--stop-timeout",
@@ -146,13 +149,13 @@ def start_load(
     return LoadProcess(process, records, named, users, duration_s, log)
 
 
-def finish_load(load: LoadProcess, run_dir: Path, *, stop_now: bool = False) -> LoadResults:
-    """Wait for Locust (bounded; ``stop_now`` asks it to stop at once, as the harness
-    does when the fault phase ends early), then write and return ``RUN_DIR/load.json``."""
+def stop_load(load: LoadProcess, *, stop_now: bool = False) -> int | None:
+    """Wait for Locust to end (bounded; ``stop_now`` asks it to stop at once, as the
+    harness does at the end of the quiesce); returns its exit status."""
     if stop_now and load.process.poll() is None:
         load.process.send_signal(signal.SIGTERM)  # Locust's graceful quit: stop users, summary
     try:
-        load.process.wait(timeout=load.duration_s + STOP_GRACE_S)
+        load.process.wait(timeout=(0.0 if stop_now else load.duration_s) + STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         load.process.send_signal(signal.SIGINT)
         try:
@@ -160,19 +163,60 @@ def finish_load(load: LoadProcess, run_dir: Path, *, stop_now: bool = False) -> 
         except subprocess.TimeoutExpired:
             load.process.kill()
             load.process.wait()
+    return load.process.returncode
+
+
+def write_load_results(load: LoadProcess, run_dir: Path) -> LoadResults:
+    """Cut the recorded requests by the run's fault windows into ``RUN_DIR/load.json``.
+    Call it once the history is complete: a fault never healed lasts to its end."""
     if not load.records.is_file():
         tail = load.log.read_text(errors="replace")[-1500:] if load.log.is_file() else ""
         raise LoadRunError(f"Locust recorded no request (exit {load.process.returncode}): {tail}")
     records = read_request_records(load.records)
+    sent = [r.t_mono for r in records]
     results = window_load(
         records,
         run_dir,
         users=load.users,
-        duration_s=load.duration_s,
+        # What ran, not what was allowed: the harness stops Locust before its --run-time.
+        duration_s=round(max(sent) - min(sent), 3) if sent else 0.0,
         targets=[url for _, url in load.targets],
     )
     (run_dir / "load.json").write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2))
     return results
+
+
+def finish_load(load: LoadProcess, run_dir: Path, *, stop_now: bool = False) -> LoadResults:
+    """``stop_load`` then ``write_load_results``."""
+    stop_load(load, stop_now=stop_now)
+    return write_load_results(load, run_dir)
+
+
+def node_http_targets(backend: Any) -> dict[str, str]:
+    """``{node: base URL}`` of every node's HTTP API on a cluster that is up.
+
+    Local nodes listen on loopback (``describe()`` names each node's ``http_port``);
+    Docker nodes on their container's address in the project network, port
+    ``docker.HTTP_PORT``.  The URLs go through ``check_target`` in ``start_load``."""
+    described = backend.describe().get("nodes", {})
+    targets: dict[str, str] = {}
+    for name in backend.spec.nodes:
+        port = described.get(name, {}).get("http_port")
+        if port is not None:
+            targets[name] = f"http://127.0.0.1:{int(port)}"
+            continue
+        container = getattr(backend.node(name), "container", None)
+        if container is None:
+            raise LoadConfigError(f"node {name}: the {backend.name} backend names no HTTP address")
+        from swarmshake.chaos.backends.docker import HTTP_PORT
+
+        container.reload()
+        networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})
+        address = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), "")
+        if not address:
+            raise LoadConfigError(f"node {name}: its container has no network address")
+        targets[name] = f"http://{address}:{HTTP_PORT}"
+    return targets
 
 
 def records_so_far(load: LoadProcess) -> int:
@@ -194,50 +238,4 @@ def run_load(
     """``start_load`` then ``finish_load``: the blocking form ``bench load`` uses."""
     return finish_load(
         start_load(targets, users=users, duration_s=duration_s, run_dir=run_dir, **options), run_dir
-    )
-
-
-def window_load(
-    records: list[RequestRecord],
-    run_dir: Path,
-    *,
-    users: int,
-    duration_s: float,
-    targets: list[str],
-) -> LoadResults:
-    """Cut requests by the run's fault windows: one ``steady`` window for requests sent
-    outside every fault, one per fault window (a request in overlapping faults counts
-    in each).  Without events, everything is ``steady``, measured from the first request."""
-    history = History.load(run_dir) if (run_dir / "events").is_dir() else None
-    if history is not None and history.events:
-        origin = run_origin(history)
-        windows = fault_windows(history)
-    else:
-        origin = min((r.t_mono for r in records), default=time.monotonic())
-        windows = []
-    relative = [(r.t_mono - origin, r) for r in records]
-    inside = [False] * len(relative)
-    summaries = []
-    for window in windows:
-        # A fault never healed lasts until the load stops, not until the last event.
-        end = window.end if window.healed else float("inf")
-        chosen = []
-        for index, (t, record) in enumerate(relative):
-            if window.start <= t < end:
-                chosen.append(record)
-                inside[index] = True
-        last_t = max((t for t, _ in relative), default=window.start)
-        shown_end = window.end if window.healed else max(window.end, last_t)
-        summaries.append(summarise_window(window.label, window.start, shown_end, chosen))
-    steady = [record for (t, record), hit in zip(relative, inside, strict=True) if not hit]
-    last = max((t for t, _ in relative), default=0.0)
-    first = min((t for t, _ in relative), default=0.0)
-    summaries.insert(0, summarise_window("steady", first, last, steady))
-    return LoadResults(
-        users=users,
-        duration_s=duration_s,
-        targets=targets,
-        requests=len(records),
-        errors=sum(1 for r in records if not r.ok),
-        windows=summaries,
     )

@@ -130,6 +130,15 @@ FAULT_TYPES: dict[str, Builder] = {
 # (The scenario schema caps a cluster at 64 nodes, chaos/scenario.MAX_NODES.)
 BACKEND_SIZES: dict[str, list[int]] = {"sim": [4, 8, 64], "local": [4, 8, 16], "docker": [4, 8, 16]}
 QUICK_SIZES: dict[str, list[int]] = {"sim": [4, 8], "local": [4], "docker": [4]}
+FULL_TRIALS = 20
+# --quick must fit a CI job (a few minutes): a simulated trial takes a second, a real
+# one ~25 s (up, steady state, fault, quiesce, down), so real backends get one trial
+# per cell — a smoke test of every fault type, not a distribution.
+QUICK_TRIALS: dict[str, int] = {"sim": 3, "local": 1, "docker": 1}
+
+
+def default_trials(backend: str, *, quick: bool) -> int:
+    return QUICK_TRIALS.get(backend, 1) if quick else FULL_TRIALS
 
 
 @dataclass(frozen=True)

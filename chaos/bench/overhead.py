@@ -2,17 +2,30 @@
 
 - **baseline**: ``WORLD`` processes on loopback training the reference node's model
   with plain ``torch.distributed`` gloo all-reduce (``gloo_worker``);
-- **swarmshake**: the same model, cluster size and seed on the local backend with no
-  faults (the harness, ``chaos/runner``), its steady commit rate read from the
-  history (``reports.recovery.measure_run``).
+- **swarmshake**: the same model (the same ``TrainingConfig``: widths, batch, seed,
+  optimizer), cluster size and data on the local backend with no faults (the
+  harness, ``chaos/runner``), its steady commit rate read from the history
+  (``reports.recovery.measure_run``).
 
 ``overhead = 1 - swarmshake steps/s / baseline steps/s`` (the share of throughput
 lost) and ``overhead_pct = 100 * (swarmshake step time / gloo step time - 1)`` (the
-issue's figure: how much longer a step takes).  Both sides run one torch
-thread per process (``TrainingConfig.threads``), the fixed CPU budget per node that
-makes the figure comparable across runs of the same machine.  If the harness cannot
-run here, the swarmshake side is reported as not measured with the reason; the
-baseline is still measured.
+issue's figure: how much longer a step takes).  Both sides run one torch thread per
+process (``TrainingConfig.threads``) on the same machine; a per-node CPU quota (a
+cgroup per node) would need the local backend to place its processes, which it
+does not, so the budget is "one compute thread per node" on both sides.
+
+Model size.  The figure answers "what does fault tolerance cost a training job", so
+the model must make a step cost what training costs: the issue sizes models from
+~1M parameters (CI) to >= 100M (benchmarks).  A 6.8k-parameter model (the old
+default) computes a step in ~0.1 ms, so its figure is the protocol's fixed
+per-step latency (consensus round trips, events) divided by almost nothing: 300-400 %
+whatever the implementation.  Defaults: ``--quick`` 1M parameters (the CI model:
+a step is ~5-10 ms of compute and a 4 MB gradient per node), the full run 10M
+(~50 ms and 40 MB: large enough that compute and gradient traffic dominate, small
+enough that 4 nodes on a 2-core machine reach steady state within the run).
+``--params 100M`` runs the benchmark size where memory and time allow.  If the
+harness cannot run here, the swarmshake side is reported as not measured with the
+reason; the baseline is still measured.
 """
 
 from __future__ import annotations
@@ -29,11 +42,18 @@ from typing import Any
 import msgspec
 
 from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_VALID, ArgumentParser, UsageError
-from swarmshake.reference_node.training.config import TrainingConfig
+from swarmshake.reference_node.training.config import (
+    TrainingConfig,
+    TrainingConfigError,
+    parse_parameter_count,
+    sized_for,
+)
 
 BASELINE_TIMEOUT_S = 600  # the whole baseline; a hung gloo rendezvous must not hang CI
 MAX_WORLD = 16  # processes on one machine; beyond this the machine, not gloo, is measured
 MODEL_HIDDEN = {"tiny": [64, 64], "small": [256, 256], "medium": [512, 512, 512, 512]}
+QUICK_PARAMS = "1M"  # the CI model (see the module docstring)
+FULL_PARAMS = "10M"
 
 
 def _free_port() -> int:
@@ -88,7 +108,7 @@ def gloo_baseline(
 
 
 def swarmshake_steady_rate(
-    config_name: str, world: int, seed: int, duration_s: float, out: Path
+    config: TrainingConfig, world: int, duration_s: float, out: Path
 ) -> dict[str, Any]:
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
@@ -96,13 +116,14 @@ def swarmshake_steady_rate(
     from swarmshake.reference_node.protocol.history import History
     from swarmshake.reports.recovery import measure_run
 
+    # Every field of the baseline's config, so both sides train the same model on
+    # the same data (shards derive from (seed, step, node id), nodes n1..nN).
+    training = msgspec.to_builtins(config)
     scenario = resolve(
         Scenario(
             name=f"bench-overhead-{world}",
-            seed=seed,
-            cluster=Cluster(
-                nodes=world, backend="local", model=config_name, training={"threads": 1}
-            ),
+            seed=config.seed,
+            cluster=Cluster(nodes=world, backend="local", training=training),
             duration_s=duration_s,
             quiesce_s=0.0,
         )
@@ -120,8 +141,16 @@ def swarmshake_steady_rate(
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake bench overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--world", type=int, default=4, help="processes / nodes (default 4)")
-    parser.add_argument("--model", choices=sorted(MODEL_HIDDEN), default="tiny")
-    parser.add_argument("--quick", action="store_true", help="CI size: 50 steps, a 10 s run")
+    parser.add_argument(
+        "--params",
+        help=f"model size, e.g. 1M, 10M, 100M (default {FULL_PARAMS}, {QUICK_PARAMS} with --quick)",
+    )
+    parser.add_argument(
+        "--model", choices=sorted(MODEL_HIDDEN), help="a scenario model size instead of --params"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"CI size: {QUICK_PARAMS} params, 50 steps, a 10 s run"
+    )
     parser.add_argument("--steps", type=int, help="timed baseline steps (default 200, 50 quick)")
     parser.add_argument(
         "--duration", type=float, help="swarmshake fault-free run, s (default 20, 10 quick)"
@@ -139,10 +168,21 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--world {args.world}: must lie in [2, {MAX_WORLD}]")
     if not 1 <= args.steps <= 100_000:
         raise UsageError(f"--steps {args.steps}: must lie in [1, 100000]")
-    config = TrainingConfig(seed=args.seed, hidden=MODEL_HIDDEN[args.model], threads=1)
+    if args.model and args.params:
+        raise UsageError("give --params or --model, not both")
+    try:
+        if args.model:
+            config = TrainingConfig(seed=args.seed, hidden=MODEL_HIDDEN[args.model], threads=1)
+        else:
+            count = parse_parameter_count(
+                args.params or (QUICK_PARAMS if args.quick else FULL_PARAMS)
+            )
+            config = sized_for(count, seed=args.seed, threads=1)
+    except TrainingConfigError as error:
+        raise UsageError(f"--params {args.params!r}: {error}") from None
     document: dict[str, Any] = {
         "world": args.world,
-        "model": args.model,
+        "model": args.model or f"mlp{config.hidden}",
         "parameters": config.parameter_count(),
         "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # wall-clock rates need the machine's load
@@ -157,7 +197,7 @@ def main(argv: list[str]) -> int:
     else:
         try:
             document["swarmshake"] = swarmshake_steady_rate(
-                args.model, args.world, args.seed, args.duration, args.out
+                config, args.world, args.duration, args.out
             )
         except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline
             document["swarmshake"] = {"not_measured": f"{type(error).__name__}: {error}"}

@@ -3,8 +3,9 @@
 For every cell (fault type × cluster size × backend) it runs ``trials`` scenarios
 (``matrix.trial_scenario``), measures each run's history with
 ``swarmshake.reports.recovery.measure_run`` and summarises the cell.  Writes
-``bench.json`` (schema in docs/report-schemas.md), ``bench.html`` and ``bench.md``
-into the output folder, next to one run directory per trial.
+the formats a run directory has: ``bench.json`` (schema in docs/report-schemas.md),
+``report.html``, ``junit.xml`` and ``summary.md`` into the output folder, next to one
+run directory per trial.
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ def write_bench_files(document: dict[str, Any], out: Path) -> list[Path]:
     )
 
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "bench.json", out / "bench.html", out / "bench.md", out / "junit.xml"]
+    # The names a run directory uses, so CI steps that publish a run publish a bench too.
+    paths = [out / "bench.json", out / "report.html", out / "summary.md", out / "junit.xml"]
     paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n")
     paths[1].write_text(render_bench_html(document), encoding="utf-8")
     paths[2].write_text(render_bench_markdown(document), encoding="utf-8")

@@ -2,13 +2,19 @@
 
 - ``recovery [--quick] [--backend sim|local|docker] [--faults A,B] [--sizes 4,8]
   [--trials N] [--seed S] [--out DIR] [--json]``: the recovery matrix; writes
-  ``bench.json``, ``bench.html`` and ``bench.md`` into ``--out``; ``--json`` prints the
-  results keyed by fault type.
+  ``bench.json``, ``report.html``, ``junit.xml`` and ``summary.md`` into ``--out``;
+  ``--json`` prints the results keyed by fault type.  ``--quick`` runs 3 trials per
+  cell on the simulator and 1 on real backends (each real trial is a cluster brought
+  up, faulted and torn down: ~25 s here, so 11 fault types x 1 trial is the few
+  minutes CI affords).
 - ``overhead [--world 4] [--steps N] [--json]``: steady-state cost of fault tolerance
   against a plain ``torch.distributed`` gloo all-reduce of the same model.
 - ``load --target URL ... [--users N] [--duration 30s] [--out RUN_DIR]``: Locust
   users posting ``/infer``; per-fault-window availability and latency into the run.
 - ``rejoin``: the node runtime's state-transfer benchmark, when the runtime has one.
+- ``harness [--backend local|docker] [--nodes 8] [--trials 3] [--capacity 4,8,12]
+  [--json]``: the harness's own numbers: up to steady state, fault call → effect,
+  and how many real nodes the machine holds (``swarmshake.chaos.bench.harness``).
 - ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``).
 
 Exit codes: 0 done, 2 could not measure (a backend missing, every trial failed),
@@ -31,7 +37,7 @@ from swarmshake.chaos.commands._args import (
     parse_duration_s,
 )
 
-SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "kernels")
+SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "kernels")
 
 
 def _csv_ints(text: str) -> list[int]:
@@ -50,14 +56,20 @@ def recovery_main(argv: list[str]) -> int:
 
     parser = ArgumentParser(prog="swarmshake bench recovery", description="the recovery matrix")
     parser.add_argument(
-        "--quick", action="store_true", help="CI size: few sizes, 3 trials, short runs"
+        "--quick",
+        action="store_true",
+        help="CI size: few sizes, short runs, 3 trials (sim) or 1 (real)",
     )
     parser.add_argument(
         "--backend", default="sim", help="sim, local or docker; several comma-separated"
     )
     parser.add_argument("--faults", help=f"subset of: {', '.join(matrix.FAULT_TYPES)}")
     parser.add_argument("--sizes", help="cluster sizes, e.g. 4,8 (default: per backend)")
-    parser.add_argument("--trials", type=int, help="trials per cell (default 3 quick, 20 full)")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        help="trials per cell (default: 20; --quick 3 on sim, 1 on real backends)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench-recovery"))
     parser.add_argument("--json", action="store_true", help="print the results keyed by fault type")
@@ -69,9 +81,8 @@ def recovery_main(argv: list[str]) -> int:
     faults = (
         [f.strip() for f in args.faults.split(",")] if args.faults else list(matrix.FAULT_TYPES)
     )
-    trials = args.trials if args.trials is not None else (3 if args.quick else 20)
     timing = matrix.QUICK_TIMING if args.quick else matrix.FULL_TIMING
-    cells: list[matrix.Cell] = []
+    plan: list[tuple[list[matrix.Cell], int]] = []  # (cells, trials per cell) per backend
     try:
         for backend in backends:
             sizes = (
@@ -79,13 +90,23 @@ def recovery_main(argv: list[str]) -> int:
                 if args.sizes
                 else (matrix.QUICK_SIZES if args.quick else matrix.BACKEND_SIZES)[backend]
             )
-            cells += recovery.cells_for(faults, sizes, [backend])
+            trials = (
+                args.trials
+                if args.trials is not None
+                else matrix.default_trials(backend, quick=args.quick)
+            )
+            plan.append((recovery.cells_for(faults, sizes, [backend]), trials))
     except ValueError as error:
         raise UsageError(str(error)) from None
+    results: list[recovery.CellResult] = []
+    errors: list[dict[str, object]] = []
     try:
-        results, errors = recovery.run_matrix(
-            cells, trials, args.out, timing=timing, seed=args.seed
-        )
+        for cells, trials in plan:
+            done, failed = recovery.run_matrix(
+                cells, trials, args.out, timing=timing, seed=args.seed
+            )
+            results += done
+            errors += failed
     except BackendUnavailable as error:
         print(f"swarmshake bench recovery: cannot measure: {error}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -164,6 +185,39 @@ def rejoin_main(argv: list[str]) -> int:
     return EXIT_UNKNOWN
 
 
+def harness_main(argv: list[str]) -> int:
+    from swarmshake.chaos.backends.base import BackendError
+    from swarmshake.chaos.bench import harness
+
+    parser = ArgumentParser(
+        prog="swarmshake bench harness",
+        description="up to steady state, fault call-to-effect latency, node capacity",
+    )
+    parser.add_argument("--backend", choices=("local", "docker"), default="local")
+    parser.add_argument("--nodes", type=int, default=8, help="cluster size for start-up and faults")
+    parser.add_argument("--trials", type=int, default=3, help="start-ups, and injections per op")
+    parser.add_argument(
+        "--capacity",
+        default="",
+        help="sizes to ramp through, e.g. 4,8,12,16 (stops at the first that does not hold)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if not 2 <= args.nodes <= 64:
+        raise UsageError(f"--nodes {args.nodes}: must lie in [2, 64]")
+    if not 1 <= args.trials <= 50:
+        raise UsageError(f"--trials {args.trials}: must lie in [1, 50]")
+    sizes = _csv_ints(args.capacity) if args.capacity else []
+    try:
+        result = harness.run(args.backend, args.nodes, args.trials, sizes, args.seed)
+    except BackendError as error:
+        print(f"bench harness: could not measure: {error}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    print(json.dumps(result, indent=None if args.json else 2))
+    return EXIT_VALID
+
+
 def kernels_main(argv: list[str]) -> int:
     module = importlib.import_module("swarmshake.kernels.bench")
     return int(module.main(argv))
@@ -179,6 +233,7 @@ def main(argv: list[str]) -> int:
         "overhead": overhead_main,
         "load": load_main,
         "rejoin": rejoin_main,
+        "harness": harness_main,
         "kernels": kernels_main,
     }
     if command not in handlers:

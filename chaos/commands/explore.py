@@ -1,7 +1,7 @@
 """``swarmshake explore``: draw fault schedules, run each, shrink a failing one.
 
     swarmshake explore [--backend sim] [--budget N] [--seed S] [--bug NAME]
-                       [--nodes N] [--duration 40s] [--property P ...] [--json]
+                       [--nodes N] [--duration 40s] [--property P ...] [--out runs/] [--json]
 
 With ``--backend sim`` Hypothesis draws schedules (crashes, event-triggered crashes,
 pauses, partitions, black holes, jitter, clock skew), the simulator runs each and the
@@ -10,6 +10,10 @@ still violates, printed as a scenario's ``faults:`` YAML on stdout, and the exit
 is 1; with no violation in ``--budget`` runs the exit code is 0.  ``--property``
 limits what counts (default: any invalid property; ``--bug NAME`` defaults it to the
 property that bug must break).  ``unknown`` verdicts never count as violations.
+
+A violation also leaves a run directory under ``--out`` (default ``runs/``, and
+``runs/latest`` points at it): the shrunk schedule's run (events, verdict, reports)
+and ``shrunk.yaml``, the scenario file that replays it, which ``report.html`` shows.
 
 With ``--backend local|docker`` the harness draws schedules from its fault
 generator, runs each on a real cluster, re-runs a failing one to confirm it despite
@@ -20,6 +24,7 @@ real-world nondeterminism, shrinks it greedily and prints the scenario
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import msgspec
 
@@ -31,12 +36,16 @@ from swarmshake.chaos.commands._args import (
     UsageError,
     parse_duration_s,
 )
+from swarmshake.chaos.shrunk import new_sim_run_dir, point_latest, write_shrunk
 from swarmshake.chaos.sim.explore import explore
-from swarmshake.chaos.sim.run import SimConfig
+from swarmshake.chaos.sim.run import SimConfig, run_simulation
 from swarmshake.reference_node.protocol.bugs import BUGS
 from swarmshake.verify.checkers import PROPERTIES
 
 MAX_BUDGET = 100_000  # runs; a larger search belongs in a nightly job with its own seed
+# The CI budget: every known bug is found with it (tests/chaos/sim/test_explore.py) and
+# a healthy protocol comes out clean; about 10-25 s on one core.
+DEFAULT_BUDGET = 200
 
 
 MAX_REAL_BUDGET = 200  # each real run takes tens of seconds; more is a nightly job
@@ -45,7 +54,6 @@ MAX_REAL_BUDGET = 200  # each real run takes tens of seconds; more is a nightly 
 def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of main()
     """Explore on real nodes; exit 1 with the shrunk scenario on a confirmed violation."""
     import json
-    from pathlib import Path
 
     from swarmshake.chaos.explore_real import explore_blocking
 
@@ -57,14 +65,17 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         seed=args.seed,
         nodes=max(args.nodes, 3),
         bugs=[args.bug] if args.bug else None,
-        out=Path("runs"),
+        out=args.out,
     )
+    run_dir = str(result.run_dir) if result.run_dir else None
     if args.json:
         print(json.dumps({"runs": result.runs, "failing": bool(result.failing),
                           "violated": list(result.violated or []),
-                          "scenario": result.scenario_yaml()}))  # fmt: skip
+                          "scenario": result.scenario_yaml(), "run_dir": run_dir}))  # fmt: skip
     elif result.failing:
         print(result.scenario_yaml())
+    if run_dir:
+        print(f"explore: shrunk schedule and its run in {run_dir}", file=sys.stderr)
     print(f"explore --backend {args.backend}: {result.runs} runs, "
           f"{'violation of ' + ', '.join(result.violated or []) if result.failing else 'no violation'}",
           file=sys.stderr)  # fmt: skip
@@ -74,7 +85,12 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="swarmshake explore", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="sim", choices=("sim", "local", "docker"))
-    parser.add_argument("--budget", type=int, default=200, help="schedules to try (default 200)")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=DEFAULT_BUDGET,
+        help=f"schedules to try (default {DEFAULT_BUDGET})",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bug", choices=sorted(BUGS), help="switch on a known bug")
     parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
@@ -83,6 +99,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--property", action="append", choices=PROPERTIES, help="what counts as a violation"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs"),
+        help="where the failing run's directory goes (default runs/)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
@@ -124,20 +146,26 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
         return EXIT_VALID
-    schedule, run = found
+    schedule, _ = found
     scenario = faults.schedule_to_yaml(schedule)
+    run_dir = new_sim_run_dir(args.out, args.seed)
+    # The shrunk schedule's run again, recorded this time: same inputs, same history.
+    run = run_simulation(config, schedule, run_dir)
     header = (
         f"# swarmshake explore --backend sim --seed {args.seed} --nodes {args.nodes}"
         f"{' --bug ' + args.bug if args.bug else ''}: violates {', '.join(run.verdict.violated())}\n"
         f"# replay: swarmshake sim --nodes {args.nodes} --duration {args.duration:g}s --seed {args.seed}"
         f"{' --bug ' + args.bug if args.bug else ''} --faults THIS_FILE\n"
     )
+    write_shrunk(run_dir, header + scenario)
+    point_latest(args.out, run_dir)
     if args.json:
         document = {
             "status": "invalid",
             "violated": run.verdict.violated(),
             "schedule_size": schedule.size(),
             "scenario_yaml": scenario,
+            "run_dir": str(run_dir),
             "result": msgspec.to_builtins(run.result),
         }
         print(msgspec.json.encode(document).decode())
@@ -145,4 +173,5 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(header + scenario)
         for violation in run.result.violations:
             print(f"explore: {violation.property}: {violation.message}", file=sys.stderr)
+        print(f"explore: shrunk schedule and its run in {run_dir}", file=sys.stderr)
     return EXIT_INVALID

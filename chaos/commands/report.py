@@ -2,10 +2,11 @@
 
 - ``report RUN_DIR``: rewrite ``report.html``, ``junit.xml`` and ``summary.md`` (and
   ``verdict.json`` if missing) of a run directory; for a benchmark folder (one with
-  ``bench.json``), rewrite ``bench.html``, ``bench.md`` and ``junit.xml``.  Exits with the run's
+  ``bench.json``), rewrite ``report.html``, ``summary.md`` and ``junit.xml``.  Exits with the run's
   verdict: 0 valid, 1 violated, 2 unknown.
 - ``--compare OTHER``: compare RUN_DIR (new) against OTHER (old) — two runs of the
-  same scenario, or two benchmark folders — and write ``compare.md`` into RUN_DIR.
+  same scenario, or two benchmark folders — print a table (regressions first, in red
+  on a terminal) and write ``compare.md`` and ``compare.html`` into RUN_DIR.
   Exits 1 when a detection/recovery/rejoin time regressed (≥ ``--tolerance`` and ≥
   ``--floor-ms`` slower) or a property became violated, else 0.
 - 64: bad usage or an unreadable run directory (the message names the file).
@@ -37,10 +38,10 @@ def _regenerate_bench(folder: Path) -> int:
     from swarmshake.reports.compare import read_bench
 
     document = read_bench(folder)
-    (folder / "bench.html").write_text(render_bench_html(document), encoding="utf-8")
-    (folder / "bench.md").write_text(render_bench_markdown(document), encoding="utf-8")
+    (folder / "report.html").write_text(render_bench_html(document), encoding="utf-8")
+    (folder / "summary.md").write_text(render_bench_markdown(document), encoding="utf-8")
     (folder / "junit.xml").write_bytes(render_bench_junit(document))
-    print(f"wrote bench.html, bench.md and junit.xml into {folder}", file=sys.stderr)
+    print(f"wrote report.html, summary.md and junit.xml into {folder}", file=sys.stderr)
     return EXIT_VALID
 
 
@@ -95,10 +96,15 @@ def main(argv: list[str]) -> int:
             )
     except RunDirError as error:
         raise UsageError(str(error)) from None
-    text = compare_module.render_comparison(comparison)
-    (args.run_dir / "compare.md").write_text(text, encoding="utf-8")
+    from swarmshake.reports.compare_html import render_comparison_html
+
+    markdown = args.run_dir / "compare.md"
+    page = args.run_dir / "compare.html"
+    markdown.write_text(compare_module.render_comparison(comparison), encoding="utf-8")
+    page.write_text(render_comparison_html(comparison), encoding="utf-8")
     if args.json:
         sys.stdout.write(json.dumps(comparison, indent=2) + "\n")
     else:
-        print(text, file=sys.stderr)
+        compare_module.print_comparison(comparison, sys.stderr)
+        print(f"wrote {markdown} and {page}", file=sys.stderr)
     return EXIT_INVALID if comparison["regressed"] else EXIT_VALID

@@ -135,6 +135,10 @@ class NodeDisk:
     records: dict[int, AcceptorRecord] = field(default_factory=dict)
     checkpoint: tuple[int, tuple[int, ...], str] | None = None  # (step, params, fp)
     applied_any: bool = False  # whether this node ever applied a committed step
+    # The bytes of each accepted value, written with its accept record: the acceptor
+    # vouched for holding them, and a retry must adopt that value (explore, seed 2: a
+    # restarted acceptor's value could be fetched from no one and commits stopped).
+    aggregates: dict[tuple[int, str], tuple[str, ...]] = field(default_factory=dict)
 
 
 class NodeApp:
@@ -155,6 +159,8 @@ class NodeApp:
         self.params = training.INITIAL_PARAMS
         self.param_step = -1  # the committed step the parameters hold (-1: initial)
         self.held: dict[int, dict[str, tuple[str, ...]]] = {}
+        for (step, value_fp), contributors in disk.aggregates.items():
+            self.held.setdefault(step, {})[value_fp] = contributors
         self.contributions: dict[int, set[str]] = {}
         self.proposed_step = -1
         self.computed_step = -1
@@ -202,6 +208,7 @@ class NodeApp:
                 persisted=records,
                 bugs=self.bugs,
             )
+            self._announce_held(t)
             self._begin_step(t)
         else:
             self._timer(t + self.settings.rejoin_delay_s, ("rejoin_begin",))
@@ -323,8 +330,14 @@ class NodeApp:
                     return  # killed before the write: the rest of the list is lost too
                 record = action.record
                 self.disk.records[record.step] = record
+                value = record.accepted_value
+                if value is not None and value.agg_fp in self.held.get(record.step, {}):
+                    key = (record.step, value.agg_fp)
+                    self.disk.aggregates[key] = self.held[record.step][value.agg_fp]
                 for old in [s for s in self.disk.records if s < record.step - RETAINED_STEPS]:
                     del self.disk.records[old]
+                for old in [k for k in self.disk.aggregates if k[0] < record.step - RETAINED_STEPS]:
+                    del self.disk.aggregates[old]
             elif isinstance(action, Proposed):
                 self._log(
                     Propose,

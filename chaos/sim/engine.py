@@ -100,6 +100,9 @@ class NodeProcess:
         "cpu_fraction",
         "started_at",
         "resumed_at",
+        "lazy",
+        "lazy_tick",
+        "last_wake",
     )
 
     def __init__(self, name: str, gen: int, incarnation: int, clock: NodeClock):
@@ -120,6 +123,11 @@ class NodeProcess:
         # Decisions a node makes on waking, or on a clock jump, happen then, never
         # earlier (a timer's ``at`` mapped through a jumped clock would lie).
         self.resumed_at = 0.0
+        # Peers whose heartbeats are held back (see the module docstring), and the Tick
+        # that vouches for their watches.
+        self.lazy: tuple[str, ...] = ()
+        self.lazy_tick = _TICK
+        self.last_wake = 0.0  # the detector's last event: eager delivery reached here
 
 
 class Simulation:
@@ -213,7 +221,7 @@ class Simulation:
             if t != proc.next_look:
                 return  # superseded by an earlier wake-up
             proc.next_look = math.inf
-            self.detector_event(proc, t, _TICK)
+            self.detector_event(proc, t, _TICK)  # becomes proc.lazy_tick after delivery
         elif kind == MESSAGE:
             sender, message, sender_gen = payload
             if sender_gen >= 0:
@@ -263,6 +271,7 @@ class Simulation:
         for stream in self.streams_to[name].values():
             stream.materialise(t, self.network)
             stream.drop_pending()  # sent to the old process: its connections died with it
+            stream.delivered_to = t
         self.log(
             Start,
             proc,
@@ -418,14 +427,32 @@ class Simulation:
     def detector_event(
         self, proc: NodeProcess, t: float, event: Any, read_at: float | None = None
     ) -> None:
-        """Deliver heartbeats up to ``t``, then ``event`` (None: only the heartbeats)."""
+        """Deliver heartbeats up to ``t``, then ``event`` (None: only the heartbeats).
+
+        Held-back (lazy) streams are delivered only when ``event`` is None (a pause,
+        skew or resume: the clock or liveness changes) or names their sender in a
+        gossip item; a timer look vouches for their watches instead."""
         detector = proc.detector
         if detector is None:
             return
         clock = proc.clock
         local = clock.local(t)
+        proc.last_wake = t
         if detector.started:
-            self._deliver_heartbeats(proc, detector, t, local, read_at)
+            lazy = proc.lazy
+            if lazy:
+                if event is None:
+                    lazy = ()
+                elif type(event) is GossipReceived:
+                    named = {item.subject for item in event.message.items}
+                    if not named.isdisjoint(lazy):
+                        lazy = tuple(peer for peer in lazy if peer not in named)
+                if lazy is not proc.lazy:
+                    proc.lazy = lazy
+                    proc.lazy_tick = Tick(vouched=lazy) if lazy else _TICK
+            self._deliver_heartbeats(proc, detector, t, local, read_at, lazy)
+            if event is _TICK:
+                event = proc.lazy_tick
         if event is not None:
             self._apply_detector(proc, t, detector.handle(event, local))
         self._schedule_look(proc, t)
@@ -437,22 +464,28 @@ class Simulation:
         t: float,
         local: float,
         read_at: float | None,
+        lazy: tuple[str, ...],
+        only: str | None = None,
     ) -> None:
         """Hand every heartbeat that reached ``proc`` by ``t`` to its detector, merged
-        across senders in arrival order.
+        across senders in arrival order, except those of the ``lazy`` senders.
 
-        The core fires every timer due before a batch's first arrival (as one-by-one
-        delivery would), including the watches of *other* peers, so per-sender batches
-        are only exact in arrival order: a run of consecutive arrivals from one sender
-        is one batch.  (Skipping arrivals with ``elided_count`` needs a watch whose
-        deadline is current; a lazily held watch's deadline never is, so this driver
-        does not elide — see the module docstring for what bounds that.)"""
+        The core fires the timers about a batch's peer due before each arrival (as
+        one-by-one delivery would), so per-sender batches are only exact in arrival
+        order: a run of consecutive arrivals from one sender is one batch.  A lazy
+        sender's backlog, when it comes, is merged the same way; it commutes with the
+        others' batches because nothing but its arrivals touches its watch meanwhile
+        (``FailureDetector.lazy_watch_allowed``)."""
         due_lists = []
-        for sender, stream in self.streams_to[proc.name].items():
-            stream.materialise(t, self.network)
+        network = self.network
+        incoming = self.streams_to[proc.name]
+        for sender, stream in incoming.items() if only is None else ((only, incoming[only]),):
+            if lazy and sender in lazy:
+                continue
+            stream.materialise(t, network)
+            stream.delivered_to = t
             due = stream.take_due(t)
             if due:
-                stream.delivered_gen = proc.gen
                 due_lists.append([(arrival, sender, incarnation) for arrival, incarnation in due])
         if not due_lists:
             return
@@ -602,22 +635,45 @@ class Simulation:
         if detector is None or not detector.started:
             return
         # Watches of streams the simulator vouches for are left out: their arrivals
-        # keep them fresh and are delivered at the next wake-up (streams.py).
+        # keep them fresh and are delivered at the next wake-up, or later still for a
+        # lazy stream (the module docstring).
         wake = detector.next_deadline(watches=False)
         incoming = self.streams_to[proc.name]
+        old_lazy = proc.lazy
+        lazy: list[str] = []
+        settling = math.inf
         for peer in detector.targets:
             stream = incoming.get(peer)
-            if stream is None or not self._healthy(stream, t):
-                deadline = detector.deadline_for(peer)
-                if deadline is not None and (wake is None or deadline < wake):
-                    wake = deadline
+            healthy = stream is not None and self._healthy(stream, t)
+            if healthy and (peer in old_lazy or stream.delivered_to >= t):
+                # Held back only from a moment when everything up to now was delivered,
+                # so the backlog is all from the healthy stretch.
+                if detector.lazy_watch_allowed(peer, stream.incarnation):
+                    lazy.append(peer)
+                    continue
+            if peer in old_lazy and stream.delivered_to < proc.last_wake:
+                # No longer held back: hand over the backlog up to the last wake-up,
+                # which leaves the watch exactly as eager delivery would have (its
+                # arrivals change nothing else); the rest comes at the next wake-up.
+                last = proc.last_wake
+                self._deliver_heartbeats(
+                    proc, detector, last, proc.clock.peek_local(t), None, (), only=peer
+                )
+            if healthy:
+                continue
+            deadline = detector.deadline_for(peer)
+            if deadline is not None and (wake is None or deadline < wake):
+                wake = deadline
+            # A stream that is settling becomes trustworthy at settled_at (true time): look then.
+            if stream is not None and stream.active and t < stream.settled_at < settling:
+                settling = stream.settled_at
+        lazy_peers = tuple(lazy)
+        if lazy_peers != old_lazy:
+            proc.lazy = lazy_peers
+            proc.lazy_tick = Tick(vouched=lazy_peers) if lazy_peers else _TICK
         at = None if wake is None else (wake if proc.clock.identity else proc.clock.true_time(wake))
-        # A stream that is settling becomes trustworthy at settled_at (true time): look then.
-        for peer in detector.targets:
-            stream = incoming.get(peer)
-            if stream is not None and stream.active and t < stream.settled_at:
-                if at is None or stream.settled_at < at:
-                    at = stream.settled_at
+        if settling < math.inf and (at is None or settling < at):
+            at = settling
         if at is None:
             return
         at = max(at, t)

@@ -10,6 +10,17 @@ partitions (Jepsen groupings and one-way isolation), one-way black holes, latenc
 with jitter, clock skew.  Times are whole centiseconds, so shrinking moves them in
 steps a person can read.  All faults fall in the first ``fault_window_s`` seconds and
 the run continues long enough after for the liveness bounds to be judged.
+
+Compound entries are several schedule entries drawn as one block, aimed at a moment
+of the protocol that independent draws almost never line up (their chance is the
+product of each part's).  ``lost_vote`` is Paxos's classic trap for an acceptor that
+forgets: cut the step's coordinator off from one voter before the step starts, crash
+the other voter 10 ms after it accepted the coordinator's value (its reply is sent,
+so that value is chosen) and restart it within 0.3 s, so that the cut-off voter's
+next ballot can gather a majority with the restarted one.  A correct acceptor reports
+its accept in its promise and the ballot adopts the chosen value; one that forgot
+lets a second value be chosen (``forget-vote`` breaks S1).  Shrinking removes a
+block whole or simplifies its parts, like any other entry.
 """
 
 from __future__ import annotations
@@ -34,7 +45,8 @@ def _seconds(low_cs: int, high_cs: int) -> st.SearchStrategy[float]:
 def schedules(
     nodes: list[str], fault_window_s: float = 20.0, max_entries: int = 6
 ) -> st.SearchStrategy[faults.FaultSchedule]:
-    """Schedules over ``nodes`` with faults in ``[0.5, fault_window_s]`` seconds."""
+    """Schedules over ``nodes`` with timed faults in ``[0.5, fault_window_s]`` seconds, of
+    at most ``max_entries`` drawn blocks (one entry, or a compound block of a few)."""
     node = st.sampled_from(nodes)
     at = _seconds(50, int(fault_window_s * 100))
     optional_heal = st.one_of(st.none(), _seconds(10, 800))
@@ -120,9 +132,65 @@ def schedules(
         at,
         _seconds(50, 800),
     )
-    entry = st.one_of(crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew)
-    return st.lists(entry, min_size=1, max_size=max_entries).map(
-        lambda entries: faults.FaultSchedule(entries=entries)
+    single = st.one_of(
+        crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew
+    ).map(lambda one: [one])
+    blocks = st.one_of(single, lost_vote(nodes)) if len(nodes) >= 3 else single
+    return st.lists(blocks, min_size=1, max_size=max_entries).map(
+        lambda drawn: faults.FaultSchedule(entries=[e for block in drawn for e in block])
+    )
+
+
+def lost_vote(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]]:
+    """The compound entry of the module docstring, for step ``k`` (drawn).
+
+    The target is the coordinator of ``k``: the core's ``voters[k % len(voters)]`` with
+    every node a voter (the simulator's start), so the block is aimed, not hoped for.
+    The cut starts when the coordinator commits step ``k - 1`` (for ``k = 0``: when it
+    starts), i.e. before any of step ``k``'s messages leave it; a cut triggered by the
+    coordinator's ``propose`` would come after its accept requests were on the wire.
+    """
+    ordered = sorted(nodes)
+
+    def block(
+        step: int, pair: tuple[str, str], restart_s: float, heal_s: float | None
+    ) -> list[faults.ScheduleEntry]:
+        coordinator = ordered[step % len(ordered)]
+        cut_off, forgetful = pair
+        watch = (
+            faults.OnEvent(node=coordinator, kind="commit", step_at_least=step - 1)
+            if step > 0
+            else faults.OnEvent(node=coordinator, kind="start")
+        )
+        return [
+            faults.ScheduleEntry(
+                op=faults.Blackhole(src=[coordinator], dst=[cut_off], direction="one_way"),
+                when=watch,
+                heal_after_s=heal_s,
+            ),
+            faults.ScheduleEntry(
+                op=faults.Crash(nodes=[forgetful]),
+                # 10 ms after its accept: the reply is on the wire, the node is gone.
+                when=faults.OnEvent(
+                    node=forgetful, kind="accept", step_at_least=step, delay_s=0.01
+                ),
+                heal_after_s=restart_s,
+            ),
+        ]
+
+    def other_two(step: int) -> st.SearchStrategy[tuple[str, str]]:
+        rest = [n for n in ordered if n != ordered[step % len(ordered)]]
+        return st.permutations(rest).map(lambda names: (names[0], names[1]))
+
+    step = st.integers(0, 12)
+    return step.flatmap(
+        lambda k: st.builds(
+            block,
+            st.just(k),
+            other_two(k),
+            _seconds(10, 30),  # restarted within 0.3 s: before the next ballot reaches it
+            st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts that ballot
+        )
     )
 
 

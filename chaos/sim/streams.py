@@ -48,7 +48,7 @@ class HeartbeatStream:
         "last_arrival",
         "settled_at",
         "disturbed_at",
-        "delivered_gen",
+        "delivered_to",
     )
 
     def __init__(self, sender: str, receiver: str, rng: object):
@@ -67,7 +67,7 @@ class HeartbeatStream:
         self.last_arrival = -math.inf
         self.settled_at = math.inf
         self.disturbed_at = 0.0
-        self.delivered_gen = -1  # receiver process generation that got the last arrival
+        self.delivered_to = -math.inf  # arrivals up to this true time were handed over
 
     def _send_time(self, k: int) -> float:
         local = self.start_local + k * self.interval_local

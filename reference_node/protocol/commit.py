@@ -137,12 +137,26 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     steps_ahead_max: int = 8  # buffer messages this far ahead; beyond: this node is Behind
     buffered_messages_max: int = 512  # bounded memory for early messages (N voters x phases)
     retained_steps: int = 16  # decided values kept to answer laggards with Decided
+    # A commit message for step s comes from a node whose core is at s, so it holds the
+    # committed state of s - 1.  One step behind is normal (peers decide while this node
+    # still applies); two or more, and one state transfer (``Behind``, the rejoin core)
+    # brings this node level at once, where learning the decisions one by one costs an
+    # aggregate transfer plus a propose timeout per missed step (explore, seed 2: a
+    # restarted node caught up one step per compute cycle and no step committed for
+    # 11.3 s, past the recovery bound R = 10 s).
+    state_transfer_gap_steps: int = 2
 
     def __post_init__(self) -> None:
         check_positive(self.retry_base_s, "CommitConfig.retry_base_s")
         check_positive(self.retry_max_s, "CommitConfig.retry_max_s")
         for name in ("steps_ahead_max", "buffered_messages_max", "retained_steps"):
             check_count(getattr(self, name), f"CommitConfig.{name}")
+        if not 2 <= self.state_transfer_gap_steps <= self.steps_ahead_max + 1:
+            raise LocalProtocolError(
+                f"CommitConfig.state_transfer_gap_steps = {self.state_transfer_gap_steps} must "
+                f"lie in [2, steps_ahead_max + 1 = {self.steps_ahead_max + 1}]: one step "
+                "behind is normal, and messages up to steps_ahead_max ahead are buffered"
+            )
 
 
 class AcceptorRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -555,7 +569,8 @@ class StepCommit:
     def _dispatch(self, message: CommitMessage, now: float, actions: list) -> None:
         step = message.step
         if step > self.step:
-            if step > self.step + self.config.steps_ahead_max:
+            if step >= self.step + self.config.state_transfer_gap_steps:
+                # The sender holds committed state at least two steps past this node's.
                 self.dropped += 1
                 actions.append(Behind(step=self.step, peer_step=step, peer=message.sender))
                 return
@@ -877,7 +892,8 @@ class StepCommit:
     def _answer_laggard(self, message: CommitMessage, actions: list) -> None:
         if isinstance(message, Prepare | AcceptRequest):
             entry = self._decided.get(message.step)
-            if entry is not None:
+            far_behind = self.step - message.step >= self.config.state_transfer_gap_steps
+            if entry is not None and not far_behind:
                 actions.append(
                     Send(
                         to=(message.sender,),
@@ -893,7 +909,9 @@ class StepCommit:
                 # This node started past that step (checkpoint or state transfer) and
                 # cannot tell its value; silence would stall the laggard for ever (found
                 # by explore: a node restored from its checkpoint at step 0 and one that
-                # rejoined at genesis never committed again).  Tell it that it is behind.
+                # rejoined at genesis never committed again).  Or the laggard is so far
+                # behind that one state transfer beats learning step by step (see
+                # ``CommitConfig.state_transfer_gap_steps``).  Tell it that it is behind.
                 actions.append(
                     Send(
                         to=(message.sender,),

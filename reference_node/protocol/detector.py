@@ -286,15 +286,23 @@ class Tick(CoreEvent, frozen=True, kw_only=True):
 
     ``watches=False`` leaves heartbeat-watch timers alone (a lazy simulator that knows
     a link is healthy delivers its arrivals later instead); ``only=peer`` fires only
-    the timers about that peer (its watch, suspicion timeout and notice retries).
+    the timers about that peer (its watch, suspicion timeout and notice retries);
+    ``vouched`` leaves the watches of those peers alone and fires every other timer:
+    a driver holding their arrivals back (``lazy_watch_allowed``) vouches that no
+    gap of theirs exceeds the suspicion floor, so their watches cannot time out.
     """
 
     watches: bool = True
     only: str | None = None
+    vouched: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.only is not None:
             check_name(self.only, "Tick.only")
+        if not isinstance(self.vouched, tuple):
+            raise LocalProtocolError("Tick.vouched must be a tuple of node names")
+        for peer in self.vouched:
+            check_name(peer, "Tick.vouched")
 
 
 class LeaveRequested(CoreEvent, frozen=True, kw_only=True):
@@ -560,6 +568,30 @@ class FailureDetector:
         if timer is None:
             return None
         return (timer[0], _TIMER_KINDS[timer[1]], timer[2])
+
+    def lazy_watch_allowed(self, peer: str, incarnation: int) -> bool:
+        """May a driver hold ``peer``'s heartbeats (at ``incarnation``) back and deliver
+        them later in one batch?  True when, until an event that names ``peer`` (a
+        gossip item about it), those arrivals can only refresh its watch statistics:
+        ``peer`` is watched, alive at that incarnation, already heard from, with no
+        suspicion, notice or dead notice of it pending, and this node neither left nor
+        dead.  The driver must also vouch that no gap exceeds ``suspicion_floor_s``
+        (so the watch cannot time out; pass the peer in ``Tick.vouched``), and deliver
+        the held arrivals before any event whose gossip names ``peer`` and before
+        this node's clock or liveness changes.  Then the effect is that of delivering
+        them one by one, since nothing else reads the watch meanwhile."""
+        watch = self._watches.get(peer)
+        return (
+            watch is not None
+            and watch.last_t is not None
+            and not self._eager_dead
+            and not self.left
+            and not self.self_dead
+            and self.status.get(peer) == "alive"
+            and self.known_incarnation.get(peer) == incarnation
+            and peer not in self._suspicions
+            and peer not in self._dead_notices
+        )
 
     def deadline_for(self, peer: str) -> float | None:
         """When this node's watch of ``peer`` times out unless a heartbeat arrives."""
@@ -846,7 +878,14 @@ class FailureDetector:
             )
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
-        self._fire_due(now, actions, inclusive=True, watches=event.watches, only=event.only)
+        self._fire_due(
+            now,
+            actions,
+            inclusive=True,
+            watches=event.watches,
+            only=event.only,
+            vouched=event.vouched,
+        )
 
     def _fire_due(
         self,
@@ -857,11 +896,12 @@ class FailureDetector:
         skip_watch: str | None = None,
         watches: bool = True,
         only: str | None = None,
+        vouched: tuple[str, ...] = (),
     ) -> None:
         """Fire timers in time order up to ``limit`` (an arrival at a deadline wins, so
         before an arrival only timers strictly earlier fire)."""
         while True:
-            timer = self._earliest_timer(skip_watch, watches=watches, only=only)
+            timer = self._earliest_timer(skip_watch, watches=watches, only=only, vouched=vouched)
             if timer is None or timer[0] > limit or (not inclusive and timer[0] == limit):
                 return
             at, kind, subject = timer
@@ -1258,7 +1298,12 @@ class FailureDetector:
         return tuple(chosen)
 
     def _earliest_timer(
-        self, skip_watch: str | None = None, *, watches: bool = True, only: str | None = None
+        self,
+        skip_watch: str | None = None,
+        *,
+        watches: bool = True,
+        only: str | None = None,
+        vouched: tuple[str, ...] = (),
     ) -> tuple[float, int, str] | None:
         """(time, kind, subject); kind orders ties: 0 watch, 1 suspicion timeout,
         2 notice retry, 3 gossip round.  ``only``: timers about that peer alone."""
@@ -1294,6 +1339,7 @@ class FailureDetector:
                 if (
                     peer != skip_watch
                     and watch.deadline is not None
+                    and peer not in vouched
                     and self.status.get(peer) in ("alive", "suspect")
                 ):
                     candidate = (watch.deadline, 0, peer)

@@ -196,6 +196,13 @@ class StateOffer(_Message, tag="state_offer"):
     step: OfferedStep
     param_fp: Fingerprint
     nbytes: Counter
+    # The configuration the offered state runs under (after the offered step's
+    # commits) and the step that committed it: the receiver starts its commit core
+    # with it, so a node that rejoins or joins after membership changes votes with the
+    # right quorum.  Empty ``voters``: not told (the receiver keeps its own).
+    voters: NodeList = []
+    learners: NodeList = []
+    config_step: OfferedStep = GENESIS_STEP
 
 
 class AggregateRequest(_Message, tag="aggregate_request"):

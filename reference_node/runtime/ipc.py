@@ -123,6 +123,12 @@ class Ping(_Msg, tag="ping"):
     """Keeps the worker's silence deadline from firing while the control is idle."""
 
 
+class SetIncarnation(_Msg, tag="set_incarnation"):
+    """The node refuted a suspicion with a higher incarnation: stamp events with it."""
+
+    incarnation: int
+
+
 ToWorker = (
     WorkerInit
     | UpdatePeers
@@ -139,6 +145,7 @@ ToWorker = (
     | Infer
     | Shutdown
     | Ping
+    | SetIncarnation
 )
 
 
@@ -155,6 +162,9 @@ class WorkerReady(_Msg, tag="ready"):
     threads: int
     cpu_flags: str
     checkpoint_path: str = ""  # the checkpoint loaded at start (the rejoin fallback)
+    # The fingerprint of the initial parameters (derived from the seed, the same on
+    # every node): the rejoin core's genesis state.
+    initial_param_fp: str = ""
 
 
 class Contributed(_Msg, tag="contributed"):
@@ -219,8 +229,9 @@ class StateFailed(_Msg, tag="state_failed"):
 
 
 class CheckpointDone(_Msg, tag="checkpoint_done"):
-    step: int
+    step: int  # the state's step (the next step to run)
     path: str
+    param_fp: str = ""
 
 
 class InferResult(_Msg, tag="infer_result"):

@@ -10,15 +10,23 @@ a link's proxy) takes effect on the next redial.
 Every await has a deadline (``asyncio.timeout``), every queue a bound, and every
 task an owner: the ``PeerLinks`` object runs all its tasks inside one TaskGroup
 given to ``run``; inbound connection handlers are spawned into that group too.
+
+I/O goes through non-blocking sockets and the loop's ``sock_*`` calls rather than
+asyncio streams, because the bulk channel moves hundreds of MB (state transfer,
+issue 4's >= 1 GB/s goal) and streams copy every byte several times: a frame is
+sent with one gathering ``sendmsg`` (header, payload and tag where they lie) and
+received with ``recv_into`` straight into the connection's reusable buffer, where
+its tag is checked in place.  A received frame's payload is therefore a view that
+is valid until the frame handler returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import random
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -26,13 +34,17 @@ import msgspec
 from swarmshake.reference_node.runtime.frames import (
     HEADER_BYTES,
     TAG_BYTES,
+    Buffer,
     Channel,
     DropCounter,
     DropReason,
     Frame,
     FrameEncoder,
     FrameVerifier,
+    Payload,
 )
+
+LISTEN_BACKLOG = 128  # pending connects: a cluster's peers redialling at once, with room
 
 
 class PeerAddress(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -162,7 +174,11 @@ class OutboundLink:
         self._stats = stats
         self._timeouts = timeouts
         self._backoff = Backoff(timeouts.backoff_initial_s, timeouts.backoff_max_s, rng)
-        self._queue: collections.deque[bytes] = collections.deque()
+        # Payloads may be views of a caller's memory (a tensor): the caller keeps it
+        # unchanged until ``drained`` says the queue was written.
+        self._queue: collections.deque[Payload] = collections.deque()
+        self._drained = asyncio.Event()  # set while nothing is queued or being written
+        self._drained.set()
         self._queue_frames = queue_frames
         self._has_items = asyncio.Event()
         self._has_room = asyncio.Event()
@@ -170,7 +186,7 @@ class OutboundLink:
         self.connected = False
         self._kick = asyncio.Event()  # cut the current connection (tests, address change)
 
-    def send_nowait(self, payload: bytes) -> bool:
+    def send_nowait(self, payload: Payload) -> bool:
         """Queue a payload; drop-oldest on a full control queue, reject on bulk."""
         if len(self._queue) >= self._queue_frames:
             if self.channel == Channel.CONTROL:
@@ -180,12 +196,13 @@ class OutboundLink:
                 self._stats.queue_rejected += 1
                 return False
         self._queue.append(payload)
+        self._drained.clear()
         self._has_items.set()
         if len(self._queue) >= self._queue_frames:
             self._has_room.clear()
         return True
 
-    async def send(self, payload: bytes, timeout_s: float) -> None:
+    async def send(self, payload: Payload, timeout_s: float) -> None:
         """Queue a payload, waiting for room up to ``timeout_s``; raises QueueFull."""
         try:
             async with asyncio.timeout(timeout_s):
@@ -199,6 +216,12 @@ class OutboundLink:
     def queued(self) -> int:
         return len(self._queue)
 
+    async def drained(self, timeout_s: float) -> None:
+        """Wait until every queued payload was written (or dropped with its
+        connection); raises TimeoutError after ``timeout_s``."""
+        async with asyncio.timeout(timeout_s):
+            await self._drained.wait()
+
     def reconnect(self) -> None:
         """Drop the current connection (e.g. the peer's address changed)."""
         self._kick.set()
@@ -206,20 +229,18 @@ class OutboundLink:
     async def run(self) -> None:
         while True:
             address = self._book.lookup(self.peer)
-            writer = None
+            sock: socket.socket | None = None
             try:
                 if address is None:
                     raise ConnectionError(f"no address for {self.peer}")
                 async with asyncio.timeout(self._timeouts.connect_s):
-                    reader, writer = await asyncio.open_connection(
-                        address.host, address.port(self.channel)
-                    )
+                    sock = await dial(address.host, address.port(self.channel))
                 self._stats.connects += 1
                 self.connected = True
                 self._stats.per_peer_connected[f"{self.peer}/{self.channel.name.lower()}"] = True
                 self._backoff.reset()
                 self._kick.clear()
-                await self._pump(reader, writer)
+                await self._pump(sock)
             except (OSError, TimeoutError, ConnectionError):
                 # A dial or a write failed: count it and redial after a backoff.
                 if self.connected:
@@ -229,11 +250,13 @@ class OutboundLink:
             finally:
                 self.connected = False
                 self._stats.per_peer_connected[f"{self.peer}/{self.channel.name.lower()}"] = False
-                if writer is not None:
-                    writer.transport.abort()  # no graceful close: never block on a dead peer
+                if sock is not None:
+                    sock.close()  # non-blocking: never waits on a dead peer
+                if not self._queue:
+                    self._drained.set()  # a frame cut mid-write went with its connection
             await asyncio.sleep(self._backoff.next_delay_s())
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, sock: socket.socket) -> None:
         # The peer never writes on this connection, so EOF or an error on its read
         # side means the peer closed or reset it: redial before writing into it.
         # (Frames written before the reset arrives are lost, as on any TCP link;
@@ -241,66 +264,159 @@ class OutboundLink:
         while True:
             if self._kick.is_set():
                 raise ConnectionError("reconnect requested")
-            if reader.at_eof() or reader.exception() is not None:
+            if peer_closed(sock):
                 raise ConnectionError("peer closed the connection")
             if not self._queue:
+                self._drained.set()
                 self._has_items.clear()
                 try:
                     async with asyncio.timeout(self._timeouts.keepalive_s):
                         await self._has_items.wait()
                 except TimeoutError:
-                    await self._write(writer, self._encoder.keepalive())
+                    await self._write(sock, self._encoder.encode_parts(b""))
                     continue
                 continue
             payload = self._queue.popleft()
             self._has_room.set()
-            await self._write(writer, self._encoder.encode_bytes(payload))
+            await self._write(sock, self._encoder.encode_parts(payload))
 
-    async def _write(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
-        writer.write(frame)
-        async with asyncio.timeout(self._timeouts.drain_s):
-            await writer.drain()
+    async def _write(self, sock: socket.socket, parts: Sequence[Buffer]) -> None:
+        nbytes = sum(len(part) for part in parts)
+        # As long as the receiver allows a frame's body (same rate floor): a peer
+        # that takes longer is stalled or black-holed; close and redial.
+        deadline_s = self._timeouts.drain_s + nbytes / self._timeouts.body_min_bytes_per_s
+        async with asyncio.timeout(deadline_s):
+            await send_parts(sock, parts)
         self._stats.frames_sent += 1
-        self._stats.bytes_sent += len(frame)
+        self._stats.bytes_sent += nbytes
+
+
+async def dial(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket to ``host:port`` (first address that answers)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last_error: OSError = ConnectionError(f"{host}:{port} resolves to no address")
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            # Frames are written whole; Nagle would only delay a frame's short tail.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as error:
+            sock.close()
+            last_error = error
+        except BaseException:
+            sock.close()
+            raise
+    raise last_error
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """True if the peer closed or reset a connection it never writes on."""
+    try:
+        data = sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False  # open, nothing to read: the normal case
+    except OSError:
+        return True
+    # b"" is EOF; a byte breaks the rule that the dialled side is never written to.
+    del data
+    return True
+
+
+async def send_parts(sock: socket.socket, parts: Sequence[Buffer]) -> None:
+    """Write ``parts`` in order: one gathering ``sendmsg`` while the socket takes it,
+    then the loop's ``sock_sendall`` (which keeps an offset, no copy) for the rest."""
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    try:
+        sent = sock.sendmsg(views)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    loop = asyncio.get_running_loop()
+    for view in views:
+        if sent >= view.nbytes:
+            sent -= view.nbytes
+            continue
+        await loop.sock_sendall(sock, view[sent:])
+        sent = 0
+
+
+async def recv_exactly_into(sock: socket.socket, view: memoryview) -> int:
+    """Fill ``view`` from ``sock``; returns how many bytes came before EOF (all of it
+    unless the peer closed)."""
+    loop = asyncio.get_running_loop()
+    filled = 0
+    while filled < view.nbytes:
+        received = await loop.sock_recv_into(sock, view[filled:])
+        if not received:
+            break
+        filled += received
+    return filled
+
+
+class ReceiveBuffer:
+    """One inbound connection's frame body buffer, reused frame after frame (no
+    allocation, and its pages stay mapped).  It grows to the largest frame the
+    connection carried, which the channel's payload cap bounds."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def view(self, nbytes: int) -> memoryview:
+        if len(self._data) < nbytes:
+            # A new buffer rather than a resize: a view a handler wrongly kept stays
+            # valid (and a bytearray with live views cannot be resized anyway).
+            self._data = bytearray(nbytes)
+        return memoryview(self._data)[:nbytes]
 
 
 FrameHandler = Callable[[Frame], Awaitable[None] | None]
 
 
 async def read_frame(
-    reader: asyncio.StreamReader,
+    sock: socket.socket,
     verifier: FrameVerifier,
     channel: Channel,
     timeouts: LinkTimeouts,
     peer_label: str = "",
+    buffer: ReceiveBuffer | None = None,
 ) -> Frame | DropReason | None:
     """Read frames until one is good; returns it, a fatal DropReason (close the
-    connection; already counted) or None at a clean end of stream or idle timeout."""
+    connection; already counted) or None at a clean end of stream or idle timeout.
+    The frame's payload is a view of ``buffer``, valid until the next read."""
+    buffer = buffer or ReceiveBuffer()
+    raw_header = bytearray(HEADER_BYTES)
     while True:
         try:
             async with asyncio.timeout(timeouts.idle_s):
-                raw_header = await reader.readexactly(HEADER_BYTES)
-        except asyncio.IncompleteReadError as error:
-            if error.partial:
+                got = await recv_exactly_into(sock, memoryview(raw_header))
+        except TimeoutError:
+            return None
+        if got < HEADER_BYTES:
+            if got:
                 verifier.counter.drop(DropReason.TRUNCATED, peer_label)
                 return DropReason.TRUNCATED
             return None
-        except TimeoutError:
-            return None
-        header = verifier.parse_header(raw_header, channel)
+        header_bytes = bytes(raw_header)
+        header = verifier.parse_header(header_bytes, channel)
         if isinstance(header, DropReason):
             verifier.counter.drop(header, peer_label)
             return header
         body_deadline_s = (
             timeouts.body_base_s + header.payload_bytes / timeouts.body_min_bytes_per_s
         )
+        body = buffer.view(header.payload_bytes + TAG_BYTES)
         try:
             async with asyncio.timeout(body_deadline_s):
-                body = await reader.readexactly(header.payload_bytes + TAG_BYTES)
-        except (asyncio.IncompleteReadError, TimeoutError):
+                got = await recv_exactly_into(sock, body)
+        except TimeoutError:
+            got = -1
+        if got != body.nbytes:
             verifier.counter.drop(DropReason.TRUNCATED, header.sender)
             return DropReason.TRUNCATED
-        result = verifier.verify(raw_header, header, body)
+        result = verifier.verify(header_bytes, header, body)
         if isinstance(result, DropReason):
             verifier.counter.drop(result, header.sender)
             continue
@@ -358,7 +474,6 @@ class PeerLinks:
         self._rng = random.Random(f"{seed}/{node_id}/{incarnation}/{channel}")
         self._outbound: dict[str, OutboundLink] = {}
         self._task_group: asyncio.TaskGroup | None = None
-        self._server: asyncio.Server | None = None
         self.bound_port: int | None = None
 
     def link(self, peer: str) -> OutboundLink:
@@ -389,7 +504,7 @@ class PeerLinks:
             self._task_group.create_task(link.run(), name=f"dial-{peer}-{self.channel.name}")
         return link
 
-    def send_nowait(self, peer: str, payload: bytes, *, only_if_connected: bool = False) -> bool:
+    def send_nowait(self, peer: str, payload: Payload, *, only_if_connected: bool = False) -> bool:
         """Queue ``payload`` for ``peer``.  ``only_if_connected`` drops it while the link is
         down: a heartbeat queued during an outage would arrive as a burst that says
         nothing about the peer's liveness now."""
@@ -399,8 +514,12 @@ class PeerLinks:
             return False
         return link.send_nowait(payload)
 
-    async def send(self, peer: str, payload: bytes, timeout_s: float) -> None:
+    async def send(self, peer: str, payload: Payload, timeout_s: float) -> None:
         await self.link(peer).send(payload, timeout_s)
+
+    async def drained(self, peer: str, timeout_s: float) -> None:
+        """Wait until everything queued to ``peer`` was written (``OutboundLink.drained``)."""
+        await self.link(peer).drained(timeout_s)
 
     def connected(self, peer: str) -> bool:
         link = self._outbound.get(peer)
@@ -412,34 +531,49 @@ class PeerLinks:
         """Listen until cancelled (run it as a task of ``task_group``, which also owns
         the diallers and connection handlers); ``ready`` is set once it accepts."""
         self._task_group = task_group
-        self._server = await asyncio.start_server(
-            self._accept, self._listen[0], self._listen[1], reuse_address=True
-        )
+        listener = listen_socket(*self._listen)
         try:
-            self.bound_port = self._server.sockets[0].getsockname()[1]
+            self.bound_port = listener.getsockname()[1]
             for peer in sorted(self.book.peers() - {self.node_id}):
                 self.link(peer)
             if ready is not None:
-                ready.set()
-            await asyncio.Event().wait()  # until cancelled
+                ready.set()  # the socket listens: connects queue in its backlog
+            await self._accept_loop(listener)  # until cancelled
         finally:
-            self._server.close()
+            listener.close()
             self._task_group = None
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError:
+                # Out of descriptors or a connection reset before accept: keep serving
+                # the others, after a pause so a persistent error cannot spin.
+                await asyncio.sleep(self.timeouts.backoff_initial_s)
+                continue
+            self._accept(sock)
+
+    def _accept(self, sock: socket.socket) -> None:
         if self._inbound >= self._max_inbound or self._task_group is None:
             self.stats.inbound_refused += 1
-            writer.transport.abort()
+            sock.close()
             return
+        sock.setblocking(False)
         self._inbound += 1
-        self._task_group.create_task(self._serve(reader, writer))
+        self._task_group.create_task(self._serve(sock))
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer_label = "{}:{}".format(*writer.get_extra_info("peername", ("?", 0))[:2])
+    async def _serve(self, sock: socket.socket) -> None:
+        try:
+            peer_label = "{}:{}".format(*sock.getpeername()[:2])
+        except OSError:
+            peer_label = "?:0"
+        buffer = ReceiveBuffer()
         try:
             while True:
                 result = await read_frame(
-                    reader, self.verifier, self.channel, self.timeouts, peer_label
+                    sock, self.verifier, self.channel, self.timeouts, peer_label, buffer
                 )
                 if result is None or isinstance(result, DropReason):
                     return  # end of stream, idle, or a frame we cannot re-align after
@@ -447,6 +581,8 @@ class PeerLinks:
                 self.stats.bytes_received += len(result.payload) + HEADER_BYTES + TAG_BYTES
                 if result.is_keepalive:
                     continue
+                # The handler must be done with the payload (a view of ``buffer``)
+                # before the next frame is read into it: it is awaited here.
                 handled = self._on_frame(result)
                 if handled is not None:
                     async with asyncio.timeout(self.timeouts.handler_s):
@@ -460,5 +596,22 @@ class PeerLinks:
             return
         finally:
             self._inbound -= 1
-            with contextlib.suppress(Exception):
-                writer.transport.abort()
+            sock.close()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking listening TCP socket on ``host:port`` (port 0: any free one)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        # A restarted node rebinds its port while old connections sit in TIME_WAIT.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(LISTEN_BACKLOG)
+        listener.setblocking(False)
+    except BaseException:
+        listener.close()
+        raise
+    return listener

@@ -11,8 +11,8 @@ cancels the rest and the node exits as a whole, killing the worker on the way
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -38,6 +38,11 @@ from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame
 from swarmshake.reference_node.runtime.http_api import HttpApi, InferUnavailable
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
 from swarmshake.reference_node.runtime.loop_watchdog import LoopWatchdog
+from swarmshake.reference_node.runtime.membership_driver import (
+    ConfigHistory,
+    MembershipDriver,
+    initial_configuration,
+)
 from swarmshake.reference_node.runtime.metrics import make_registry
 from swarmshake.reference_node.runtime.mqtt import MqttAgent
 from swarmshake.reference_node.runtime.mqtt_messages import (
@@ -68,9 +73,13 @@ EXIT_WORKER_DIED = 3
 EXIT_REJOIN = 75
 
 
-def redacted(config: NodeConfig) -> dict[str, Any]:
-    """The config as recorded in the run: secrets (run key, broker password) removed."""
+def redacted(config: NodeConfig, voters: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The config as recorded in the run: secrets (run key, broker password) removed.
+    ``voters``: the configuration this node starts with (the S3 checker's initial
+    voters; a joiner is not among them)."""
     raw = msgspec.to_builtins(config)
+    if voters:
+        raw["voters"] = list(voters)
     if raw["network"].get("run_key_hex"):
         raw["network"]["run_key_hex"] = "<redacted>"
     if raw.get("mqtt") and raw["mqtt"].get("password"):
@@ -99,10 +108,29 @@ class ControlProcess:
         self.config_path = config_path
         self.overrides = overrides
         self.node = config.node_id
-        self.members = tuple(sorted(config.node.members))
         self.incarnation = incarnation_store.next_incarnation(config.data_dir)
         self.clock = NodeClock(config.clock.offset_s, config.clock.drift_ppm)
         self.events = EventLog(config.events_path, self.node, self.incarnation)
+        # The configured membership: the newest configuration this node saw committed
+        # (membership.json), else the config file's members.  A node outside it (a
+        # joiner, or one that left) watches the members it would join.
+        configs = ConfigHistory.load(
+            config.data_dir,
+            initial_configuration(config.node.members, self.node, config.node.join),
+        )
+        latest = configs.latest()
+        self.members = tuple(sorted({*latest.members, self.node}))
+        self.membership = MembershipDriver(
+            node=self.node,
+            incarnation=self.incarnation,
+            configs=configs,
+            events=self.events,
+            now=self.clock.now,
+            members_changed=self.members_changed,
+            bugs=config.bug_set,
+        )
+        self.detector_started = False
+        self.stop_code = 0
         self.run_key = config.run_key(config_path.parent)
         self.book = AddressBook(dict(config.peers))
         self._pending_drops: dict[tuple[str, str], int] = {}
@@ -200,12 +228,31 @@ class ControlProcess:
             self.drops.drop(f"rejected_{error.reason}", frame.header.sender)
 
     def dispatch(self, message: msgs.Message) -> None:
+        if isinstance(message, msgs.Heartbeat | msgs.Gossip) and not self.detector_started:
+            # A joiner not yet added: a member's heartbeats mean it holds us as a
+            # member now (it only heartbeats its members).
+            if isinstance(message, msgs.Heartbeat) and self.step_driver is not None:
+                self.step_driver.on_join_evidence(message.sender)
+            return
         if isinstance(message, msgs.Heartbeat):
             self.detector.on_heartbeat(message)
         elif isinstance(message, msgs.Gossip):
             self.detector.on_gossip(message)
         elif self.step_driver is not None:
             self.step_driver.on_message(message)
+
+    def start_detector(self) -> None:
+        """Heartbeats out, watches armed.  A member starts it at once; a joiner only
+        once a member holds it as one (else it would watch peers that do not yet
+        heartbeat it, and declare them dead)."""
+        if not self.detector_started:
+            self.detector_started = True
+            self.detector.start()
+
+    def members_changed(self, members: tuple[str, ...]) -> None:
+        """A committed configuration change (or one installed with a state)."""
+        self.members = tuple(sorted(members))
+        self.detector.members_changed(self.members)
 
     def _count_drop(self, peer: str, reason: str) -> None:
         key = (peer, reason)
@@ -218,6 +265,12 @@ class ControlProcess:
         if isinstance(action, det.Refuted):
             # A restart must come back above every incarnation this process used.
             incarnation_store.store(self.config.data_dir, action.incarnation)
+            # Events from now on carry the raised incarnation (as ``epoch`` follows
+            # ViewChanged), in this process and in the worker's.
+            self.events.incarnation = action.incarnation
+            self.membership.incarnation = action.incarnation
+            if self.worker_channel is not None:
+                self.to_worker(ipc.SetIncarnation(incarnation=action.incarnation))
         if self.step_driver is not None:
             self.step_driver.on_detector_action(action)
 
@@ -320,11 +373,22 @@ class ControlProcess:
             case SetByzantine():
                 self.to_worker(ipc.SetBehaviour(behaviour=command.behaviour))
             case ForceCheckpoint():
-                self.to_worker(ipc.WriteCheckpoint())
+                if self.step_driver is not None:
+                    self.step_driver.force_checkpoint()
+                else:
+                    self.to_worker(ipc.WriteCheckpoint())
             case SetClock():
                 self.clock.set_skew(command.offset_s, command.drift_ppm)
             case Leave():
-                self.request_stop(f"leave: {command.reason}")
+                self.leave(f"leave: {command.reason}")
+
+    def leave(self, reason: str) -> None:
+        """A clean leave: removed from the configuration through a committed step
+        (DESIGN), then stop.  Before the node is ready it just stops."""
+        if self.step_driver is not None:
+            self.step_driver.begin_leave(reason)
+        else:
+            self.request_stop(reason)
 
     def on_address_book(self, update: AddressBookUpdate) -> None:
         bulk: dict[str, tuple[str, int]] = {}
@@ -340,7 +404,10 @@ class ControlProcess:
             self.to_worker(ipc.UpdatePeers(peers=bulk))
 
     def on_announcement(self, announcement: Announcement) -> None:
-        if announcement.address is None or announcement.node not in self.members:
+        if announcement.address is None or (
+            announcement.node not in self.members
+            and announcement.node not in self.config.node.members
+        ):
             return
         had = self.book.lookup(announcement.node)
         self.book.set_announced(announcement.node, announcement.address)
@@ -357,9 +424,11 @@ class ControlProcess:
         stats = self.links.stats
         return {
             "node": self.node,
-            "incarnation": self.incarnation,
+            "incarnation": self.events.incarnation,
             "pid": os.getpid(),
             "worker_pid": self.worker_ready.worker_pid if self.worker_ready else 0,
+            # Where the worker's state came from at start: initial, checkpoint, replica.
+            "worker_source": self.worker_ready.source if self.worker_ready else "",
             "uptime_s": time.monotonic() - self.started_mono,
             "ready": self.is_ready,
             "step": driver.step if driver is not None else (report.step if report else -1),
@@ -425,8 +494,11 @@ class ControlProcess:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, code: int = 0) -> None:
+        if self.stopping.is_set():
+            return  # the first reason stands
         self.stop_reason = reason
+        self.stop_code = code
         self.stopping.set()
 
     async def run(self) -> int:
@@ -439,7 +511,7 @@ class ControlProcess:
             torch_version=installed_torch_version(),  # no torch import here
             threads=self.config.training.threads,
             cpu_flags=cpu_flags(),
-            config=redacted(self.config),
+            config=redacted(self.config, self.membership.configs.latest().voters),
         )
         if self.config.worker.control_nice:
             try:
@@ -466,7 +538,8 @@ class ControlProcess:
                 async with asyncio.timeout(10):
                     await ready.wait()
                     await http_ready.wait()
-                self.detector.start()
+                if self.membership.is_member():
+                    self.start_detector()
                 group.create_task(self.detector.heartbeat_loop())
                 group.create_task(self.detector.timer_loop())
                 group.create_task(self.watchdog.run())
@@ -510,9 +583,10 @@ class ControlProcess:
                     # incarnation announces itself when it starts.
                     raise NodeExit(EXIT_REJOIN, self.rejoin_reason)
                 self.events.log(history.Stop, reason=self.stop_reason)
-                self.detector.leave()
-                await asyncio.sleep(0.1)  # let the leave gossip go out
-                raise NodeExit(0, self.stop_reason)
+                if self.detector_started and self.membership.is_member():
+                    self.detector.leave()
+                    await asyncio.sleep(0.1)  # let the leave gossip go out
+                raise NodeExit(self.stop_code, self.stop_reason)
         except* NodeExit as group:
             exit_ = group.exceptions[0]
             assert isinstance(exit_, NodeExit)

@@ -19,9 +19,21 @@ One training step ``s`` on this node, as the driver runs it:
 4. ``ApplyStep`` -> the worker applies the aggregate -> ``Applied`` -> the core says
    ``Committed`` (logged as ``commit``) and moves to ``s + 1``.
 
-A node that finds peers beyond its reach (``Behind``, or a restart behind the
-cluster) pulls the live state from a peer in streamed chunks, verified against
-its fingerprint, and restarts its commit core at the installed step.
+A node that finds peers beyond its reach (``Behind``), and every node as it
+starts, runs the rejoin core: it pulls the live state from a peer in streamed
+chunks, verified against its fingerprint, and restarts its commit core at the
+installed step (a peer that has committed nothing answers with a genesis offer, so
+a fresh cluster starts at step 0 and a fresh node in a trained cluster fetches the
+state instead of training from step 0).  The state carries its configuration
+(``StateOffer.voters``), so the new commit core votes with the right quorum.
+
+Membership (``membership_driver``): join and leave requests go to the membership
+core; the next proposal carries its one pending change; a committed change is
+applied by the commit core itself and logged (``config_change``).  A joiner runs no
+step until a member treats it as one (its heartbeats or commit messages reach it),
+then fetches the state, contributes as a learner, and is promoted once a voter sees
+its contribution for the voter's current step (it has caught up).  When to
+checkpoint is ``checkpoint_schedule``'s decision.
 """
 
 from __future__ import annotations
@@ -39,12 +51,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from swarmshake.reference_node.protocol import commit as cm
+from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import rejoin as rj
-from swarmshake.reference_node.protocol.detector import ViewChanged
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
+from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
+from swarmshake.reference_node.runtime.membership_driver import Configuration
 
 if TYPE_CHECKING:
     from swarmshake.reference_node.runtime.node import ControlProcess
@@ -56,6 +71,16 @@ RECORDS_KEPT = 32  # acceptor records kept on disk (the core retains 16 steps)
 # a few hundred per second, so this many means the disk hung for minutes; the node
 # stops rather than grow without bound.
 MAX_DEFERRED_BATCHES = 100_000
+# A joiner asks again this often until a member treats it as one, and a leaver
+# repeats its notice: a lost request costs at most this much, and a few small
+# messages a second are nothing next to heartbeats.
+JOIN_RETRY_S = 1.0
+LEAVE_RETRY_S = 1.0
+# Aggregates the worker reported holding, remembered to tell a new commit core after
+# a rejoin (DRIVERS.md): a few per step for the commit core's look-ahead window.
+HELD_AGGREGATES_KEPT = 64
+# Exit code of a joiner that nobody added within ``join_timeout_s``.
+EXIT_JOIN_FAILED = 4
 
 
 def _resume_on_loop(loop, callback, rest, generation, done) -> None:  # noqa: ANN001
@@ -103,12 +128,39 @@ class StepDriver:
         self.node = node
         self.config = node.config
         self.name = node.node
-        self.members = node.members
+        self.membership = node.membership
         self.store = AcceptorStore(node.config.data_dir / "acceptor")
         self.persisted = self.store.load()
-        assert node.worker_ready is not None
-        self.step = node.worker_ready.step  # the next step to run
-        self.param_fp = node.worker_ready.param_fp
+        ready = node.worker_ready
+        assert ready is not None
+        self.step = ready.step  # the next step to run
+        self.param_fp = ready.param_fp
+        self.genesis_fp = ready.initial_param_fp
+        self.latest_checkpoint: rj.CheckpointInfo | None = None
+        if ready.checkpoint_path and ready.step > 0:
+            self.latest_checkpoint = rj.CheckpointInfo(
+                path=ready.checkpoint_path, step=ready.step - 1, param_fp=ready.param_fp
+            )
+        # The configuration the worker's state runs under (a checkpoint may be older
+        # than the newest configuration this node saw).
+        self.membership.restart_at(
+            self.membership.configs.after(self.step - 1), from_peer=False, tell_detector=False
+        )
+        self.joining = not self.membership.is_member()
+        self.join_started = time.monotonic()
+        self.next_join_request = 0.0
+        self.join_evidence: str | None = None  # a member that treats this node as one
+        self.leaving: str | None = None  # the reason of a clean leave in progress
+        self.leave_started = 0.0
+        self.next_leave_notice = 0.0
+        # The configuration each state source offered with its state (one rejoin).
+        self.offered_configs: dict[str, Configuration] = {}
+        self.install_config: Configuration | None = None
+        self.held_aggregates: dict[int, set[str]] = {}
+        self.schedule = CheckpointSchedule(self.config.step, node.clock.now())
+        if node.incarnation > 1:
+            self.schedule.failure(node.clock.now())  # this node's own restart is a failure
+        self.startup_rejoin = not self.joining
         # Acceptor records are fsynced on this thread, off the control loop (perform()).
         self._persist_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="acceptor-fsync"
@@ -142,10 +194,19 @@ class StepDriver:
         self.loop_iterations = 0
         self.last_due: float | None = None
 
-    def _new_core(self, first_step: int) -> cm.StepCommit:
+    def _new_core(
+        self, first_step: int, configuration: Configuration | None = None
+    ) -> cm.StepCommit:
+        conf = configuration or self.membership.configs.after(first_step - 1)
+        learners = conf.learners
+        if self.name not in conf.members:
+            # A joiner: a placeholder core (it never votes, and the driver runs no
+            # step and feeds it nothing until the node is added and has the state).
+            learners = tuple(sorted((*learners, self.name)))
         return cm.StepCommit(
             node=self.name,
-            voters=self.members,
+            voters=conf.voters,
+            learners=learners,
             first_step=first_step,
             seed=self.config.node.seed,
             persisted=tuple(r for r in self.persisted if r.step >= first_step),
@@ -162,30 +223,58 @@ class StepDriver:
         if step is not None:
             self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
         if isinstance(message, msgs.StateRequest):
-            self.node.to_worker(ipc.ServeState(requester=message.sender))
+            self._serve_state(message.sender)
             return
         if isinstance(message, msgs.StateOffer):
-            self.feed_rejoin(
-                rj.StateOffered(
-                    source=message.sender,
-                    step=message.step,
-                    param_fp=message.param_fp,
-                    nbytes=message.nbytes,
+            self._on_offer(message)
+            return
+        if isinstance(message, msgs.JoinRequest):
+            if not self.joining:
+                self.membership.feed(
+                    mb.JoinRequested(peer=message.sender, incarnation=message.incarnation)
                 )
-            )
+            return
+        if isinstance(message, msgs.LeaveNotice):
+            if not self.joining:
+                self.membership.feed(
+                    mb.LeaveRequested(peer=message.sender, incarnation=message.incarnation)
+                )
             return
         if isinstance(message, msgs.AcceptRequest | msgs.Decided):
             self.values[(message.step, message.value.agg_fp)] = message.value
         if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
+            if self.joining:
+                self.on_join_evidence(message.sender)
+                return
             if self.rejoin is not None:
                 return  # our core restarts at the installed step; older traffic is moot
             self.feed(cm.MessageReceived(message=message))
         self.wake()
 
-    def on_detector_action(self, action: object) -> None:
-        if isinstance(action, ViewChanged):
-            self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
+    def on_join_evidence(self, peer: str) -> None:
+        """``peer`` sent this joiner heartbeats or commit traffic: it holds this node as
+        a member, so the add is committed there and the state can be fetched."""
+        if self.joining and peer in self.membership.configs.latest().members:
+            if self.join_evidence is None:
+                self.node.start_detector()  # heartbeat back before its watch's grace ends
+            self.join_evidence = peer
             self.wake()
+
+    def on_detector_action(self, action: object) -> None:
+        now = self.node.clock.now()
+        match action:
+            case det.ViewChanged():
+                self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
+                self.wake()
+            case det.DeclaredDead():
+                self.schedule.failure(now)  # Young-Daly's input: the observed failures
+                self.membership.feed(
+                    mb.PeerDeclaredDead(peer=action.peer, incarnation=action.peer_incarnation)
+                )
+            case det.DeclaredAlive():
+                self.membership.feed(
+                    mb.PeerAlive(peer=action.peer, incarnation=action.peer_incarnation)
+                )
 
     def on_worker(self, message: object) -> None:
         match message:
@@ -195,6 +284,10 @@ class StepDriver:
                     self.arrived.setdefault(message.step, set()).add(self.name)
             case ipc.ContributionArrived():
                 self.arrived.setdefault(message.step, set()).add(message.sender)
+                if message.step == self.step and message.sender in self.core.learners:
+                    # A learner computed a gradient for our current step: it holds the
+                    # committed state of the step before, i.e. it has caught up.
+                    self.membership.feed(mb.LearnerCaughtUp(peer=message.sender, step=message.step))
             case ipc.AggregateHeld():
                 self._on_aggregate_held(message)
             case ipc.AggregateMissing():
@@ -202,13 +295,7 @@ class StepDriver:
             case ipc.Applied():
                 self._on_applied(message)
             case ipc.StateServing():
-                offer = msgs.StateOffer(
-                    sender=self.name,
-                    step=message.step,
-                    param_fp=message.param_fp,
-                    nbytes=message.nbytes,
-                )
-                self.node.send_message(message.requester, offer)
+                self._offer(message.requester, message.step, message.param_fp, message.nbytes)
             case ipc.StateStaged():
                 if message.source == "checkpoint":
                     self.feed_rejoin(
@@ -232,7 +319,11 @@ class StepDriver:
                 elif message.source != "checkpoint":
                     self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
             case ipc.CheckpointDone():
-                pass
+                self.schedule.done(self.node.clock.now())
+                if message.param_fp and message.step > 0:
+                    self.latest_checkpoint = rj.CheckpointInfo(
+                        path=message.path, step=message.step - 1, param_fp=message.param_fp
+                    )
         self.wake()
 
     # -- the core ------------------------------------------------------------------------------
@@ -337,6 +428,9 @@ class StepDriver:
                     voters=list(action.voters),
                     quorum=list(action.quorum),
                 )
+                if action.value.config_change is not None:
+                    self._config_committed(action.step, action.value.config_change)
+                self._maybe_checkpoint(action.step)
             case cm.Behind():
                 self._start_rejoin(action.peer)
 
@@ -371,13 +465,18 @@ class StepDriver:
 
     def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
         key = (message.step, message.agg_fp)
+        self._remember_held(message.step, message.agg_fp)
         contributors = tuple(message.contributors)
         if contributors:  # the answer to a BuildAggregate
             if self.building == (message.step, contributors) and not self.proposed:
                 self.building = None
                 if self.core.step == message.step:
                     self.proposed = True
-                    value = msgs.StepValue(agg_fp=message.agg_fp, contributors=list(contributors))
+                    value = msgs.StepValue(
+                        agg_fp=message.agg_fp,
+                        contributors=list(contributors),
+                        config_change=self._change_to_propose(),
+                    )
                     self.values[key] = value
                     self.feed(cm.ProposeValue(step=message.step, value=value))
             for expected in self.rebuilds.pop((message.step, contributors), set()):
@@ -402,7 +501,7 @@ class StepDriver:
         if self.pending_apply == key and self.applying:
             self.applying = False  # not held yet: fetch, then apply on arrival
             if key not in self.fetching:
-                sources = tuple(m for m in self.members if m != self.name)
+                sources = tuple(m for m in self.core.voters if m != self.name)
                 self._fetch_from(key, sources, 0)
             return
         if key in self.fetching:
@@ -428,30 +527,42 @@ class StepDriver:
 
     # -- rejoin -----------------------------------------------------------------------------------
 
-    def _start_rejoin(self, peer: str) -> None:
-        """Run the rejoin core: ``peer`` showed we are behind."""
+    def at_genesis(self) -> bool:
+        """This node holds the initial parameters and has committed nothing."""
+        return self.step == 0 and bool(self.genesis_fp) and self.param_fp == self.genesis_fp
+
+    def _start_rejoin(self, peer: str | None) -> None:
+        """Run the rejoin core: ``peer`` showed we are behind (None: this node starts)."""
         if self.rejoin is not None:
             return
-        ready = self.node.worker_ready
-        assert ready is not None
-        local = None
-        if ready.checkpoint_path and ready.step > 0:
-            local = rj.CheckpointInfo(
-                path=ready.checkpoint_path, step=ready.step - 1, param_fp=ready.param_fp
-            )
+        self.offered_configs = {}
+        self.install_config = None
         self.rejoin = rj.Rejoin(
             node=self.name,
-            incarnation=self.node.incarnation,
+            incarnation=self.node.events.incarnation,
             seed=self.config.node.seed,
-            local_checkpoint=local,
+            local_checkpoint=self.latest_checkpoint,
             local_param_fp=self.param_fp,
-            cluster_step=self.peer_steps.get(peer, -1),
+            cluster_step=self.peer_steps.get(peer, -1) if peer is not None else -1,
+            # Genesis is a valid outcome only for a node that holds the initial state
+            # (a fresh start): there is nothing to install then.  A joiner was added
+            # at a committed step, so genesis is never its state.
+            genesis_param_fp=self.genesis_fp if self.at_genesis() and not self.joining else "",
             bugs=self.config.bug_set,
         )
         self.rejoin_started = time.monotonic()
-        alive = self.node.detector.core.alive_view()
-        ahead = tuple(p for p in alive if p != self.name and self.peer_steps.get(p, -1) > self.step)
-        self.feed_rejoin(rj.Begin(live_peers=ahead or (peer,)))
+        if peer is None:  # starting: every live member may serve
+            alive = self.node.detector.core.alive_view()
+            live = tuple(p for p in alive if p != self.name and p in self.core.members)
+        elif self.joining:  # the member that showed we were added serves first
+            live = (peer,)
+        else:
+            alive = self.node.detector.core.alive_view()
+            ahead = tuple(
+                p for p in alive if p != self.name and self.peer_steps.get(p, -1) > self.step
+            )
+            live = ahead or (peer,)
+        self.feed_rejoin(rj.Begin(live_peers=live))
 
     def feed_rejoin(self, event: object) -> None:
         if self.rejoin is None:
@@ -493,29 +604,223 @@ class StepDriver:
                         nbytes=action.nbytes,
                         verified=action.verified,
                     )
-                    self.node.to_worker(
-                        ipc.InstallStaged(source=action.source, next_step=action.step)
-                    )
+                    self.install_config = self._config_of(action)
+                    if action.step == msgs.GENESIS_STEP:
+                        # The initial parameters, which this node still holds (the
+                        # core is given the genesis fingerprint only then): nothing
+                        # to install, start at step 0.
+                        self._installed(0, self.genesis_fp, action.source)
+                    else:
+                        self.node.to_worker(
+                            ipc.InstallStaged(source=action.source, next_step=action.step)
+                        )
                 case rj.RejoinFailed():
                     self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
                     self.rejoin = None  # retried when peers are still ahead
         self.wake()
 
+    def _config_of(self, done: rj.RejoinDone) -> Configuration:
+        """The configuration the rejoined state runs under: the one its source offered
+        with it, else (checkpoint, genesis) the one this node recorded for its step."""
+        offered = self.offered_configs.get(done.source)
+        if offered is not None:
+            return offered
+        return self.membership.configs.after(done.step)
+
     def _on_state_installed(self, message: ipc.StateInstalled) -> None:
+        self._installed(message.next_step, message.param_fp, message.source)
+
+    def _installed(self, next_step: int, param_fp: str, source: str) -> None:
         # Actions of the replaced core still waiting on a persist are dropped: to the
         # peers that is message loss, which the commit protocol tolerates.
         self._generation += 1
         self._deferred.clear()
         self.rejoin = None
         self.rejoin_durations.append(time.monotonic() - self.rejoin_started)
-        self.param_fp = message.param_fp
+        configuration = self.install_config or self.membership.configs.after(next_step - 1)
+        self.install_config = None
+        self.offered_configs = {}
+        from_peer = source not in ("checkpoint", "local", "genesis")
+        if self.name in configuration.members:
+            if self.joining:
+                self.node.start_detector()
+            self.joining = False
+        else:
+            self.joining = True  # the state came without us in its configuration
+        self.membership.restart_at(configuration, from_peer=from_peer, tell_detector=True)
+        self.param_fp = param_fp
+        self.step = next_step
         self.persisted = self.store.load()
-        self.core = self._new_core(message.next_step)
+        self.core = self._new_core(next_step, configuration)
         self.pending_apply = None
         self.applying = False
         self.peer_steps = {}
-        self._advance_to(message.next_step)
+        self._advance_to(next_step)
         self.feed(cm.ViewUpdated(alive=tuple(self.node.detector.core.alive_view())))
+        self._announce_held()
+
+    def _remember_held(self, step: int, agg_fp: str) -> None:
+        self.held_aggregates.setdefault(step, set()).add(agg_fp)
+        while len(self.held_aggregates) > HELD_AGGREGATES_KEPT:
+            del self.held_aggregates[min(self.held_aggregates)]
+
+    def _announce_held(self) -> None:
+        """DRIVERS.md: after a rejoin, tell the new commit core every aggregate whose
+        bytes arrived meanwhile (in its window), or an accept waiting for them stalls."""
+        core = self.core
+        for step in sorted(self.held_aggregates):
+            if core.step <= step <= core.step + core.config.steps_ahead_max:
+                for agg_fp in sorted(self.held_aggregates[step]):
+                    self.feed(cm.HoldsAggregate(step=step, value_fp=agg_fp))
+
+    # -- state offers ------------------------------------------------------------------------------
+
+    def _serve_state(self, requester: str) -> None:
+        if self.joining:
+            return  # not a member: its state is nobody's committed state
+        if self.at_genesis():
+            # Nothing committed here: say so at once (DRIVERS.md) rather than leave the
+            # requester waiting out its offer timeout; no bytes follow.
+            self._offer(requester, msgs.GENESIS_STEP, self.genesis_fp, 0)
+            return
+        self.node.to_worker(ipc.ServeState(requester=requester))
+
+    def _offer(self, requester: str, step: int, param_fp: str, nbytes: int) -> None:
+        configuration = self.membership.configs.after(step)
+        offer = msgs.StateOffer(
+            sender=self.name,
+            step=step,
+            param_fp=param_fp,
+            nbytes=nbytes,
+            voters=list(configuration.voters),
+            learners=list(configuration.learners),
+            config_step=configuration.step,
+        )
+        self.node.send_message(requester, offer)
+
+    def _on_offer(self, message: msgs.StateOffer) -> None:
+        if message.voters:
+            configuration = Configuration(
+                step=message.config_step,
+                voters=tuple(sorted(message.voters)),
+                learners=tuple(sorted(message.learners)),
+            )
+            if set(configuration.voters) & set(configuration.learners):
+                self.node.drops.drop("offer_bad_configuration", message.sender)
+                return
+            if self.joining and self.name not in configuration.members:
+                # That source has not committed our add yet: try the next one.
+                self.feed_rejoin(rj.FetchFailed(source=message.sender, reason="not added there"))
+                return
+            self.offered_configs[message.sender] = configuration
+        self.feed_rejoin(
+            rj.StateOffered(
+                source=message.sender,
+                step=message.step,
+                param_fp=message.param_fp,
+                nbytes=message.nbytes,
+            )
+        )
+
+    # -- membership ---------------------------------------------------------------------------------
+
+    def _change_to_propose(self) -> msgs.ConfigChangeRequest | None:
+        """The membership core's next change, if the commit core's configuration (the
+        one the value is validated against) agrees it applies."""
+        change = self.membership.core.change_for_next_step()
+        if change is None:
+            return None
+        core = self.core
+        if change.change == "add" and change.peer not in core.members:
+            return change
+        if change.change == "promote" and change.peer in core.learners:
+            return change
+        if (
+            change.change == "remove"
+            and change.peer in core.members
+            and core.voters != (change.peer,)
+        ):
+            return change
+        return None
+
+    def _config_committed(self, step: int, change: msgs.ConfigChangeRequest) -> None:
+        self.membership.committed(step, change)
+        if change.change == "remove" and change.peer == self.name:
+            # The commit core stops taking part from here (commit._advance).
+            reason = self.leaving or "removed from the configuration by the cluster"
+            self.node.request_stop(f"{reason}: removed at step {step}")
+
+    def begin_leave(self, reason: str) -> None:
+        """A clean leave: ask the voters to remove this node through a committed step,
+        keep voting until it commits (bounded by ``leave_timeout_s``), then stop."""
+        if self.joining or self.name not in self.core.members or self.core.voters == (self.name,):
+            self.node.request_stop(reason)  # nothing to remove, or the last voter
+            return
+        if self.leaving is None:
+            self.leaving = reason
+            self.leave_started = time.monotonic()
+            self.next_leave_notice = 0.0
+        self.membership.feed(
+            mb.LeaveRequested(peer=self.name, incarnation=self.node.events.incarnation)
+        )
+        self.wake()
+
+    def _leave_progress(self) -> None:
+        host_now = time.monotonic()
+        if host_now - self.leave_started > self.config.node.leave_timeout_s:
+            self.node.request_stop(
+                f"{self.leaving}: removal not committed within "
+                f"{self.config.node.leave_timeout_s}s; stopping as a member"
+            )
+            return
+        if host_now >= self.next_leave_notice:
+            self.next_leave_notice = host_now + LEAVE_RETRY_S
+            notice = msgs.LeaveNotice(sender=self.name, incarnation=self.node.events.incarnation)
+            for voter in self.core.voters:
+                self.node.send_message(voter, notice)
+
+    def _join_progress(self) -> None:
+        host_now = time.monotonic()
+        if host_now - self.join_started > self.config.node.join_timeout_s:
+            self.node.request_stop(
+                f"join: not added within {self.config.node.join_timeout_s}s",
+                code=EXIT_JOIN_FAILED,
+            )
+            return
+        if self.join_evidence is not None:
+            peer, self.join_evidence = self.join_evidence, None
+            self._start_rejoin(peer)
+            return
+        if host_now >= self.next_join_request:
+            self.next_join_request = host_now + JOIN_RETRY_S
+            request = msgs.JoinRequest(sender=self.name, incarnation=self.node.events.incarnation)
+            for voter in self.membership.configs.latest().voters:
+                self.node.send_message(voter, request)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def _maybe_checkpoint(self, step: int) -> None:
+        now = self.node.clock.now()
+        write = self.schedule.committed(step, now)
+        if write is not None:
+            self.schedule.asked(now, write.reason)
+            self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
+
+    def force_checkpoint(self) -> None:
+        self.schedule.asked(self.node.clock.now(), "forced by the harness")
+        self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
+
+    def replica_peers(self) -> list[str]:
+        """The peers that hold this node's checkpoint replicas: chosen by rendezvous
+        hashing over the other members, so the same peers keep receiving them (each
+        keeps the newest) and different nodes spread over different holders."""
+        wanted = self.config.step.checkpoint_replicas
+        voters = self.core.voters
+        if wanted < 0:
+            wanted = (len(voters) - 1) // 2
+        others = tuple(m for m in self.core.members if m != self.name)
+        ranked = rj.rendezvous_order(self.config.node.seed, self.name, 0, others)
+        return list(ranked[:wanted])
 
     # -- the step loop ------------------------------------------------------------------------------
 
@@ -547,6 +852,19 @@ class StepDriver:
 
     def _maybe_progress(self, now: float) -> float | None:
         """Start what is due; returns the next node-clock time something is due."""
+        if self.leaving is not None:
+            self._leave_progress()
+        if self.joining:
+            if self.rejoin is None:
+                self._join_progress()
+            else:  # a joiner's state transfer still counts against its join timeout
+                self._join_progress_timeout_only()
+            return self.rejoin.next_deadline() if self.rejoin is not None else None
+        if self.startup_rejoin:
+            # Every start fetches the cluster's state first (DESIGN L3); a fresh
+            # cluster answers with genesis offers and starts at step 0.
+            self.startup_rejoin = False
+            self._start_rejoin(None)
         if self.rejoin is not None:
             return self.rejoin.next_deadline()
         peer = self._behind_peers()
@@ -556,15 +874,19 @@ class StepDriver:
         if self._done():
             return None
         step = self.step
+        if self.name not in self.core.members:
+            return None  # removed: the node is stopping
         if self.requested_contribution < step:
             self.requested_contribution = step
-            others = [m for m in self.members if m != self.name]
+            others = [m for m in self.core.members if m != self.name]
             self.node.to_worker(ipc.Contribute(step=step, to=others))
             return None
         if self.contributed_at is None or self.proposed or self.building is not None:
             return None
         arrived = self.arrived.get(step, set())
-        view = set(self.node.detector.core.alive_view()) & set(self.members)
+        # Wait for the voters only: a learner still catching up must not slow the
+        # cluster down; its gradient counts if it arrived in time.
+        view = set(self.node.detector.core.alive_view()) & set(self.core.voters)
         coordinator = self.core.coordinator(step)
         wait_s = self.config.step.contribution_wait_s
         if self.name == coordinator:
@@ -583,8 +905,17 @@ class StepDriver:
             return None
         return due
 
+    def _join_progress_timeout_only(self) -> None:
+        if time.monotonic() - self.join_started > self.config.node.join_timeout_s:
+            self.node.request_stop(
+                f"join: not added within {self.config.node.join_timeout_s}s",
+                code=EXIT_JOIN_FAILED,
+            )
+
     def _build(self, arrived: set[str]) -> None:
-        contributors = tuple(sorted(arrived))
+        # Only members may contribute (the commit core rejects other values): a node
+        # removed meanwhile may still have sent a gradient.
+        contributors = tuple(sorted(set(arrived) & set(self.core.members)))
         self.building = (self.step, contributors)
         self.node.to_worker(ipc.BuildAggregate(step=self.step, contributors=list(contributors)))
 
@@ -645,4 +976,8 @@ class StepDriver:
             "pending_apply": list(self.pending_apply) if self.pending_apply else None,
             "fetching": [f"{s}:{fp}" for s, fp in self.fetching],
             "errors": dict(self.errors),
+            "joining": self.joining,
+            "leaving": self.leaving or "",
+            "membership": self.membership.status(),
+            "checkpoints": self.schedule.status(self.node.clock.now()),
         }

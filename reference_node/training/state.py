@@ -63,6 +63,40 @@ class TrainingState:
             update_count=self.update_count,
         )
 
+    def storage_elements(self) -> int:
+        """Elements of one flat tensor holding params and buffers (``clone_into``)."""
+        return self.params.numel() * (1 + len(self.buffers))
+
+    def clone_into(self, storage: torch.Tensor) -> TrainingState:
+        """A copy whose tensors are views of ``storage`` (flat float32 on this state's
+        device, ``storage_elements()`` long): a snapshot that reuses memory already
+        mapped instead of allocating (and first-touching) a new state each time."""
+        count = self.params.numel()
+        if (
+            storage.dtype != torch.float32
+            or storage.dim() != 1
+            or storage.numel() != self.storage_elements()
+            or storage.device != self.params.device
+        ):
+            raise ValueError(
+                f"storage must be a flat float32 tensor of {self.storage_elements()} elements "
+                f"on {self.params.device}, got {storage.dtype} {tuple(storage.shape)} "
+                f"on {storage.device}"
+            )
+        params = storage[:count]
+        params.copy_(self.params)
+        buffers = {}
+        for index, (name, tensor) in enumerate(self.buffers.items(), start=1):
+            buffers[name] = storage[count * index : count * (index + 1)]
+            buffers[name].copy_(tensor)
+        return TrainingState(
+            step=self.step,
+            params=params,
+            optimizer=self.optimizer,
+            buffers=buffers,
+            update_count=self.update_count,
+        )
+
     def clone(self) -> TrainingState:
         return TrainingState(
             step=self.step,

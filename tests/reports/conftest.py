@@ -27,12 +27,14 @@ def histories_module():
 
 @pytest.fixture
 def crash_run(tmp_path: Path) -> Path:
-    """4 nodes; n3 crashes at 4 s and restarts at 7 s; n2 paused 9–9.6 s."""
+    """4 nodes; n3 crashes at 4 s and restarts at 7 s; n2 paused 9–9.6 s; n2's control
+    loop stalls 180 ms up to 2 s and n1's 60 ms up to 5.5 s."""
     plan = Plan(
         faults=[
             PlannedFault("crash", "n3", 4.0, 7.0),
             PlannedFault("pause", "n2", 9.0, 9.6),
-        ]
+        ],
+        loop_stalls=[("n2", 2.0, 180.0), ("n1", 5.5, 60.0)],
     )
     return histories.write_run(tmp_path / "run-crash", plan)
 

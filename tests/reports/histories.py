@@ -24,6 +24,7 @@ from swarmshake.reference_node.protocol.history import (
     DeclareDead,
     EventBase,
     Fault,
+    LoopStall,
     Ready,
     RejoinBegin,
     RejoinDone,
@@ -58,6 +59,7 @@ class Plan:
     diverge_step: int | None = None  # one node commits another fingerprint (S1 breaks)
     seed: int = 7
     loss_offset: float = 0.0
+    loop_stalls: list[tuple[str, float, float]] = field(default_factory=list)  # node, at s, ms
 
 
 def _fp(step: int, salt: str = "") -> str:
@@ -220,6 +222,8 @@ def build_history(plan: Plan) -> list[EventBase]:
             peer="n2",
             peer_incarnation=incarnation["n2"],
         )
+    for node, at_s, stalled_ms in plan.loop_stalls:
+        emit(LoopStall, at_s, node, stalled_ms=stalled_ms, since_mono=at_s - stalled_ms / 1000)
     emit(RunMark, plan.duration_s, HARNESS, mark="run_end")
     return events
 

@@ -7,6 +7,7 @@ Needs the ``chromium`` Debian package (CI setup installs it).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -88,6 +89,10 @@ def test_dom_after_scripts_holds_timeline_and_plots(crash_run: Path, histories) 
     ):
         assert f'id="{element_id}"' in dom, element_id
     assert dom.count("<path") > 50  # the figures hold drawn geometry, not empty frames
+    # Each loop stall is a mark on its node's lane whose tooltip (an SVG <title>) says how long.
+    stall = re.search(r'<g id="loop-stall-n2-0">\s*<title>([^<]*)</title>', dom)
+    assert stall and stall.group(1) == "n2: control loop stalled 180 ms at 1.82 s", stall
+    assert 'id="loop-stall-n1-0"' in dom and 'id="stall-count">2<' in dom
 
 
 @needs_chromium

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,17 @@ def test_compare_flags_a_recovery_regression(tmp_path: Path, histories, capsys) 
     same = _run(histories, tmp_path / "same", stall_s=0.41)
     slow = _run(histories, tmp_path / "slow", stall_s=1.2)
     assert report.main([str(same), "--compare", str(old)]) == 0
+    assert "no regression" in capsys.readouterr().err
+    assert report.main([str(slow), "--compare", str(old)]) == 1
+    terminal = capsys.readouterr().err
+    assert terminal.startswith("regression: 1 of ")
+    slower = [line for line in terminal.splitlines() if "SLOWER" in line]
+    assert len(slower) == 1 and "fault 1 crash n3: recovery" in slower[0]
+    assert "+800 ms (×3.00)" in slower[0]
+    page = (slow / "compare.html").read_text()
+    assert "default-src 'none'" in page and 'id="figure-changes"' in page
+    assert re.search(r'<tr class="regressed"><td>fault 1 crash n3: recovery</td>', page)
+    assert page.count('class="regressed"') == 1
     assert report.main([str(slow), "--compare", str(old), "--json"]) == 1
     comparison = json.loads(capsys.readouterr().out)
     flagged = [c for c in comparison["changes"] if c["regressed"]]
@@ -81,4 +93,24 @@ def test_compare_two_benchmarks(tmp_path: Path, capsys) -> None:
     assert flagged == ["crash: recovery_ms max", "crash: recovery_ms p50"]
     assert report.main([str(old), "--compare", str(new)]) == 0  # faster is no regression
     assert report.main([str(new)]) == 0  # regenerates the bench files
-    assert (new / "bench.html").is_file() and (new / "junit.xml").is_file()
+    assert (new / "report.html").is_file() and (new / "junit.xml").is_file()
+    assert (new / "summary.md").read_text().startswith("## Recovery benchmark")
+
+
+def _cell(backend: str, recovery_p50_ms: float) -> dict:
+    summary = {"min": 90.0, "p50": recovery_p50_ms, "p99": None, "max": recovery_p50_ms, "n": 3}
+    return {"backend": backend, "nodes": 4, "trials": 3, "recovery_ms": summary}
+
+
+def test_benchmarks_compare_cell_by_cell(tmp_path: Path, capsys) -> None:
+    """Pooling a sim cell with a local one hides a local regression; cells do not."""
+    for name, local_ms in (("old", 300.0), ("new", 700.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        cells = [_cell("sim", 100.0), _cell("local", local_ms)]
+        (folder / "bench.json").write_text(json.dumps({"results": {"crash": {"cells": cells}}}))
+    assert report.main([str(tmp_path / "new"), "--compare", str(tmp_path / "old"), "--json"]) == 1
+    comparison = json.loads(capsys.readouterr().out)
+    flagged = sorted(c["what"] for c in comparison["changes"] if c["regressed"])
+    assert flagged == ["crash/local/4: recovery_ms max", "crash/local/4: recovery_ms p50"]
+    assert not any(c["regressed"] for c in comparison["changes"] if "sim" in c["what"])

@@ -12,7 +12,7 @@ from lxml import etree
 from swarmshake.reference_node.protocol.history import History
 from swarmshake.reports import RunDirError, write_run_reports
 from swarmshake.reports.recovery import measure_run
-from swarmshake.reports.series import fault_windows, node_lanes
+from swarmshake.reports.series import fault_windows, loop_stalls, node_lanes
 
 XSD = Path(__file__).with_name("junit-10.xsd")
 
@@ -49,6 +49,29 @@ def test_lanes_show_down_then_rejoining(crash_run: Path) -> None:
     ]
 
 
+def test_loop_stalls_are_marked_on_their_lane_with_a_tooltip(crash_run: Path) -> None:
+    stalls = loop_stalls(History.load(crash_run))
+    assert [(s.node, round(s.start, 3), round(s.end, 3), s.stalled_ms) for s in stalls] == [
+        ("n2", 1.82, 2.0, 180.0),
+        ("n1", 5.44, 5.5, 60.0),
+    ]
+    write_run_reports(crash_run)
+    page = (crash_run / "report.html").read_text()
+    titles = re.findall(r'<g id="(loop-stall-[^"]+)">\s*<title>([^<]*)</title>', page)
+    assert titles == [
+        ("loop-stall-n2-0", "n2: control loop stalled 180 ms at 1.82 s"),
+        ("loop-stall-n1-0", "n1: control loop stalled 60 ms at 5.44 s"),
+    ]
+    assert re.search(r"<td>n2</td><td>loop_stall</td>", page)  # listed among the events
+
+
+def test_a_run_without_stalls_draws_no_stall_mark(tmp_path: Path, histories) -> None:
+    run = histories.write_run(tmp_path / "calm", histories.Plan())
+    write_run_reports(run)
+    page = (run / "report.html").read_text()
+    assert "loop-stall-" not in page and "stall-count" not in page
+
+
 def test_writes_every_report_file(crash_run: Path) -> None:
     write_run_reports(crash_run)
     for name in ("verdict.json", "report.html", "junit.xml", "summary.md"):
@@ -61,6 +84,7 @@ def test_writes_every_report_file(crash_run: Path) -> None:
         assert f"| {name} " in summary
     assert "| crash n3 | 4.00 | 250 | 400 | 800 |" in summary
     assert "swarmshake run" in summary and "--seed 7" in summary
+    assert "Control-loop stalls: **2** (worst 180 ms on n2)" in summary
 
 
 def test_junit_is_valid_against_the_ci_schema(crash_run: Path, broken_run: Path) -> None:
@@ -142,7 +166,24 @@ def test_partition_victims_come_from_its_groups() -> None:
     grouped = fault(nodes, groups=[["n1", "n2"], ["n3"]])  # n4, n5 form the third group
     assert victims_of(grouped, nodes) == ["n3", "n4", "n5"]
     assert victims_of(fault(nodes), nodes) == []  # sides unknown: no victim
+    # What the harness records for `isolate n2` on a real backend: every node, the cuts.
+    cut_off_n2 = [[a, b] for a in nodes for b in nodes if a != b and "n2" in (a, b)]
+    assert victims_of(fault(nodes, grouping="isolate", cuts=cut_off_n2), nodes) == ["n2"]
+    halves = [[a, b] for a in ("n1", "n2") for b in ("n3", "n4", "n5")]
+    assert victims_of(fault(nodes, cuts=halves), nodes) == ["n1", "n2"]  # one-way cuts split too
+    bridge = [["n1", "n4"], ["n4", "n1"], ["n2", "n5"]]  # n3 reaches everyone: one side
+    assert victims_of(fault(nodes, cuts=bridge), nodes) == []
     link = Fault(
         t_wall=0, t_mono=0, node=HARNESS, op="blackhole", target=["*", "n3"], phase="inject"
     )
     assert victims_of(link, nodes) == ["n3"]
+
+    def link_fault(op, **params):
+        # The real harness names every node the links touch and records src/dst.
+        return Fault(t_wall=0, t_mono=0, node=HARNESS, op=op, target=nodes, params=params,
+                     phase="inject")  # fmt: skip
+
+    assert victims_of(link_fault("blackhole", src=["n3"], dst=["*"]), nodes) == ["n3"]
+    assert victims_of(link_fault("latency", src=["*"], dst=["n4"], delay_ms=250.0), nodes) == ["n4"]
+    assert victims_of(link_fault("slicer", src=["n1", "n2"], dst=["n5"]), nodes) == ["n5"]
+    assert victims_of(link_fault("latency", src=["*"], dst=["*"]), nodes) == []

@@ -149,9 +149,12 @@ def detection_delays_s(
     misses: list[tuple[str, str, float, int, str]] = []
     for crashed, t_crash, crash_index in timeline.crashes:
         crashed_timeline = timeline.nodes[crashed]
-        # the process that died: the last one that started before the crash
+        # The process that died: the last one whose start precedes the crash in the
+        # history.  By history order, not time: a restart of a running node kills it and
+        # starts the next process at the same instant (explore found a false L1 miss
+        # when the new process was taken for the one that died).
         starts = [p.start for p in crashed_timeline.processes]
-        position = bisect.bisect_right(starts, t_crash) - 1
+        position = sum(1 for p in crashed_timeline.processes if p.start_index < crash_index) - 1
         process_start = starts[position] if position >= 0 else float("-inf")
         came_back = position + 1 < len(starts) and starts[position + 1] <= t_crash + bound
         if came_back:

@@ -145,10 +145,25 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     end_t = history.events[-1].t_mono if history.events else 0.0
     grace = bounds.detection_s
 
-    def close(op: str, t: float) -> None:
-        for interval, affected in open_windows.pop(op, []):
+    def close(op: str, t: float, healed: frozenset[str] | None = None) -> None:
+        # A heal names the nodes of the links it heals: it ends the window of the
+        # inject with the same nodes (the oldest such: windows with equal node sets
+        # are interchangeable), or every window within them, not the op's windows
+        # everywhere (explore: healing one black hole ended the window of another
+        # still active, and L2/S4 judged its links as healthy).
+        windows = open_windows.get(op, [])
+        if healed is None:
+            ending = list(windows)
+        else:
+            same = [w for w in windows if w[1] == healed]
+            ending = same[:1] or [w for w in windows if w[1] is not None and w[1] <= healed]
+        for window in ending:
+            windows.remove(window)
+            interval, affected = window
             interval.end = t + grace
             exits.append((interval, affected))
+        if not windows:
+            open_windows.pop(op, None)
         if op == "partition":
             for interval, pairs in open_cuts:
                 interval.end = t + grace
@@ -231,7 +246,7 @@ def _apply_fault(event, index, nodes, open_windows, close, crashes, bounds) -> N
             for key in list(open_windows):
                 close(key, t)
         else:
-            close(op, t)
+            close(op, t, affected)
         return
     if _leaves_envelope(event, bounds):
         open_windows.setdefault(op, []).append((Interval(t, start_index=index), affected))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from swarmshake.reports import write_run_reports
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_quick_recovery_bench_on_the_simulator_writes_every_format(tmp_path: Path) -> None:
@@ -31,10 +36,40 @@ def test_quick_recovery_bench_on_the_simulator_writes_every_format(tmp_path: Pat
     assert all(cell["skipped"] for cell in results["byzantine"]["cells"])  # the sim cannot
     document = json.loads((out / "bench.json").read_text())
     assert document["schema"] == "swarmshake.bench.recovery/1" and document["results"] == results
-    assert "| restart | sim | 4 | 3 |" in (out / "bench.md").read_text()
-    assert 'id="matrix"' in (out / "bench.html").read_text()
+    assert "| restart | sim | 4 | 3 |" in (out / "summary.md").read_text()
+    assert 'id="matrix"' in (out / "report.html").read_text()
+    assert "<testsuites" in (out / "junit.xml").read_text()
 
     run_dir = Path(results["restart"]["cells"][0]["run_dirs"][0])
     write_run_reports(run_dir)
     page = (run_dir / "report.html").read_text()
     assert "swarmshake sim --nodes 4" in page and 'id="lane-n0-alive"' in page
+
+
+@pytest.mark.slow
+def test_quick_recovery_bench_on_real_nodes_writes_every_format(tmp_path: Path) -> None:
+    """One cell of ``bench recovery --quick --backend local``: a real 4-node cluster,
+    one trial (the --quick default on real backends), every format written."""
+    out = tmp_path / "bench"
+    env = {**os.environ, "SWARMSHAKE_STATE_DIR": str(tmp_path / "state"), "CI": "1"}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "swarmshake", "bench", "recovery", "--quick", "--backend",
+            "local", "--faults", "crash", "--out", str(out), "--json",
+        ],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    crash = json.loads(done.stdout)["crash"]
+    assert crash["trials"] == 1 and crash["failed_trials"] == 0
+    (cell,) = crash["cells"]
+    assert (cell["backend"], cell["nodes"]) == ("local", 4)
+    # A SIGKILLed node is declared by every survivor and the cluster commits without it.
+    assert 0 < crash["detection_ms"]["p50"] < 2000
+    assert 0 < crash["recovery_ms"]["p50"] < 10_000
+    assert isinstance(crash["false_positives"], int)
+    for name in ("bench.json", "report.html", "summary.md", "junit.xml"):
+        assert (out / name).stat().st_size > 0, name
+    assert "| crash | local | 4 | 1 |" in (out / "summary.md").read_text()
+    run_dir = Path(cell["run_dirs"][0])
+    assert (run_dir / "events" / "harness.jsonl").is_file()

@@ -47,8 +47,9 @@ class Node:
             listen_host="127.0.0.1",
             listen_port=port,
             book=book,
+            # A payload is a view of the connection's buffer: what is kept is copied.
             on_frame=lambda f: self.received.append(
-                (f.header.sender, f.header.sequence, f.payload)
+                (f.header.sender, f.header.sequence, bytes(f.payload))
             ),
             timeouts=FAST,
             **kw,

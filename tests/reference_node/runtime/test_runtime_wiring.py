@@ -1,0 +1,183 @@
+"""Fast tests of the runtime wiring: event incarnation after a refute, the persisted
+configuration history, the checkpoint schedule, replica storage, config checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from swarmshake.reference_node import checkpoint
+from swarmshake.reference_node.config import ConfigError, NodeConfig, StepSection, from_dict
+from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.runtime import incarnation as incarnation_store
+from swarmshake.reference_node.runtime.bulk import split
+from swarmshake.reference_node.runtime.checkpoint_replication import (
+    ReplicaError,
+    ReplicaStore,
+    install_as_own,
+)
+from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
+from swarmshake.reference_node.runtime.membership_driver import (
+    ConfigHistory,
+    Configuration,
+    MembershipFileError,
+    initial_configuration,
+)
+from swarmshake.reference_node.training.state import TrainingState
+
+KEY = "00" * 16
+
+
+def raw_config(tmp_path, **node) -> dict:
+    return {
+        "node": {"id": "n1", "members": ["n1", "n2", "n3"], "run_dir": str(tmp_path), **node},
+        "network": {"run_key_hex": KEY},
+        "peers": {
+            p: {"host": "127.0.0.1", "control_port": 1, "bulk_port": 2} for p in ("n2", "n3")
+        },
+    }
+
+
+def test_events_carry_the_incarnation_raised_by_a_refute(tmp_path):
+    from swarmshake.reference_node.runtime.node import ControlProcess
+
+    config = from_dict(raw_config(tmp_path))
+
+    async def scenario() -> ControlProcess:
+        control = ControlProcess(config, tmp_path / "node.toml", {})
+        control.events.log(history.Ready)
+        control._on_detector_action(det.Refuted(incarnation=7, suspected_by="n2", at=0.0))
+        control.events.log(history.Stop, reason="test")
+        control.events.close()
+        return control
+
+    control = asyncio.run(scenario())
+    events = history.read_events(config.events_path).events
+    assert [(type(e).__name__, e.incarnation) for e in events] == [("Ready", 1), ("Stop", 7)]
+    assert control.status()["incarnation"] == 7
+    assert incarnation_store.read(config.data_dir) == 7  # a restart comes back above it
+
+
+def test_config_history_persists_and_answers_by_step(tmp_path):
+    initial = initial_configuration(["n1", "n2", "n3", "n4"], "n4", join=True)
+    assert initial == Configuration(step=-1, voters=("n1", "n2", "n3"))
+    configs = ConfigHistory.load(tmp_path, initial)
+    configs.record(Configuration(step=10, voters=("n1", "n2", "n3"), learners=("n4",)))
+    configs.record(Configuration(step=14, voters=("n1", "n2", "n3", "n4")))
+    again = ConfigHistory.load(tmp_path, initial)
+    assert again.latest().voters == ("n1", "n2", "n3", "n4")
+    assert again.after(9) == initial  # a change at step c governs the steps after c
+    assert again.after(10).learners == ("n4",)
+    assert again.after(13).learners == ("n4",) and again.after(14).learners == ()
+    # A state installed from a peer replaces everything newer than its configuration.
+    again.reset(Configuration(step=12, voters=("n1", "n2")))
+    assert ConfigHistory.load(tmp_path, initial).latest().voters == ("n1", "n2")
+    (tmp_path / "membership.json").write_text("{not json")
+    with pytest.raises(MembershipFileError, match="delete it"):
+        ConfigHistory.load(tmp_path, initial)
+
+
+def test_fixed_schedule_every_n_steps_and_off():
+    schedule = CheckpointSchedule(StepSection(checkpoint_every=5), start_s=0.0)
+    due = [s for s in range(1, 16) if schedule.committed(s, float(s)) is not None]
+    assert due == [5, 10, 15]
+    off = CheckpointSchedule(StepSection(checkpoint_every=0), start_s=0.0)
+    assert all(off.committed(s, float(s)) is None for s in range(1, 20))
+
+
+def test_young_daly_schedule_checkpoints_more_often_after_failures():
+    section = StepSection(
+        checkpoint_policy="young-daly",
+        checkpoint_prior_mtbf_s=3600.0,
+        checkpoint_min_interval_s=1.0,
+        checkpoint_max_interval_s=3600.0,
+    )
+
+    def writes(failures: int) -> int:
+        schedule = CheckpointSchedule(section, start_s=0.0)
+        for _ in range(failures):
+            schedule.failure(0.0)
+        count = 0
+        for step in range(1, 601):  # one step a second for ten minutes, writes cost 1 s
+            now = float(step)
+            if schedule.committed(step, now) is not None:
+                schedule.asked(now, "test")
+                schedule.done(now + 1.0)
+                count += 1
+        return count
+
+    # sqrt(2 * 1 s * (3600 s + uptime)) = 85-97 s without failures: ~6 writes; 99
+    # failures: MTBF = (3600 s + uptime) / 100 ~ 40 s, every ~9 s: ~60 writes.
+    assert 5 <= writes(0) <= 7
+    assert writes(99) >= 5 * writes(0)
+
+
+def small_state(step: int) -> TrainingState:
+    generator = torch.Generator().manual_seed(step)
+    params = torch.randn(100, generator=generator)
+    return TrainingState(
+        step=step,
+        params=params,
+        optimizer="adam",
+        buffers={"exp_avg": torch.zeros(100), "exp_avg_sq": torch.zeros(100)},
+        update_count=step,
+    )
+
+
+def test_replica_store_verifies_stores_atomically_and_prunes(tmp_path):
+    store = ReplicaStore(tmp_path / "holder", parameter_count=100)
+    for step in (3, 6, 9):
+        info = checkpoint.write_checkpoint(tmp_path / "origin", small_state(step), node="n1")
+        data = None
+        for chunk in split("replica", step, info.param_fp, checkpoint.file_chunks(info.path, 700)):
+            data = store.feed("n1", chunk)
+        assert data is not None
+        path, header = store.store("n1", data)
+        assert path.read_bytes() == info.path.read_bytes() and header.step == step
+    assert [s for s, _ in checkpoint.list_checkpoints(store.folder("n1"))] == [9, 6]
+    assert store.newest("n1").name == "ckpt-000000000009.swck"
+    assert not list(store.folder("n1").glob(".*tmp*"))
+    # A corrupted stream is never stored; nor a checkpoint claimed for another node.
+    corrupt = bytearray(info.path.read_bytes())
+    corrupt[-3] ^= 1
+    with pytest.raises(ReplicaError, match="checksum"):
+        store.store("n1", corrupt)
+    with pytest.raises(ReplicaError, match="sent as"):
+        store.store("n2", info.path.read_bytes())
+    assert [s for s, _ in checkpoint.list_checkpoints(store.folder("n1"))] == [9, 6]
+    # Out-of-order chunks and oversized streams are refused with a reason.
+    chunks = list(split("replica", 9, "", checkpoint.file_chunks(info.path, 700)))
+    with pytest.raises(ReplicaError, match="out_of_order"):
+        store.feed("n1", chunks[1])
+    # The origin gets it back as its own checkpoint, which then loads.
+    own = install_as_own(tmp_path / "own", info.path.read_bytes(), 3 * 4 * 100)
+    assert checkpoint.load_latest(tmp_path / "own").path == own
+
+
+@pytest.mark.parametrize(
+    ("node", "step", "message"),
+    [
+        ({"join": True, "members": ["n1"]}, {}, "join = true needs"),
+        ({}, {"checkpoint_replicas": 3}, "checkpoint_replicas=3"),
+        ({}, {"checkpoint_every": -1}, "checkpoint_every=-1"),
+        ({}, {"checkpoint_min_interval_s": 9.0, "checkpoint_max_interval_s": 5.0}, "exceed"),
+        ({}, {"checkpoint_policy": "daily"}, "checkpoint_policy"),
+        ({"leave_timeout_s": 0}, {}, "leave_timeout_s=0"),
+    ],
+)
+def test_bad_membership_and_checkpoint_settings_are_named(tmp_path, node, step, message):
+    raw = raw_config(tmp_path, **node)
+    if node.get("members") == ["n1"]:
+        raw["peers"] = {}
+    raw["step"] = step
+    with pytest.raises(ConfigError, match=message):
+        from_dict(raw)
+
+
+def test_defaults_are_valid(tmp_path):
+    config = from_dict(raw_config(tmp_path))
+    assert isinstance(config, NodeConfig)
+    assert config.step.checkpoint_replicas == -1 and not config.node.join
