@@ -56,6 +56,10 @@ STOP_GRACE_S = 3  # docker stop's SIGTERM → SIGKILL grace
 HOST_LIBS = "/lib/x86_64-linux-gnu"
 
 
+# Node containers created at once by ``up`` (see there).
+NODE_START_CONCURRENCY = 4
+
+
 class DockerNode(NodeHandle):
     def __init__(self, backend: DockerBackend, name: str, container: Any):
         self.backend = backend
@@ -289,16 +293,16 @@ class DockerBackend(Backend):
             self.client.networks.create, self._name("net"), driver="bridge", labels=self.labels
         )
         base = docker_image.base_tag()
-        toxi = await self._run(
-            base, "toxiproxy", "toxiproxy",
-            entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(TOXIPROXY_API_PORT)],
-            volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
-        )  # fmt: skip
         config = spec.run_dir / "broker" / "mosquitto.conf"
         config.write_text(
             f"listener {BROKER_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
         )
-        broker = await self._run(
+        # Toxiproxy and the broker start together (each container start is ~0.5 s).
+        toxi, broker = await asyncio.gather(self._run(
+            base, "toxiproxy", "toxiproxy",
+            entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(TOXIPROXY_API_PORT)],
+            volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
+        ), self._run(
             base, "broker", "broker",
             entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
             environment={"LD_LIBRARY_PATH": "/hostlib"},
@@ -307,7 +311,7 @@ class DockerBackend(Backend):
                 HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
                 str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
             },
-        )  # fmt: skip
+        ))  # fmt: skip
         self._broker = DockerBroker(broker)
         self._broker_ip = await asyncio.to_thread(self._ip, broker)
         toxi_ip = await asyncio.to_thread(self._ip, toxi)
@@ -319,46 +323,61 @@ class DockerBackend(Backend):
         listeners = await self._create_proxies()
         self.timings["infrastructure_s"] = time.monotonic() - started
         uid = f"{os.getuid()}:{os.getgid()}"
-        for name in spec.nodes:
-            peers = {
-                peer: node_config.Endpoint(
-                    "toxiproxy", listeners[proxy_name(name, peer, "control")],
-                    listeners[proxy_name(name, peer, "bulk")],
-                )
-                for peer in spec.nodes if peer != name
-            }  # fmt: skip
-            raw = node_config.build(
-                spec, name, listen_host="0.0.0.0", control_port=CONTROL_PORT, bulk_port=BULK_PORT,
-                http_port=HTTP_PORT, peers=peers, broker_host="toxiproxy",
-                broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
-            )  # fmt: skip
-            path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
-            command = ["--config", str(path), *[arg for bug in spec.bugs for arg in ("--bug", bug)]]
-            volumes = {str(spec.run_dir): {"bind": str(spec.run_dir), "mode": "rw"}}
-            entrypoint = ["/opt/venv/bin/python", "-m", spec.node_program]
-            if spec.node_program.endswith(".py"):  # a test's stand-in program: mount it
-                program = Path(os.getcwd(), spec.node_program)  # noqa: ASYNC240 - no I/O
-                volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
-                entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
-            # The node's output goes to logs/<node>.log in the mounted run directory,
-            # as on the local backend: live (the runner quotes it when a node dies
-            # early), appended across restarts of the container, and kept after the
-            # container is removed.
-            log = spec.run_dir / "logs" / f"{name}.log"
-            entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1',
-                          *entrypoint]  # fmt: skip
-            container = await self._run(
-                node_image, f"node-{name}", name, command=command, user=uid, entrypoint=entrypoint,
-                volumes=volumes,
-                environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
-                cap_add=["NET_ADMIN"],
-                # docker-init as PID 1: the node is then an ordinary child process (a
-                # worker that sees its parent as PID 1 believes it was orphaned), and
-                # zombies of restarted workers are reaped.
-                init=True,
-            )  # fmt: skip
-            self._nodes[name] = DockerNode(self, name, container)
+        # Containers start concurrently (one at a time cost ~0.5 s each under load), a
+        # few at once: docker-py's connection pool holds 10 and dockerd serialises
+        # parts of container creation anyway, so more buys nothing.
+        gate = asyncio.Semaphore(NODE_START_CONCURRENCY)
+
+        async def start_node(name: str) -> DockerNode:
+            async with gate:
+                return await self._start_node(name, node_image, listeners, uid)
+
+        started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
+        self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
         self.timings["nodes_started_s"] = time.monotonic() - started
+
+    async def _start_node(
+        self, name: str, node_image: str, listeners: dict[str, int], uid: str
+    ) -> DockerNode:
+        spec = self.spec
+        peers = {
+            peer: node_config.Endpoint(
+                "toxiproxy", listeners[proxy_name(name, peer, "control")],
+                listeners[proxy_name(name, peer, "bulk")],
+            )
+            for peer in spec.nodes if peer != name
+        }  # fmt: skip
+        raw = node_config.build(
+            spec, name, listen_host="0.0.0.0", control_port=CONTROL_PORT, bulk_port=BULK_PORT,
+            http_port=HTTP_PORT, peers=peers, broker_host="toxiproxy",
+            broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
+        )  # fmt: skip
+        path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
+        command = ["--config", str(path), *[arg for bug in spec.bugs for arg in ("--bug", bug)]]
+        volumes = {str(spec.run_dir): {"bind": str(spec.run_dir), "mode": "rw"}}
+        entrypoint = ["/opt/venv/bin/python", "-m", spec.node_program]
+        if spec.node_program.endswith(".py"):  # a test's stand-in program: mount it
+            program = Path(os.getcwd(), spec.node_program)  # noqa: ASYNC240 - no I/O
+            volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
+            entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
+        # The node's output goes to logs/<node>.log in the mounted run directory,
+        # as on the local backend: live (the runner quotes it when a node dies
+        # early), appended across restarts of the container, and kept after the
+        # container is removed.
+        log = spec.run_dir / "logs" / f"{name}.log"
+        entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1',
+                      *entrypoint]  # fmt: skip
+        container = await self._run(
+            node_image, f"node-{name}", name, command=command, user=uid, entrypoint=entrypoint,
+            volumes=volumes,
+            environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
+            cap_add=["NET_ADMIN"],
+            # docker-init as PID 1: the node is then an ordinary child process (a
+            # worker that sees its parent as PID 1 believes it was orphaned), and
+            # zombies of restarted workers are reaped.
+            init=True,
+        )  # fmt: skip
+        return DockerNode(self, name, container)
 
     def _node_image(self) -> str:
         import docker.errors

@@ -68,11 +68,24 @@ class ClusterSession:
     def wait_until_steady(self, min_commit_step: int = 2, timeout_s: float = 60.0) -> float:
         """Block until every node committed ``min_commit_step`` (-1: is ready); seconds taken."""
         started = time.monotonic()
+        last_alive_check = started
         while not self.backend.events.steady(min_commit_step):
             if time.monotonic() - started > timeout_s:
                 steps = {n: s.last_commit_step for n, s in self.backend.events.summaries.items()}
                 raise BackendError(
                     f"not steady within {timeout_s}s (min step {min_commit_step}): {steps}"
+                )
+            # Once a second: on Docker each check is an API call per node.
+            if time.monotonic() - last_alive_check >= 1.0:
+                last_alive_check = time.monotonic()
+                all_exited = not self.call(_any_running(self.backend), 10.0)
+            else:
+                all_exited = False
+            if all_exited:
+                log = self.run_dir / "logs" / f"{self.spec.nodes[0]}.log"
+                tail = log.read_text(errors="replace")[-600:].strip() if log.exists() else ""
+                raise BackendError(
+                    f"every node exited before steady state; {log} ends with:\n{tail}"
                 )
             time.sleep(0.02)
             self.poll()
@@ -113,6 +126,10 @@ class ClusterSession:
 
     def __exit__(self, *exc: object) -> None:
         self.down()
+
+
+async def _any_running(backend: Backend) -> bool:
+    return any(backend.node(name).is_running() for name in backend.spec.nodes)
 
 
 async def _poll(backend: Backend) -> None:
