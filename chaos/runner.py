@@ -376,9 +376,10 @@ class Harness:
 
         scenario = self.scenario
         try:
-            targets = load_module.node_http_targets(backend)
+            targets, networks = load_module.node_http_targets(backend)
             self.load = load_module.start_load(
                 targets,
+                allowed_networks=networks,
                 users=spec.users,
                 spawn_rate=spec.spawn_rate,
                 rate_per_user=spec.rate_per_user,

@@ -108,6 +108,8 @@ def matrix_rows(document: dict[str, Any]) -> list[dict[str, str]]:
                     "rejoin": _triple(cell.get("rejoin_ms"), cell["trials"]),
                     "kept": _kept(cell.get("throughput_kept")),
                     "false_positives": str(cell.get("false_positives", 0)),
+                    # absent from documents written before the field existed
+                    "loop_stalls": str(cell["loop_stalls"]) if "loop_stalls" in cell else "—",
                     "skipped": str(cell.get("skipped", "")),
                 }
             )
@@ -121,20 +123,23 @@ def render_bench_markdown(document: dict[str, Any]) -> str:
         f"`{document.get('command', 'swarmshake bench recovery')}` · {document.get('created', '')} · "
         f"{document.get('environment', {}).get('cpus', '?')} CPUs",
         "",
-        "Times in ms as min / median / max over the cell's trials (p99 only with ≥ 100 trials).",
+        "Times in ms as min / median / max over the cell's trials (p99 only with ≥ 100 trials). "
+        "Loop stalls: node control loops that woke > 40 ms late; many mean an overloaded "
+        "machine, whose times and false positives say little about the node.",
         "",
-        "| fault | backend | nodes | trials | detection | recovery | rejoin | throughput kept | false positives |",
-        "|---|---|---:|---:|---|---|---|---:|---:|",
+        "| fault | backend | nodes | trials | detection | recovery | rejoin | throughput kept | false positives | loop stalls |",
+        "|---|---|---:|---:|---|---|---|---:|---:|---:|",
     ]
     for row in matrix_rows(document):
         if row["skipped"]:
             lines.append(
-                f"| {row['fault']} | {row['backend']} | {row['nodes']} | — | skipped: {row['skipped']} | | | | |"
+                f"| {row['fault']} | {row['backend']} | {row['nodes']} | — | skipped: {row['skipped']} | | | | | |"
             )
             continue
         lines.append(
             f"| {row['fault']} | {row['backend']} | {row['nodes']} | {row['trials']} | {row['detection']} | "
-            f"{row['recovery']} | {row['rejoin']} | {row['kept']} | {row['false_positives']} |"
+            f"{row['recovery']} | {row['rejoin']} | {row['kept']} | {row['false_positives']} | "
+            f"{row['loop_stalls']} |"
         )
     lines += ["", "| goal | judged on | measured | met |", "|---|---|---:|---|"]
     for goal in judge_goals(document.get("results", {})):

@@ -19,15 +19,18 @@
 (* duplication are behaviours); promises and accepts are read from the    *)
 (* acceptors' persisted state, across sides only while connected.         *)
 (*                                                                         *)
+(* Retries: a leader prepares the lowest ballot of its own above every     *)
+(* promise on its side (it learns them from Nacks: the core's retry takes  *)
+(* round = max(highest round seen, own promise) + 1).  It prepares again   *)
+(* only when that top promise is another node's; while the top is its own  *)
+(* it re-sends the same prepare to acceptors that did not promise yet (a   *)
+(* delayed delivery).  So a new ballot needs a new leader or a stale       *)
+(* promise that reappears (restart, heal): rounds are bounded by faults.   *)
+(*                                                                         *)
 (* Fairness (what the implementation assumes, for L2): a live node that   *)
-(* can take a protocol step eventually takes one (WF per node); a proposer *)
-(* starts a new round only after a fault since its last one (its retry    *)
-(* timeout exceeds a fault-free round trip), so rounds are bounded by      *)
-(* faults.  KNOWN GAP: a leader rejected by a stale higher ballot of an    *)
-(* earlier leader cannot retry until the next fault, so the deep profile   *)
-(* finds an L2 counterexample (two crashes); see specs/README.md.  The     *)
-(* environment has no fairness but injects finitely many faults          *)
-(* (MaxCrashes, MaxPartitions).                                            *)
+(* can take a protocol step eventually takes one (WF per node; the core's *)
+(* retry timer fires).  The environment has no fairness but injects        *)
+(* finitely many faults (MaxCrashes, MaxPartitions).                       *)
 (***************************************************************************)
 EXTENDS Integers, FiniteSets, Sequences
 
@@ -47,10 +50,9 @@ Nodes == 1..N
 AggregateOf(n) == IF n = 1 THEN "a" ELSE "b"
 Values == {AggregateOf(n) : n \in Nodes}
 Steps == 1..MaxStep
-MaxRound == MaxCrashes + 2 * MaxPartitions
-Ballots == 0..((MaxRound + 1) * N - 1)
 Owner(b) == (b % N) + 1
 Round(b) == b \div N
+BallotOf(n, r) == r * N + (n - 1)
 None == "none"
 Bug(name) == name \in Bugs
 
@@ -70,7 +72,6 @@ VARIABLES
 
 vars == <<up, side, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
 
-FaultCount == faults.crashes + faults.partitions
 Reachable(a, b) == side[a] = side[b]
 View(n) == {m \in Nodes : up[m] /\ Reachable(n, m)}
 IsMajorityOf(q, set) == q \subseteq set /\ 2 * Cardinality(q) > Cardinality(set)
@@ -79,6 +80,15 @@ IsQuorum(q, n) == IF Bug("no-quorum") THEN IsMajorityOf(q, View(n)) /\ q # {}
                   ELSE IsMajorityOf(q, Nodes)
 Leader(n) == n = CHOOSE m \in View(n) : \A k \in View(n) : m <= k
 NextStep(n) == Len(params[n]) + 1
+Max(set) == CHOOSE x \in set : \A y \in set : y <= x
+\* The highest promise for step s among n's side's live acceptors (-1: none).
+TopBal(n, s) == Max({maxBal[a][s] : a \in View(n)})
+\* The ballot n's leader prepares: its own top promise again, or its lowest above it.
+PrepareBallot(n, s) ==
+    LET top == TopBal(n, s)
+        r == IF top < 0 THEN 0 ELSE Round(top)
+    IN  IF top >= 0 /\ Owner(top) = n THEN top
+        ELSE IF BallotOf(n, r) > top THEN BallotOf(n, r) ELSE BallotOf(n, r + 1)
 
 Init ==
     /\ up = [n \in Nodes |-> TRUE]
@@ -104,16 +114,18 @@ CanFetch(n, s, v) ==
 Fetch(n, s, v) == bytes' = [bytes EXCEPT ![n][s] = @ \cup {v}]
 
 \* Phase 1a + 1b, the event "promise": the side's leader asks for promises
-\* on ballot b (its first round, or a retry after a fault); the acceptors in
-\* acc (any non-empty set on its side: the others did not get the request)
-\* promise b, persisted before replying.  Promises of several acceptors are
-\* taken in one step: each is local to its acceptor, so any interleaving with
-\* other steps reaches the same states (a crash before a promise is the
-\* behaviour where that acceptor is not in acc).
-Promise(n, b, acc) ==
-    LET s == NextStep(n) IN
-    /\ up[n] /\ Leader(n) /\ Owner(b) = n /\ s \in Steps
-    /\ Round(b) = FaultCount
+\* on PrepareBallot (its first round, a retry above a stale promise, or the same
+\* prepare delivered late); the acceptors in acc (any non-empty set on its
+\* side: the others did not get the request yet) promise it, persisted before
+\* replying.  Promises of several acceptors are taken in one step: each is
+\* local to its acceptor, so any interleaving with other steps reaches the
+\* same states (a crash before a promise is the behaviour where that acceptor
+\* is not in acc).
+Promise(n, acc) ==
+    LET s == NextStep(n)
+        b == PrepareBallot(n, s)
+    IN
+    /\ up[n] /\ Leader(n) /\ s \in Steps
     /\ acc # {}
     /\ \A a \in acc : up[a] /\ Reachable(a, n) /\ b > maxBal[a][s]
     /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![s] = b] ELSE maxBal[a]]
@@ -168,6 +180,17 @@ Commit(n, p) ==
     /\ commits' = commits \cup {[step |-> s, value |-> v, majority |-> IsMajorityOf(q, Nodes)]}
     /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, faults>>
 
+\* A laggard learns a decision from a live peer on its side that applied it (the
+\* core's Decided answer to a message of an older step), then applies it.
+Learn(n) ==
+    LET s == NextStep(n) IN
+    /\ up[n] /\ s \in Steps
+    /\ \E m \in View(n) :
+          /\ Len(params[m]) >= s
+          /\ CanFetch(n, s, params[m][s]) /\ Fetch(n, s, params[m][s])
+          /\ params' = [params EXCEPT ![n] = Append(@, params[m][s])]
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, commits, faults>>
+
 -----------------------------------------------------------------------------
 (* Environment. *)
 
@@ -203,11 +226,18 @@ Heal ==
     /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
 
 -----------------------------------------------------------------------------
+\* The ballots of n that some acceptor promised for n's next step.
+OwnPromises(n) ==
+    IF NextStep(n) \in Steps
+    THEN {b \in {maxBal[a][NextStep(n)] : a \in Nodes} : b >= 0 /\ Owner(b) = n}
+    ELSE {}
+
 Protocol ==
-    \/ \E n \in Nodes, b \in Ballots, acc \in SUBSET Nodes : Promise(n, b, acc)
-    \/ \E n \in Nodes, b \in Ballots : Propose(n, b)
+    \/ \E n \in Nodes, acc \in SUBSET Nodes : Promise(n, acc)
+    \/ \E n \in Nodes : \E b \in OwnPromises(n) : Propose(n, b)
     \/ \E p \in proposals, acc \in SUBSET Nodes : Accept(p, acc)
     \/ \E p \in proposals, n \in Nodes : Commit(n, p)
+    \/ \E n \in Nodes : Learn(n)
 
 Environment ==
     \/ \E n \in Nodes : Crash(n)
@@ -217,15 +247,14 @@ Environment ==
 
 Next == Protocol \/ Environment
 
-\* One weak-fairness condition per node over all its protocol steps: a live node
-\* that can do something eventually does something.  (Per-action conditions say
-\* more but cost TLC four times the liveness work; every protocol step moves a
-\* finite state forward, so no step can be starved forever by the others.)
-NodeSteps(n) ==
-    \/ \E b \in Ballots : Propose(n, b) \/ \E q \in SUBSET Nodes : Promise(n, b, q)
-    \/ \E p \in proposals : Commit(n, p) \/ Accept(p, {n})
-
-Fairness == \A n \in Nodes : WF_vars(NodeSteps(n))
+\* One weak-fairness condition over all protocol steps: whenever some live node
+\* can take a protocol step, some node eventually takes one.  Per node would say
+\* the same here, since without faults the protocol takes only finitely many
+\* steps (ballots rise only past another node's promise, each acceptor accepts
+\* each ballot once, parameters only grow): so eventually no protocol step is
+\* enabled at all, for any node.  One condition instead of one per node: TLC's
+\* liveness check costs grow with the number of fairness conditions.
+Fairness == WF_vars(Protocol)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
 

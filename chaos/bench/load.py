@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ MAX_USERS = 64  # the node's HTTP API accepts 64 connections (http_api.MAX_CONNE
 MAX_DURATION_S = 3600.0  # a load test is a run's companion, not a soak test
 MAX_RATE_PER_USER = 50.0  # requests/s per user; with MAX_USERS bounds the record file
 STOP_GRACE_S = 30.0  # Locust's own shutdown (stop users, write stats) after --run-time
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DOCKER_NETWORKS = (ipaddress.ip_network("172.16.0.0/12"),)  # Docker's default bridge pool
 
 
@@ -46,7 +48,10 @@ class LoadRunError(RuntimeError):
     """Locust failed to run; the message holds the tail of its output."""
 
 
-def check_target(url: str) -> str:
+def check_target(url: str, allowed_networks: Sequence[IPNetwork] = ()) -> str:
+    """``url`` without a trailing slash, if it names an HTTP API on this machine:
+    loopback, Docker's default bridge pool, or one of ``allowed_networks`` (the
+    project's own Docker network, which Docker may have drawn from another pool)."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
         raise LoadConfigError(f"target {url!r}: write http://HOST:PORT (a node's HTTP API)")
@@ -57,7 +62,8 @@ def check_target(url: str) -> str:
         address = ipaddress.ip_address(host)
     except ValueError:
         raise LoadConfigError(f"target {url!r}: give an IP address, not a name") from None
-    if not (address.is_loopback or any(address in network for network in DOCKER_NETWORKS)):
+    networks = (*DOCKER_NETWORKS, *allowed_networks)
+    if not (address.is_loopback or any(address in network for network in networks)):
         raise LoadConfigError(
             f"target {url!r}: load goes only to this machine (loopback) or the project's "
             "Docker network (172.16.0.0/12)"
@@ -85,6 +91,7 @@ def start_load(
     input_dim: int = 32,
     batch: int = 4,
     spawn_rate: float | None = None,
+    allowed_networks: Sequence[IPNetwork] = (),
 ) -> LoadProcess:
     """Start Locust in the background; ``targets`` are URLs (named n1, n2 … in order)
     or a ``{node: url}`` mapping."""
@@ -95,7 +102,7 @@ def start_load(
     )
     if not named:
         raise LoadConfigError("no target: give at least one node URL")
-    named = [(node, check_target(url)) for node, url in named]
+    named = [(node, check_target(url, allowed_networks)) for node, url in named]
     if not 1 <= users <= MAX_USERS:
         raise LoadConfigError(f"users = {users} must lie in [1, {MAX_USERS}]")
     if not 1.0 <= duration_s <= MAX_DURATION_S:
@@ -192,31 +199,39 @@ def finish_load(load: LoadProcess, run_dir: Path, *, stop_now: bool = False) -> 
     return write_load_results(load, run_dir)
 
 
-def node_http_targets(backend: Any) -> dict[str, str]:
-    """``{node: base URL}`` of every node's HTTP API on a cluster that is up.
+def node_http_targets(backend: Any) -> tuple[dict[str, str], list[IPNetwork]]:
+    """``{node: base URL}`` of every node's HTTP API on a cluster that is up, and the
+    networks those addresses lie in (for ``start_load(allowed_networks=…)``).
 
     Local nodes listen on loopback (``describe()`` names each node's ``http_port``);
-    Docker nodes on their container's address in the project network, port
-    ``docker.HTTP_PORT``.  The URLs go through ``check_target`` in ``start_load``."""
+    Docker nodes on their container's address in the project's own network, port
+    ``docker.HTTP_PORT``."""
     described = backend.describe().get("nodes", {})
     targets: dict[str, str] = {}
+    networks: list[IPNetwork] = []
     for name in backend.spec.nodes:
         port = described.get(name, {}).get("http_port")
         if port is not None:
             targets[name] = f"http://127.0.0.1:{int(port)}"
             continue
         container = getattr(backend.node(name), "container", None)
-        if container is None:
+        network = getattr(backend, "network", None)
+        if container is None or network is None:
             raise LoadConfigError(f"node {name}: the {backend.name} backend names no HTTP address")
         from swarmshake.chaos.backends.docker import HTTP_PORT
 
         container.reload()
-        networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})
-        address = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), "")
+        settings = container.attrs.get("NetworkSettings", {}).get("Networks", {})
+        address = settings.get(network.name, {}).get("IPAddress", "")
         if not address:
-            raise LoadConfigError(f"node {name}: its container has no network address")
+            raise LoadConfigError(f"node {name}: no address in the network {network.name}")
         targets[name] = f"http://{address}:{HTTP_PORT}"
-    return targets
+        if not networks:
+            network.reload()
+            for pool in network.attrs.get("IPAM", {}).get("Config") or []:
+                if pool.get("Subnet"):
+                    networks.append(ipaddress.ip_network(pool["Subnet"], strict=False))
+    return targets, networks
 
 
 def records_so_far(load: LoadProcess) -> int:

@@ -41,7 +41,9 @@ from typing import Any
 
 import msgspec
 
+from swarmshake.chaos.bench.cpu_usage import CpuSampler
 from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_VALID, ArgumentParser, UsageError
+from swarmshake.reference_node.config import WorkerSection
 from swarmshake.reference_node.training.config import (
     TrainingConfig,
     TrainingConfigError,
@@ -62,49 +64,68 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _cpu_per_step(sampler: CpuSampler, start: float, end: float, steps: int) -> float | None:
+    covered = sampler.window_cpu_s(start, end)
+    if covered is None or covered[1] <= 0 or steps < 1:
+        return None
+    cpu_s, seconds = covered
+    # The samples cover part of the window: scale the steps to the covered part.
+    return cpu_s / (steps * seconds / (end - start))
+
+
 def gloo_baseline(
-    config: TrainingConfig, world: int, steps: int, warmup: int = 5
+    config: TrainingConfig, world: int, steps: int, warmup: int = 5, nice: int = 0
 ) -> dict[str, Any]:
-    """Steps per second of plain gloo data parallelism (rank 0's timing)."""
+    """Steps per second of plain gloo data parallelism (rank 0's timing), and the CPU
+    seconds all ranks spent per timed step."""
     port = _free_port()
     encoded = msgspec.json.encode(config).decode()
     with tempfile.TemporaryDirectory(prefix="swarmshake-gloo-") as scratch:
         out = Path(scratch) / "rank0.json"
-        processes = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "swarmshake.chaos.bench.gloo_worker",
-                    str(rank),
-                    str(world),
-                    str(port),
-                    str(steps),
-                    str(warmup),
-                    encoded,
-                    str(out),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for rank in range(world)
-        ]
-        failures = []
-        for rank, process in enumerate(processes):
-            try:
-                _, stderr = process.communicate(timeout=BASELINE_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for other in processes:
-                    other.kill()
-                raise RuntimeError(
-                    f"gloo baseline rank {rank} did not finish in {BASELINE_TIMEOUT_S}s"
-                ) from None
-            if process.returncode != 0:
-                failures.append(f"rank {rank} exited {process.returncode}: {stderr.strip()[-400:]}")
+        with CpuSampler() as sampler:
+            processes = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "swarmshake.chaos.bench.gloo_worker",
+                        str(rank),
+                        str(world),
+                        str(port),
+                        str(steps),
+                        str(warmup),
+                        encoded,
+                        str(out),
+                        str(nice),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for rank in range(world)
+            ]
+            failures = []
+            for rank, process in enumerate(processes):
+                try:
+                    _, stderr = process.communicate(timeout=BASELINE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    for other in processes:
+                        other.kill()
+                    raise RuntimeError(
+                        f"gloo baseline rank {rank} did not finish in {BASELINE_TIMEOUT_S}s"
+                    ) from None
+                if process.returncode != 0:
+                    failures.append(
+                        f"rank {rank} exited {process.returncode}: {stderr.strip()[-400:]}"
+                    )
         if failures:
             raise RuntimeError("; ".join(failures))
-        return json.loads(out.read_text())
+        result = json.loads(out.read_text())
+        result["nice"] = nice
+        result["cpu_s_per_step"] = _cpu_per_step(
+            sampler, result["started_mono"], result["ended_mono"], steps
+        )
+        return result
 
 
 def swarmshake_steady_rate(
@@ -113,7 +134,7 @@ def swarmshake_steady_rate(
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
     from swarmshake.chaos.scenario import Cluster, Scenario, resolve
-    from swarmshake.reference_node.protocol.history import History
+    from swarmshake.reference_node.protocol.history import Commit, History
     from swarmshake.reports.recovery import measure_run
 
     # Every field of the baseline's config, so both sides train the same model on
@@ -128,14 +149,34 @@ def swarmshake_steady_rate(
             quiesce_s=0.0,
         )
     )
-    result = runner.run_blocking(
-        scenario, runner.RunOptions(out=out, quiet=True, verify=False, reports=False)
-    )
+    with CpuSampler() as sampler:
+        result = runner.run_blocking(
+            scenario, runner.RunOptions(out=out, quiet=True, verify=False, reports=False)
+        )
     history = History.load(result.run_dir)
     rate = measure_run(history).steady_commits_per_s
     if rate is None:
         raise RuntimeError(f"the run committed no steps ({result.status}: {result.message})")
-    return {"steps_per_s": rate, "run_dir": str(result.run_dir), "status": result.status}
+    # CPU over the steady window: from the first commit of the first step to the
+    # first commit of the last one, every process the harness started (nodes'
+    # control and worker processes, the broker).
+    first_commit: dict[int, float] = {}
+    for event in history.events:
+        if isinstance(event, Commit):
+            first_commit[event.step] = min(first_commit.get(event.step, event.t_mono), event.t_mono)
+    steps = sorted(first_commit)
+    cpu = (
+        _cpu_per_step(sampler, first_commit[steps[0]], first_commit[steps[-1]], len(steps) - 1)
+        if len(steps) > 1
+        else None
+    )
+    return {
+        "steps_per_s": rate,
+        "cpu_s_per_step": cpu,
+        "worker_nice": WorkerSection().nice,
+        "run_dir": str(result.run_dir),
+        "status": result.status,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -156,6 +197,12 @@ def main(argv: list[str]) -> int:
         "--duration", type=float, help="swarmshake fault-free run, s (default 20, 10 quick)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--baseline-nice",
+        type=int,
+        default=WorkerSection().nice,
+        help="niceness of the gloo ranks (default: the node worker's, where its training runs)",
+    )
     parser.add_argument("--baseline-only", action="store_true", help="skip the swarmshake run")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
     parser.add_argument("--json", action="store_true")
@@ -188,7 +235,9 @@ def main(argv: list[str]) -> int:
         "load_average_1m": os.getloadavg()[0],  # wall-clock rates need the machine's load
     }
     try:
-        document["baseline"] = gloo_baseline(config, args.world, args.steps)
+        document["baseline"] = gloo_baseline(
+            config, args.world, args.steps, nice=args.baseline_nice
+        )
     except RuntimeError as error:
         print(f"swarmshake bench overhead: baseline failed: {error}", file=sys.stderr)
         return EXIT_UNKNOWN
@@ -210,6 +259,17 @@ def main(argv: list[str]) -> int:
         "gloo": round(1000.0 / base, 3),
         "swarmshake": None if swarm is None else round(1000.0 / swarm, 3),
     }
+    # The same comparison in CPU spent per step (every process of each side): on a
+    # machine other jobs share, far steadier than the wall-clock figure above.
+    base_cpu = document["baseline"].get("cpu_s_per_step")
+    swarm_cpu = document["swarmshake"].get("cpu_s_per_step")
+    document["cpu_ms_per_step"] = {
+        "gloo": None if base_cpu is None else round(1000.0 * base_cpu, 3),
+        "swarmshake": None if swarm_cpu is None else round(1000.0 * swarm_cpu, 3),
+    }
+    document["cpu_overhead_pct"] = (
+        None if not (base_cpu and swarm_cpu) else round(100.0 * (swarm_cpu / base_cpu - 1.0), 2)
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "overhead.json").write_text(json.dumps(document, indent=2) + "\n")
     if args.json:

@@ -33,6 +33,7 @@ from swarmshake.chaos.bench.trials import (
 )
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.reports.recovery import FaultMeasurement, measure_run
+from swarmshake.reports.series import loop_stalls
 
 SCHEMA = "swarmshake.bench.recovery/1"
 MAX_TRIALS_PER_CELL = 10_000  # a p99 needs 100; beyond 10k a run is a soak test, not a bench
@@ -45,6 +46,9 @@ class CellResult:
     trials: int = 0
     faults: list[FaultMeasurement] = field(default_factory=list)
     false_positives: int = 0
+    # Control loops that woke late (history.LoopStall): many mean the machine was
+    # overloaded and the cell's times and false positives say more about it than the node.
+    loop_stalls: int = 0
     run_dirs: list[str] = field(default_factory=list)
     failed_trials: int = 0
     skipped: str = ""  # why the cell was not run (the backend cannot inject its fault)
@@ -68,6 +72,7 @@ class CellResult:
             "rejoin_from_ready_ms": summarize_ms(rejoin_ready, self.trials),
             "throughput_kept": round(statistics.median(kept), 4) if kept else None,
             "false_positives": self.false_positives,
+            "loop_stalls": self.loop_stalls,
             "run_dirs": self.run_dirs,
             "skipped": self.skipped,
         }
@@ -81,6 +86,7 @@ def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
         merged.failed_trials += result.failed_trials
         merged.faults += result.faults
         merged.false_positives += result.false_positives
+        merged.loop_stalls += result.loop_stalls
     summary = merged.summary()
     return {
         "detection_ms": summary["detection_ms"],
@@ -89,6 +95,7 @@ def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
         "rejoin_from_ready_ms": summary["rejoin_from_ready_ms"],
         "throughput_kept": summary["throughput_kept"],
         "false_positives": summary["false_positives"],
+        "loop_stalls": summary["loop_stalls"],
         "trials": summary["trials"],
         "failed_trials": summary["failed_trials"],
         "cells": [c.summary() for c in cells],
@@ -99,9 +106,10 @@ class TrialNotRun(RuntimeError):
     """The run ended before its fault was injected (no steady state, an abort)."""
 
 
-def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int]:
-    """The trial's fault (its first inject) and the run's false positives."""
-    measurement = measure_run(History.load(run_dir))
+def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int]:
+    """The trial's fault (its first inject), the run's false positives and loop stalls."""
+    history = History.load(run_dir)
+    measurement = measure_run(history)
     if not measurement.faults:
         reason = ""
         run_record = run_dir / "run.json"  # the harness's outcome, when it wrote one
@@ -113,7 +121,7 @@ def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int]:
         raise TrialNotRun(
             f"no fault was injected in {run_dir.name}" + (f": {reason}" if reason else "")
         )
-    return measurement.faults[0], measurement.false_positives
+    return measurement.faults[0], measurement.false_positives, len(loop_stalls(history))
 
 
 def run_matrix(
@@ -149,7 +157,7 @@ def run_matrix(
             started = time.monotonic()
             try:
                 run_dir = runner(scenario, cell.backend, out / "runs")
-                fault, false_positives = measure_trial(run_dir)
+                fault, false_positives, stalls = measure_trial(run_dir)
             except BackendUnavailable:
                 raise
             except (OSError, HistoryError, RuntimeError, ValueError) as error:
@@ -167,6 +175,7 @@ def run_matrix(
             result.trials += 1
             result.run_dirs.append(str(run_dir))
             result.false_positives += false_positives
+            result.loop_stalls += stalls
             result.faults.append(fault)
             progress(
                 f"{cell.key} trial {trial}: detection {_ms(fault.detection_s)} "

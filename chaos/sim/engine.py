@@ -146,6 +146,7 @@ class Simulation:
         recorder: Recorder,
         detector_config: DetectorConfig | None = None,
         app_factory: Callable[[Simulation, NodeProcess], Any] | None = None,
+        vouch: bool = True,
     ):
         width = len(str(nodes - 1))
         self.names: tuple[str, ...] = tuple(f"n{i:0{width}d}" for i in range(nodes))
@@ -167,7 +168,9 @@ class Simulation:
         self.streams_from: dict[str, dict[str, HeartbeatStream]] = {n: {} for n in self.names}
         profile = network.profile
         self.floor_s = self.detector_config.suspicion_floor_s
-        self.eager = "eager-dead" in bugs
+        # vouch=False: trust no stream, wake for every watch deadline and deliver every
+        # heartbeat before each event (slow; the reference the lazy path is checked by).
+        self.eager = "eager-dead" in bugs or not vouch
         # Sends after a disturbance have all arrived after the worst delay plus a beat.
         self.settle_s = (
             profile.delay_ms + profile.jitter_ms
@@ -323,6 +326,9 @@ class Simulation:
             return False
         proc.paused = False
         proc.resumed_at = t
+        # A look that fell due in the pause waits in ``deferred``; forget it here, or
+        # no later wake-up (all after it) would ever be scheduled again.
+        proc.next_look = math.inf
         for receiver in proc.detector.monitors if proc.detector else ():
             stream = self.streams_from[name].get(receiver)
             if stream is not None:
@@ -354,6 +360,11 @@ class Simulation:
         for stream in self.streams_from[name].values():
             stream.reclock(t, clock, self.network, self.settle_s)
             self._reschedule(stream.receiver, t)
+        # Its own watches measure gaps on the new clock: a jump forward makes them
+        # overdue at once, a faster rate stretches every gap.  Vouch for none of them
+        # until arrivals on the new clock have come in.
+        for stream in self.streams_to[name].values():
+            stream.disturbed(t, self.settle_s)
         if proc is not None and proc.up:
             self._schedule_look(proc, t)
             if proc.app is not None:
@@ -466,6 +477,7 @@ class Simulation:
         read_at: float | None,
         lazy: tuple[str, ...],
         only: str | None = None,
+        upto: float | None = None,
     ) -> None:
         """Hand every heartbeat that reached ``proc`` by ``t`` to its detector, merged
         across senders in arrival order, except those of the ``lazy`` senders.
@@ -475,16 +487,18 @@ class Simulation:
         order: a run of consecutive arrivals from one sender is one batch.  A lazy
         sender's backlog, when it comes, is merged the same way; it commutes with the
         others' batches because nothing but its arrivals touches its watch meanwhile
-        (``FailureDetector.lazy_watch_allowed``)."""
+        (``FailureDetector.lazy_watch_allowed``).  ``upto``: hand over only arrivals up
+        to then (still performing what they cause at ``t``); ``only``: one sender."""
+        upto = t if upto is None else upto
         due_lists = []
         network = self.network
         incoming = self.streams_to[proc.name]
         for sender, stream in incoming.items() if only is None else ((only, incoming[only]),):
             if lazy and sender in lazy:
                 continue
-            stream.materialise(t, network)
-            stream.delivered_to = t
-            due = stream.take_due(t)
+            stream.materialise(upto, network)
+            stream.delivered_to = upto
+            due = stream.take_due(upto)
             if due:
                 due_lists.append([(arrival, sender, incarnation) for arrival, incarnation in due])
         if not due_lists:
@@ -615,15 +629,16 @@ class Simulation:
             )
             self._reschedule(receiver, t)
 
-    def _healthy(self, stream: HeartbeatStream, t: float) -> bool:
+    def _healthy(self, stream: HeartbeatStream, t: float, receiver_rate: float = 1.0) -> bool:
         """Can the simulator vouch that this stream's gaps stay within the suspicion
-        floor (so its watch can never time out) without looking?"""
+        floor (so its watch can never time out) without looking?  Gaps are measured
+        on the receiver's clock, which runs at ``receiver_rate``."""
         if self.eager or not stream.active or t < stream.settled_at:
             return False
         if not self.network.connected(stream.sender, stream.receiver):
             return False
         low, high = self.network.delay_bounds(stream.sender, stream.receiver)
-        return stream.interval_true() + (high - low) <= self.floor_s
+        return (stream.interval_true() + (high - low)) * receiver_rate <= self.floor_s
 
     def _reschedule(self, name: str, t: float) -> None:
         proc = self.processes.get(name)
@@ -642,9 +657,10 @@ class Simulation:
         old_lazy = proc.lazy
         lazy: list[str] = []
         settling = math.inf
+        rate = proc.clock.rate
         for peer in detector.targets:
             stream = incoming.get(peer)
-            healthy = stream is not None and self._healthy(stream, t)
+            healthy = stream is not None and self._healthy(stream, t, rate)
             if healthy and (peer in old_lazy or stream.delivered_to >= t):
                 # Held back only from a moment when everything up to now was delivered,
                 # so the backlog is all from the healthy stretch.
@@ -655,9 +671,15 @@ class Simulation:
                 # No longer held back: hand over the backlog up to the last wake-up,
                 # which leaves the watch exactly as eager delivery would have (its
                 # arrivals change nothing else); the rest comes at the next wake-up.
-                last = proc.last_wake
                 self._deliver_heartbeats(
-                    proc, detector, last, proc.clock.peek_local(t), None, (), only=peer
+                    proc,
+                    detector,
+                    t,
+                    proc.clock.peek_local(t),
+                    None,
+                    (),
+                    only=peer,
+                    upto=proc.last_wake,
                 )
             if healthy:
                 continue

@@ -32,6 +32,7 @@ import hypothesis
 from hypothesis import strategies as st
 
 from swarmshake.chaos import faults
+from swarmshake.chaos.sim import hypothesis_provider
 from swarmshake.chaos.sim.run import SimConfig, SimRun, run_simulation
 
 TRIGGER_KINDS = ("agg_send", "propose", "accept", "commit", "rejoin_done")
@@ -226,6 +227,8 @@ def explore(
         deadline=None,
         suppress_health_check=list(hypothesis.HealthCheck),
         phases=(hypothesis.Phase.generate, hypothesis.Phase.shrink),
+        # Draws from the seed alone, whatever this process imported (the module).
+        backend=hypothesis_provider.register(),
     )
     try:
         schedule = hypothesis.find(

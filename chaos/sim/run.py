@@ -40,6 +40,10 @@ class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     delay_ms: float = 50.0
     jitter_ms: float = 25.0
     training: bool = True  # False: detector and membership only (no step commits)
+    # False: the simulator vouches for no heartbeat stream (every heartbeat is handed
+    # over before each event, every watch deadline wakes its node): slow, for tests
+    # that check the lazy path against it.
+    lazy: bool = True
     app: AppSettings = AppSettings()
     bounds: Bounds = Bounds()
 
@@ -121,6 +125,7 @@ def run_simulation(
         rngs=rngs,
         recorder=recorder,
         app_factory=make_app if config.training else None,
+        vouch=config.lazy,
     )
     nemesis = Nemesis(sim, schedule, rngs.get("nemesis"))
     mark = RunMark(

@@ -161,8 +161,15 @@ class HeartbeatStream:
         self.disturbed(now, settle_s)
 
     def disturbed(self, now: float, settle_s: float) -> None:
-        """Gaps are unpredictable until sends made after ``now`` have all arrived."""
-        self.settled_at = now + settle_s
+        """Gaps are unpredictable until sends made after ``now`` have all arrived.
+
+        A sender whose clock was stepped back (a healed drift or offset) holds, and
+        sends nothing until its clock catches up: the unpredictable stretch then ends
+        a settle time after its first send, not after ``now``."""
+        start = now
+        if self.active:
+            start = max(now, self._send_time(self.next_k) - self.interval_true())
+        self.settled_at = start + settle_s
         self.disturbed_at = now
 
     def take_due(self, now: float, read_at: float | None = None) -> list[tuple[float, int]]:

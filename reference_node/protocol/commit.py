@@ -22,7 +22,8 @@ Perform the returned actions **in order**; each one completes before the next:
 ``Proposed``           log ``propose`` (ballot, value_fp, contributors)
 ``Promised``           log ``promise`` (ballot, to)
 ``AcceptedValue``      log ``accept`` (ballot, value_fp, contributors, to, holds_bytes)
-``Persist``            write ``record`` durably (replace the record of its step)
+``Persist``            write ``record`` durably (replace the record of its step),
+                       with the bytes of its ``accepted_value`` when held,
                        *before* any later action: the reply after it is only
                        sent once the promise/accept survives a crash
 ``Send``               send ``message`` to every name in ``to`` (control channel)
@@ -31,7 +32,8 @@ Perform the returned actions **in order**; each one completes before the next:
 ``ApplyStep``          apply the committed aggregate of ``step`` (fetch it first if
                        not held); then feed ``Applied``
 ``Committed``          log ``commit`` (value_fp, contributors, param_fp, voters, quorum)
-``Behind``             peers are at a step this node cannot join: start rejoin
+``Behind``             peers are at a step this node cannot join, or two steps
+                       ahead: start rejoin (one state transfer)
 =====================  ==========================================================
 
 Protocol (Lamport's single-decree Paxos, one instance per step)
@@ -134,7 +136,7 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # so the coordinator's round 0 normally completes before anyone retries.
     retry_base_s: float = 0.2
     retry_max_s: float = 3.2  # backoff doubles up to this: bounded wait after a heal
-    steps_ahead_max: int = 8  # buffer messages this far ahead; beyond: this node is Behind
+    steps_ahead_max: int = 8  # HoldsAggregate accepted this far ahead; bounds early buffering
     buffered_messages_max: int = 512  # bounded memory for early messages (N voters x phases)
     retained_steps: int = 16  # decided values kept to answer laggards with Decided
     # A commit message for step s comes from a node whose core is at s, so it holds the

@@ -49,7 +49,7 @@ from swarmshake.reference_node.training.aggregation import AggregationError, agg
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
 from swarmshake.reference_node.training.state import TrainingState
-from swarmshake.reference_node.training.step import Replica
+from swarmshake.reference_node.training.step import LocalGradient, Replica
 
 # A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
 # hold up the others for longer than a step is worth.
@@ -61,6 +61,20 @@ KEEP_AGGREGATE_STEPS = 4
 AHEAD_STEPS = 2
 # Bulk frames held while the worker starts: about two steps of three peers' chunks.
 EARLY_FRAMES_MAX = 64
+
+
+AggregateOutcome = tuple[torch.Tensor, str] | AggregationError  # (aggregate, its fingerprint)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefetchedGradient:
+    """A gradient computed ahead for ``step`` by ``replica`` under ``behaviour``: used
+    only if all three are still the worker's when Contribute arrives."""
+
+    step: int
+    replica: Replica
+    behaviour: ByzantineBehaviour
+    task: asyncio.Task[tuple[LocalGradient, float]]
 
 
 class Worker:
@@ -82,6 +96,16 @@ class Worker:
         self.contributions: dict[int, dict[str, torch.Tensor]] = {}
         self.aggregates: dict[tuple[int, str], torch.Tensor] = {}
         self.aggregate_waiters: dict[tuple[int, str], str] = {}  # (step, fp) -> source asked
+        # Latency work done ahead, with no change to what is sent or committed (the
+        # same pure functions of the same inputs, started before the control process
+        # asks): the aggregate of a step's full contributor set once every expected
+        # contribution is held (the coordinator's and every acceptor's BuildAggregate
+        # asks for exactly it on the fast path), and the next step's gradient right
+        # after a commit is applied (Contribute follows once the control process has
+        # handled Applied).  Each saves a control round trip per step.
+        self.expected_contributors: dict[int, frozenset[str]] = {}  # step -> Contribute.to + us
+        self.prebuilt: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
+        self.next_gradient: PrefetchedGradient | None = None
         self.state_pull: tuple[str, checkpoint.StateAssembler] | None = None
         # The next state pull lands here: a state-sized buffer whose pages are already
         # mapped (checkpoint.paged_in_payload_buffer: first touches cost more than the
@@ -273,15 +297,41 @@ class Worker:
 
     # -- steps --------------------------------------------------------------------------------
 
+    def _timed_contribution(self) -> tuple[LocalGradient, float]:
+        """The replica's gradient for its current step (compute thread) and its time."""
+        started = time.perf_counter()
+        result = self.replica.contribution()
+        return result, time.perf_counter() - started
+
+    def _prefetch_gradient(self) -> None:
+        """Start the gradient of the replica's current step now (see ``next_gradient``).
+        Honest behaviour only: a Byzantine source may keep per-step state."""
+        behaviour = self.replica.source.behaviour
+        if not behaviour.is_honest() or self.group is None:
+            return
+        task = self.group.create_task(self.run_compute(self._timed_contribution))
+        self.next_gradient = PrefetchedGradient(self.replica.step, self.replica, behaviour, task)
+
     async def contribute(self, message: ipc.Contribute) -> None:
         if message.step != self.replica.step:
             return  # the control process moved on (a commit raced the request)
-        started = time.perf_counter()
-        result = await self.run_compute(self.replica.contribution)
-        self.last_step_s = time.perf_counter() - started
         step = message.step
+        self.expected_contributors[step] = frozenset(message.to) | {self.node}
+        prefetched, self.next_gradient = self.next_gradient, None
+        if (
+            prefetched is not None
+            and prefetched.step == step
+            and prefetched.replica is self.replica
+            and prefetched.behaviour is self.replica.source.behaviour
+        ):
+            result, self.last_step_s = await prefetched.task
+        else:
+            result, self.last_step_s = await self.run_compute(self._timed_contribution)
+        if step != self.replica.step:
+            return  # a state was installed meanwhile
         self.log(history.TrainStep, step=step, loss=result.loss, samples=result.samples)
         self.contributions.setdefault(step, {})[self.node] = result.gradient
+        self._maybe_prebuild(step)
         self.channel.send(ipc.Contributed(step=step, loss=result.loss, samples=result.samples))
         payload = memoryview(result.gradient.numpy()).cast("B")
         for peer in message.to:
@@ -297,21 +347,47 @@ class Worker:
         # or moves on.
         await send_chunks(self.links, self.codec, peer, chunks, BULK_SEND_TIMEOUT_S)
 
+    def _aggregate_job(self, chosen: dict[str, torch.Tensor]) -> AggregateOutcome:
+        """Aggregate and fingerprint in one compute-thread job (one hand-off, not two)."""
+        try:
+            result = aggregate(self.config.training, chosen)
+        except AggregationError as error:
+            return error
+        return result, fingerprint_hex(result)
+
+    def _maybe_prebuild(self, step: int) -> None:
+        """Once every expected contribution of ``step`` is held, start its aggregate."""
+        expected = self.expected_contributors.get(step)
+        held = self.contributions.get(step, {})
+        if expected is None or not expected <= held.keys() or self.group is None:
+            return
+        key = (step, tuple(sorted(expected)))
+        if key not in self.prebuilt:
+            chosen = {name: held[name] for name in key[1]}
+            self.prebuilt[key] = self.group.create_task(
+                self.run_compute(self._aggregate_job, chosen)
+            )
+
     async def build_aggregate(self, step: int, contributors: list[str]) -> None:
         held = self.contributions.get(step, {})
-        missing = sorted(set(contributors) - set(held))
-        if missing:
+        prebuilt = self.prebuilt.get((step, tuple(sorted(contributors))))
+        if prebuilt is not None:
+            outcome = await prebuilt  # the same set: the same bits
+        else:
+            missing = sorted(set(contributors) - set(held))
+            if missing:
+                self.channel.send(
+                    ipc.AggregateMissing(step=step, missing=missing, reason="contributions")
+                )
+                return
+            chosen = {name: held[name] for name in contributors}
+            outcome = await self.run_compute(self._aggregate_job, chosen)
+        if isinstance(outcome, AggregationError):
             self.channel.send(
-                ipc.AggregateMissing(step=step, missing=missing, reason="contributions")
+                ipc.AggregateMissing(step=step, missing=[], reason=str(outcome)[:120])
             )
             return
-        chosen = {name: held[name] for name in contributors}
-        try:
-            result = await self.run_compute(aggregate, self.config.training, chosen)
-        except AggregationError as error:
-            self.channel.send(ipc.AggregateMissing(step=step, missing=[], reason=str(error)[:120]))
-            return
-        agg_fp = await self.run_compute(fingerprint_hex, result)
+        result, agg_fp = outcome
         self.aggregates[(step, agg_fp)] = result
         self.channel.send(
             ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=sorted(contributors))
@@ -341,6 +417,7 @@ class Worker:
         param_fp = await self.run_compute(self.replica.apply, message.step, held)
         self._param_fp_cache = (self.replica.step, param_fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s > message.step}
+        self._forget_speculation_through(message.step)
         self.aggregates = {
             key: value
             for key, value in self.aggregates.items()
@@ -349,6 +426,13 @@ class Worker:
         self.assembler.forget_steps_before(message.step + 1)
         # When to checkpoint is the control process's decision (checkpoint_schedule).
         self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
+        self._prefetch_gradient()
+
+    def _forget_speculation_through(self, step: int) -> None:
+        self.expected_contributors = {
+            s: names for s, names in self.expected_contributors.items() if s > step
+        }
+        self.prebuilt = {key: task for key, task in self.prebuilt.items() if key[0] > step}
 
     async def set_behaviour(self, message: ipc.SetBehaviour) -> None:
         # A switch takes effect at the current step boundary (replay switches there too).
@@ -495,6 +579,7 @@ class Worker:
         fp = state.param_fingerprint()
         self._param_fp_cache = (state.step, fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
+        self._forget_speculation_through(state.step - 1)
         # A restarted node runs honest whatever its previous incarnation did; the
         # replay learns from this event which behaviour produced its next gradients.
         honest = ByzantineBehaviour()
@@ -578,6 +663,7 @@ class Worker:
         tensor = torch.frombuffer(blob, dtype=torch.float32)
         if chunk.kind == "contribution":
             self.contributions.setdefault(chunk.step, {})[sender] = tensor
+            self._maybe_prebuild(chunk.step)
             self.channel.send(ipc.ContributionArrived(step=chunk.step, sender=sender))
         elif chunk.kind == "aggregate":
             assert self.group is not None

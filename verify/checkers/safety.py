@@ -133,6 +133,7 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
     for name, _, index in timeline.crashes:
         crashes_at[index].append(name)
     lost_reported = False
+    suspect: tuple[int, int, int, str, int, int] | None = None  # the first apparent loss
     for index, event in enumerate(history.events):
         if isinstance(event, Start):
             down.discard(event.node)
@@ -178,10 +179,23 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
             down_voters = sum(node in down for node in voters)
             if not holders and down_voters < majority(len(voters)):
                 lost_reported = True
-                findings.invalid(
-                    f"committed step {top_step} is held by no node that is up after "
-                    f"{name} crashed, with only {down_voters} of {len(voters)} voters down",
-                    EventRef.of(top_index, history.events[top_index], "committed here"),
-                    EventRef.of(index, history.events[index], f"crash of {name}"),
-                )
+                suspect = (top_step, top_index, index, name, down_voters, len(voters))
+    if suspect is not None:
+        step, chosen_index, crash_index, name, down_voters, voter_count = suspect
+        chosen = history.events[chosen_index]
+        # Held by no live process's memory is not yet lost: a restarted acceptor that
+        # persisted its accept with the bytes brings the value back (explore: the
+        # surviving pair committed the very value after the crash).  It was lost if it
+        # never committed again; a different value committed later is reported above.
+        recommitted = any(
+            isinstance(event, Commit) and event.step == step and event.value_fp == chosen.value_fp
+            for event in history.events[crash_index + 1 :]
+        )
+        if not recommitted:
+            findings.invalid(
+                f"committed step {step} is held by no node that is up after "
+                f"{name} crashed, with only {down_voters} of {voter_count} voters down",
+                EventRef.of(chosen_index, chosen, "committed here"),
+                EventRef.of(crash_index, history.events[crash_index], f"crash of {name}"),
+            )
     return findings.result(f"{len(committed_value)} committed steps, none lost")

@@ -33,6 +33,7 @@ def test_quick_recovery_bench_on_the_simulator_writes_every_format(tmp_path: Pat
         assert results[fault]["detection_ms"]["p99"] is None  # fewer than 100 trials
     assert results["restart"]["rejoin_ms"]["n"] >= 1
     assert results["crash"]["rejoin_ms"]["n"] == 0
+    assert results["crash"]["loop_stalls"] == 0  # simulated nodes never stall
     assert all(cell["skipped"] for cell in results["byzantine"]["cells"])  # the sim cannot
     document = json.loads((out / "bench.json").read_text())
     assert document["schema"] == "swarmshake.bench.recovery/1" and document["results"] == results
@@ -67,7 +68,7 @@ def test_quick_recovery_bench_on_real_nodes_writes_every_format(tmp_path: Path) 
     # A SIGKILLed node is declared by every survivor and the cluster commits without it.
     assert 0 < crash["detection_ms"]["p50"] < 2000
     assert 0 < crash["recovery_ms"]["p50"] < 10_000
-    assert isinstance(crash["false_positives"], int)
+    assert isinstance(crash["false_positives"], int) and isinstance(cell["loop_stalls"], int)
     for name in ("bench.json", "report.html", "summary.md", "junit.xml"):
         assert (out / name).stat().st_size > 0, name
     assert "| crash | local | 4 | 1 |" in (out / "summary.md").read_text()

@@ -8,6 +8,7 @@ crash window must show the errors and lower availability; the steady window not.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import subprocess
@@ -66,6 +67,11 @@ def test_targets_must_stay_on_this_machine(tmp_path: Path) -> None:
     with pytest.raises(load.LoadConfigError, match="users"):
         load.start_load(["http://127.0.0.1:1"], users=1000, duration_s=5, run_dir=tmp_path)
     assert load.check_target("http://172.18.0.5:8100/") == "http://172.18.0.5:8100"
+    # The project's own Docker network may come from another pool: allowed when named.
+    project_network = ipaddress.ip_network("192.168.48.0/20")
+    assert load.check_target("http://192.168.48.3:7003", [project_network])
+    with pytest.raises(load.LoadConfigError, match="Docker network"):
+        load.check_target("http://192.168.64.3:7003", [project_network])
 
 
 @pytest.mark.slow

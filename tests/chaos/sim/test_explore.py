@@ -49,9 +49,9 @@ def test_every_registered_bug_is_covered_by_this_file():
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_explore_without_a_bug_finds_nothing(seed):
-    """Seed 2 found, in turn: a restarted node catching up one step per compute cycle
-    (L2), an accepted value whose bytes no live node held after a restart (L2), and
-    two checker mistakes (see the replays below); all fixed."""
+    """Seeds 1 and 2 found, in turn: a restarted node catching up one step per compute
+    cycle (L2), an accepted value whose bytes no live node held after a restart (L2),
+    and three checker mistakes (see the replays below); all fixed."""
     config = SimConfig(nodes=3, duration_s=40, seed=seed)
     assert explore(config, budget=DEFAULT_BUDGET, seed=seed) is None
 
@@ -99,6 +99,20 @@ FOUND_WITHOUT_A_BUG = {
 - {op: {op: crash, nodes: [n0]}, at_s: 2.77, heal_after_s: 0.23}
 - {op: {op: blackhole, src: [n0], dst: [n1], direction: one_way}, at_s: 0.5, heal_after_s: 0.5}
 - {op: {op: blackhole, src: [n1], dst: [n0], direction: one_way}, at_s: 0.5, heal_after_s: 4.39}
+""",
+    ),
+    # n2 accepted step 4's value and restarted; n1, the only other holder, crashed for
+    # good.  S2 called the step lost, yet n2's persisted accept brought it back and
+    # n0 and n2 committed the very value: lost only if it never commits again.
+    "a persisted accept outlives its holders' crashes": (
+        1,
+        """
+- {op: {op: crash, nodes: [n1]}, when: {node: n1, kind: agg_send, step_at_least: 5}}
+- op: {op: blackhole, src: [n1], dst: [n0], direction: one_way}
+  when: {node: n1, kind: commit, step_at_least: 3}
+- op: {op: crash, nodes: [n2]}
+  when: {node: n2, kind: accept, step_at_least: 4, delay_s: 0.01}
+  heal_after_s: 0.1
 """,
     ),
 }
@@ -173,8 +187,9 @@ def test_explore_writes_the_shrunk_schedule_into_its_run_directory(capsys, tmp_p
     # The file replays the violation, and the run directory is the run it describes.
     schedule = faults.load_schedule(run_dir / "shrunk.yaml")
     assert schedule.size() == document["schedule_size"]
+    # 40.0, as the command parses "40s": the run-end mark records the duration as given.
     replayed = run_simulation(
-        SimConfig(nodes=3, duration_s=40, seed=1, bugs=("stale-rejoin",)), schedule
+        SimConfig(nodes=3, duration_s=40.0, seed=1, bugs=("stale-rejoin",)), schedule
     )
     assert replayed.result.digest == document["result"]["digest"]
     recorded = load_run_dir(run_dir)

@@ -328,3 +328,52 @@ def test_a_laggard_asking_a_node_that_started_past_its_step_is_told_it_is_behind
     assert reply.message.sender_step == 1
     actions = laggard.handle(C.MessageReceived(message=reply.message), 0.2)
     assert C.Behind(step=0, peer_step=1, peer="a") in actions
+
+
+def _two_steps_without(laggard: str) -> CommitNet:
+    """a and b commit steps 0 and 1; ``laggard`` hears none of it."""
+    net = CommitNet(NAMES)
+    for step in (0, 1):
+        coordinator = net.cores["a"].coordinator(step)  # a, then b: round 0 needs no retry
+        net.feed(coordinator, C.ProposeValue(step=step, value=step_value(0, NAMES)))
+        drain(net, drop_to={laggard})
+    assert net.cores["a"].step == 2 and net.cores[laggard].step == 0
+    return net
+
+
+def test_a_node_two_steps_behind_is_told_to_transfer_state_not_fed_step_by_step():
+    """Regression (explore, seed 2): a restarted node learned one decided step per
+    compute cycle (11.3 s without a commit, R = 10 s).  A peer two steps ahead holds
+    the committed state of the step before its own: one state transfer catches up."""
+    net = _two_steps_without("c")
+    prepare = Prepare(sender="c", step=0, ballot=(1, 2))
+    [reply] = net.cores["a"].handle(C.MessageReceived(message=prepare), net.now)
+    assert isinstance(reply, C.Send) and reply.message.sender_step == 2
+    actions = net.cores["c"].handle(C.MessageReceived(message=reply.message), net.now)
+    assert C.Behind(step=0, peer_step=2, peer="a") in actions
+
+
+def test_a_message_two_steps_ahead_means_behind_and_one_step_ahead_waits():
+    laggard = C.StepCommit(node="c", voters=NAMES)
+    ahead = Prepare(sender="a", step=2, ballot=(1, 0))
+    assert laggard.handle(C.MessageReceived(message=ahead), 0.0) == [
+        C.Behind(step=0, peer_step=2, peer="a")
+    ]
+    # One step ahead is normal (peers decide while this node applies): buffered.
+    next_step = Prepare(sender="a", step=1, ballot=(1, 0))
+    assert laggard.handle(C.MessageReceived(message=next_step), 0.1) == []
+
+
+def test_a_node_one_step_behind_still_learns_the_decision():
+    net = CommitNet(NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=step_value(0, NAMES)))
+    drain(net, drop_to={"c"})
+    prepare = Prepare(sender="c", step=0, ballot=(1, 2))
+    [reply] = net.cores["a"].handle(C.MessageReceived(message=prepare), net.now)
+    assert isinstance(reply.message, Decided) and reply.message.value == step_value(0, NAMES)
+
+
+@pytest.mark.parametrize("gap", [1, 10])
+def test_the_state_transfer_gap_is_validated(gap):
+    with pytest.raises(LocalProtocolError, match="state_transfer_gap_steps"):
+        C.CommitConfig(state_transfer_gap_steps=gap)
