@@ -233,9 +233,9 @@ OwnPromises(n) ==
     ELSE {}
 
 Protocol ==
-    \/ \E n \in Nodes, acc \in SUBSET Nodes : Promise(n, acc)
+    \/ \E n \in Nodes, a \in Nodes : Promise(n, {a})
     \/ \E n \in Nodes : \E b \in OwnPromises(n) : Propose(n, b)
-    \/ \E p \in proposals, acc \in SUBSET Nodes : Accept(p, acc)
+    \/ \E p \in proposals, a \in Nodes : Accept(p, {a})
     \/ \E p \in proposals, n \in Nodes : Commit(n, p)
     \/ \E n \in Nodes : Learn(n)
 
