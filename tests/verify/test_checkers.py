@@ -16,6 +16,7 @@ from swarmshake.reference_node.protocol.history import (
     EventBase,
     Fault,
     History,
+    LoopStall,
     RejoinDone,
     RunMark,
     Start,
@@ -179,6 +180,45 @@ def test_s4_declaring_a_paused_or_crashed_node_dead_is_fine():
     run.declare("n0", "n2", 11.0)
     run.declare("n1", "n2", 11.0)
     run.fault("pause", ["n2"], 20.0, phase="heal")
+    assert run.check().results["S4"].status == "valid"
+
+
+def stall(run: Run, node: str, since: float, stalled_ms: float) -> None:
+    t = since + stalled_ms / 1000
+    run.events.append(
+        LoopStall(t_wall=t, t_mono=t, node=node, stalled_ms=stalled_ms, since_mono=since)
+    )
+
+
+def test_s4_a_peer_whose_loop_stalled_past_proc_delay_is_not_alive():
+    """DESIGN: alive means handling events at least every Δ_proc (100 ms here)."""
+    run = healthy()
+    stall(run, "n2", 14.8, 180.0)
+    run.declare("n0", "n2", 15.0)
+    assert run.check().results["S4"].status == "valid"
+
+
+def test_s4_a_short_stall_does_not_excuse_a_false_declaration():
+    run = healthy()
+    stall(run, "n2", 14.8, 60.0)  # under Δ_proc: the node was alive
+    run.declare("n0", "n2", 15.0)
+    assert run.check().results["S4"].status == "invalid"
+
+
+def test_s4_a_judge_that_stalled_makes_its_declaration_undecidable():
+    run = healthy()
+    stall(run, "n0", 14.8, 180.0)
+    run.declare("n0", "n2", 15.0)
+    assert run.check().results["S4"].status == "unknown"
+
+
+def test_s4_declarations_across_a_partition_cut_are_correct():
+    run = healthy()
+    cuts = [["n2", "n0"], ["n2", "n1"], ["n0", "n2"], ["n1", "n2"]]
+    run.fault("partition", NODES, 14.0, grouping="isolate", nodes=["n2"], cuts=cuts)
+    run.declare("n0", "n2", 14.5)
+    run.declare("n2", "n1", 14.5)
+    run.fault("partition", NODES, 16.0, phase="heal")
     assert run.check().results["S4"].status == "valid"
 
 

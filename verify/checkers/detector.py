@@ -9,7 +9,8 @@
   healed), the verdict is ``unknown`` (DESIGN: leaving the envelope makes S4
   undecidable, not false); likewise when a judging node was itself paused or
   restarting within the refutation window (every node handling events every Δ_proc
-  is part of the envelope).  A declaration made only by nodes that a partition cut
+  is part of the envelope).  A node's own ``loop_stall`` events longer than Δ_proc
+  count the same way: a stalled peer is not alive, a stalled judge is undecidable.  A declaration made only by nodes that a partition cut
   from *P* (within ``D`` of the cut) is correct: across a cut, silence is all there is.
 - L1: after each crash, every node alive and inside the envelope for the whole
   ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
@@ -95,6 +96,8 @@ def _judge(
         return "ok", ""  # names an earlier, dead process of the peer
     if peer.paused_during(t - refute_window, t + 1e-12):
         return "ok", ""  # paused, or woke too recently to have refuted
+    if peer.stalled_during(t - refute_window, t + 1e-12):
+        return "ok", ""  # handled no events for over Δ_proc: not alive (DESIGN)
     explanation = (
         f"{event.node} declared {event.peer} (incarnation {event.peer_incarnation}) dead at "
         f"t={t:.3f} while it was alive since t={max(process.start, t - envelope_window):.3f}"
@@ -112,12 +115,15 @@ def _judge(
         return "unknown", explanation + " (outside the declared envelope)"
     if any(
         judge in timeline.nodes
-        and timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
+        and (
+            timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
+            or timeline.nodes[judge].stalled_during(t - refute_window, t + 1e-12)
+        )
         for judge in judges
     ):
         # A judge that was frozen missed Δ_proc itself: its verdicts rest on silence it
         # could not observe; DESIGN's envelope assumes every node handles events.
-        return "unknown", explanation + " (a judging node was paused)"
+        return "unknown", explanation + " (a judging node was paused or stalled)"
     return "invalid", explanation
 
 

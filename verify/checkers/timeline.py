@@ -6,7 +6,8 @@ phase}``) and from ``start`` events (a process exists from its ``start`` on).
 
 - A node is *up* from a ``start`` until a ``crash``/``restart`` inject or a ``stop``.
 - A node is *paused* from a ``pause`` inject until its heal (or a ``resume`` inject).
-- *Alive* (S4's word) = up and not paused.
+- *Alive* (S4's word) = up, not paused, and handling events: a node's own
+  ``loop_stall`` report longer than Δ_proc marks it stalled for that long.
 - *Out of envelope* windows: partitions, black holes, bandwidth limits, latency above
   the declared envelope, CPU throttling, clock drift beyond the bound or an offset
   jump: while a node is in one (and for D after it ends, since the detector reacts to
@@ -25,6 +26,7 @@ from swarmshake.reference_node.protocol.history import (
     EventBase,
     Fault,
     History,
+    LoopStall,
     Start,
     Stop,
 )
@@ -69,6 +71,12 @@ class NodeTimeline:
     processes: list[Interval] = field(default_factory=list)  # up: start .. crash/stop
     process_incarnations: list[int] = field(default_factory=list)
     pauses: list[Interval] = field(default_factory=list)
+    # The node's own ``loop_stall`` reports longer than Δ_proc: DESIGN counts a node
+    # alive only while it handles events at least every Δ_proc.
+    stalls: list[Interval] = field(default_factory=list)
+
+    def stalled_during(self, low: float, high: float) -> bool:
+        return any(s.overlaps(low, high) for s in self.stalls)
 
     def up_at(self, t: float) -> Interval | None:
         starts = [p.start for p in self.processes]
@@ -181,6 +189,11 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             timeline.process_incarnations.append(event.incarnation)
         elif isinstance(event, Stop):
             _end_process(nodes.get(event.node), event.t_mono)
+        elif isinstance(event, LoopStall) and event.stalled_ms > bounds.proc_delay_ms:
+            stalled_until = event.since_mono + event.stalled_ms / 1000
+            nodes.setdefault(event.node, NodeTimeline()).stalls.append(
+                Interval(event.since_mono, stalled_until, start_index=index)
+            )
         elif isinstance(event, Fault):
             _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
             if event.op == "partition" and event.phase == "inject":
