@@ -31,6 +31,15 @@ IDLE_RECHECK_S = 1.0
 # Event-loop iterations given to pending socket reads before a timer fires: one to
 # poll the sockets, one for the reader task to parse, one for its handler.
 PENDING_IO_YIELDS = 3
+# Lifeguard's local-health idea, in the driver: after this node's own loop stalled
+# for d seconds, detector timers wait up to d more before firing.  On a starved host
+# every process stalls together; the peers' heartbeats come once *they* run again,
+# which is after our wake.  Judging them at once blamed them for the machine's stall
+# (the smoke suite under load: false deaths right after loop_stall events).  The
+# hold is capped so a node that is slow for good still detects within a bound.
+STALL_GRACE_MAX_S = 0.5
+# A late wake shorter than this is scheduling noise, not a stall.
+STALL_MIN_S = 0.04
 
 
 class DetectorDriver:
@@ -58,6 +67,8 @@ class DetectorDriver:
         self._last_arrival: dict[str, tuple[int, float]] = {}
         self.send_lag_max_s = 0.0
         self.heartbeats_sent = 0
+        self._hold_timers_until = float("-inf")  # node time; see STALL_GRACE_MAX_S
+        self.stall_holds = 0
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -89,6 +100,16 @@ class DetectorDriver:
 
     def leave(self) -> None:
         self.apply(self.core.handle(det.LeaveRequested(), self.clock.now()))
+
+    def local_stall(self, stalled_s: float) -> None:
+        """This node's loop did not run for ``stalled_s`` (the watchdog saw it wake
+        late): hold detector timers for as long again, capped (STALL_GRACE_MAX_S)."""
+        if stalled_s < STALL_MIN_S:
+            return
+        self.stall_holds += 1
+        until = self.clock.now() + min(stalled_s, STALL_GRACE_MAX_S)
+        self._hold_timers_until = max(self._hold_timers_until, until)
+        self._wake.set()
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -192,6 +213,10 @@ class DetectorDriver:
                     await asyncio.sleep(0)
                 deadline = self.core.next_deadline()
                 now = self.clock.now()
+                if now < self._hold_timers_until:
+                    # Arrivals keep flowing meanwhile (other tasks); only judging waits.
+                    await asyncio.sleep(self.clock.host_delay_s(self._hold_timers_until - now))
+                    continue
                 if deadline is not None and deadline <= now:
                     self.apply(self.core.handle(det.Tick(), now))
                 continue
@@ -201,9 +226,15 @@ class DetectorDriver:
                 else min(IDLE_RECHECK_S, self.clock.host_delay_s(deadline - now))
             )
             self._wake.clear()
+            woken = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
+                    woken = True
+            if not woken:
+                # This loop's own lateness is a stall measurement too (it may run
+                # before the watchdog after a stall).
+                self.local_stall(self.clock.now() - now - delay)
 
     # -- measurements -----------------------------------------------------------------------
 

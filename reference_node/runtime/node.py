@@ -164,7 +164,9 @@ class ControlProcess:
             send_heartbeat=self.send_heartbeat,
             on_action=self._on_detector_action,
         )
-        self.watchdog = LoopWatchdog(self.events)
+        self.watchdog = LoopWatchdog(
+            self.events, on_stall=lambda since, woke: self.detector.local_stall(woke - since)
+        )
         self.registry = make_registry(self.status)
         self.http = HttpApi(
             host=config.network.listen_host,
