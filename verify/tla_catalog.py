@@ -12,6 +12,8 @@ which TLC must then violate.  The module is the one of the bug's ``core``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
 from pathlib import Path
 from typing import Literal
@@ -19,7 +21,7 @@ from typing import Literal
 import msgspec
 
 from swarmshake.reference_node.protocol.bugs import BUGS
-from swarmshake.verify.tla import TlcResult, run_tlc
+from swarmshake.verify.tla import TlcResult, default_workers, run_tlc
 
 Profile = Literal["default", "deep"]
 PROFILES: tuple[str, ...] = ("default", "deep")
@@ -43,7 +45,10 @@ SPECS: dict[str, SpecEntry] = {
         SpecEntry(
             name="detector",
             module="Detector",
-            configs={"default": ("Detector.cfg",), "deep": ("Detector.deep.cfg",)},
+            configs={
+                "default": ("Detector.cfg",),
+                "deep": ("Detector.deep.cfg", "Detector.deep-loss.cfg"),
+            },
             about="failure detection: suspicion, incarnations, refutation, confirmation (S4, L1)",
         ),
         SpecEntry(
@@ -51,7 +56,7 @@ SPECS: dict[str, SpecEntry] = {
             module="Commit",
             configs={
                 "default": ("Commit.crash.cfg", "Commit.partition.cfg"),
-                "deep": ("Commit.deep.cfg",),
+                "deep": ("Commit.deep.cfg", "Commit.deep-steps.cfg"),
             },
             about="strict-mode step commit, Paxos per step, majority of voters (S1, S2, S3, L2)",
         ),
@@ -61,11 +66,25 @@ SPECS: dict[str, SpecEntry] = {
             configs={"default": ("Rejoin.cfg",), "deep": ("Rejoin.deep.cfg",)},
             about="rejoin by state transfer, checkpoint fallback (S1, L3)",
         ),
+        SpecEntry(
+            name="membership",
+            module="Membership",
+            configs={"default": ("Membership.cfg",), "deep": ("Membership.deep.cfg",)},
+            about=(
+                "configuration changes one node at a time through committed steps; views "
+                "with epochs; a dead-declared node rejoins with a new incarnation"
+            ),
+        ),
     )
 }
 
 # bugs.py names the core that carries a switch; the spec of that core carries the mutant.
-MODULE_OF_CORE: dict[str, str] = {"detector": "Detector", "commit": "Commit", "rejoin": "Rejoin"}
+MODULE_OF_CORE: dict[str, str] = {
+    "detector": "Detector",
+    "commit": "Commit",
+    "rejoin": "Rejoin",
+    "membership": "Membership",
+}
 
 
 class SpecCheck(msgspec.Struct):
@@ -88,26 +107,65 @@ def specs_dir() -> Path:
     return Path(str(files("swarmshake.specs")))
 
 
+def _check_config(
+    name: str, config: str, profile: str, timeout_s: float | None, workers: int
+) -> SpecCheck:
+    entry = SPECS[name]
+    result = run_tlc(
+        specs_dir() / f"{entry.module}.tla",
+        (specs_dir() / config).read_text(),
+        timeout_s=timeout_s or TIMEOUT_S[profile],
+        workers=workers,
+    )
+    return SpecCheck(spec=name, config=config, profile=profile, result=result)
+
+
+def _in_parallel(tasks: Sequence[Callable[[int], object]], jobs: int | None) -> list:
+    """Run ``task(workers)`` for each task, ``jobs`` TLC processes at a time.
+
+    TLC's liveness check runs on one thread whatever ``-workers`` says, so on 2
+    cores two TLC processes of one worker each finish sooner than one process of
+    two workers after another (measured: the default profile's 4 configs).  The
+    cores left over go to each process as workers.  Results keep the tasks' order.
+    """
+    cores = default_workers()
+    jobs = max(1, min(jobs or cores, len(tasks) or 1))
+    workers = max(1, cores // jobs)
+    if jobs == 1:
+        return [task(workers) for task in tasks]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(task, workers) for task in tasks]
+        return [future.result() for future in futures]
+
+
+def check_specs(
+    names: Sequence[str],
+    profile: str = "default",
+    *,
+    timeout_s: float | None = None,
+    jobs: int | None = None,
+) -> list[SpecCheck]:
+    """Run every config of the named specs in one profile, ``jobs`` TLC processes at once."""
+    for name in names:
+        if name not in SPECS:
+            raise KeyError(f"unknown spec {name!r}; known: {', '.join(SPECS)}")
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    tasks = [
+        lambda workers, name=name, config=config: _check_config(
+            name, config, profile, timeout_s, workers
+        )
+        for name in names
+        for config in SPECS[name].configs[profile]
+    ]
+    return _in_parallel(tasks, jobs)
+
+
 def check_spec(
     name: str, profile: str = "default", *, timeout_s: float | None = None
 ) -> list[SpecCheck]:
     """Run every config of one spec in one profile."""
-    if name not in SPECS:
-        raise KeyError(f"unknown spec {name!r}; known: {', '.join(SPECS)}")
-    if profile not in PROFILES:
-        raise KeyError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
-    entry = SPECS[name]
-    module_file = specs_dir() / f"{entry.module}.tla"
-    checks = []
-    for config in entry.configs[profile]:
-        config_text = (specs_dir() / config).read_text()
-        result = run_tlc(
-            module_file,
-            config_text,
-            timeout_s=timeout_s or TIMEOUT_S[profile],
-        )
-        checks.append(SpecCheck(spec=name, config=config, profile=profile, result=result))
-    return checks
+    return check_specs([name], profile, timeout_s=timeout_s)
 
 
 def mutant_config_name(bug: str) -> str:
@@ -130,7 +188,7 @@ def _mutant_config_problem(bug: str, config_text: str) -> str:
     return ""
 
 
-def check_mutant(bug: str, *, timeout_s: float | None = None) -> MutantCheck:
+def check_mutant(bug: str, *, timeout_s: float | None = None, workers: int = 0) -> MutantCheck:
     """Run one bug's mutant; ``caught`` only if TLC violates the property bugs.py names."""
     known = BUGS[bug]
     config = mutant_config_name(bug)
@@ -145,11 +203,25 @@ def check_mutant(bug: str, *, timeout_s: float | None = None) -> MutantCheck:
     if problem:
         return MutantCheck(bug, known.breaks, config, False, empty, f"{config}: {problem}")
     result = run_tlc(
-        specs_dir() / f"{module}.tla", config_text, timeout_s=timeout_s or TIMEOUT_S["mutant"]
+        specs_dir() / f"{module}.tla",
+        config_text,
+        timeout_s=timeout_s or TIMEOUT_S["mutant"],
+        workers=workers or None,
     )
     caught = result.status == "violated" and result.violated_property == known.breaks
     problem = "" if caught else _why_not_caught(result, known.breaks)
     return MutantCheck(bug, known.breaks, config, caught, result, problem)
+
+
+def check_mutants(
+    bugs: Sequence[str], *, timeout_s: float | None = None, jobs: int | None = None
+) -> list[MutantCheck]:
+    """Run the named bugs' mutants, ``jobs`` TLC processes at once, in the given order."""
+    tasks = [
+        lambda workers, bug=bug: check_mutant(bug, timeout_s=timeout_s, workers=workers)
+        for bug in bugs
+    ]
+    return _in_parallel(tasks, jobs)
 
 
 def _why_not_caught(result: TlcResult, expected: str) -> str:

@@ -192,9 +192,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--quick", action="store_true", help=f"CI size: {QUICK_PARAMS} params, 50 steps, a 10 s run"
     )
-    parser.add_argument("--steps", type=int, help="timed baseline steps (default 200, 50 quick)")
+    parser.add_argument("--steps", type=int, help="timed baseline steps (default 40, 50 quick)")
     parser.add_argument(
-        "--duration", type=float, help="swarmshake fault-free run, s (default 20, 10 quick)"
+        "--duration", type=float, help="swarmshake fault-free run, s (default 40, 10 quick)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -208,9 +208,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.steps is None:
-        args.steps = 50 if args.quick else 200
+        # 10M-parameter steps take ~10x a 1M one: fewer timed steps, a longer run,
+        # so both sides time a few dozen steps.
+        args.steps = 50 if args.quick else 40
     if args.duration is None:
-        args.duration = 10.0 if args.quick else 20.0
+        args.duration = 10.0 if args.quick else 40.0
     if not 2 <= args.world <= MAX_WORLD:
         raise UsageError(f"--world {args.world}: must lie in [2, {MAX_WORLD}]")
     if not 1 <= args.steps <= 100_000:

@@ -272,8 +272,15 @@ async def _request_all(
                 stderr = await process.stderr.read()
                 raise RuntimeError(f"the sender exited before it was ready: {stderr[-800:]!r}")
         for _ in range(repeats):
-            # The worker's pull buffer, mapped before the pull (Worker.prepare_pull_buffer).
-            buffer = None if hashed else checkpoint.paged_in_payload_buffer(payload_bytes)
+            # The worker's pull buffer, mapped before the pull (Worker.prepare_pull_buffer),
+            # in a helper thread as the worker does: the loop keeps serving the link.
+            buffer = (
+                None
+                if hashed
+                else await asyncio.get_running_loop().run_in_executor(
+                    None, checkpoint.paged_in_payload_buffer, payload_bytes
+                )
+            )
             done = receiver.expect(buffer)
             cpu_started, started = time.process_time(), time.perf_counter()
             process.stdin.write(b"R\n")

@@ -41,6 +41,9 @@ def _parser() -> ArgumentParser:
         "--trace", metavar="RUN_DIR", help="validate a run's history against the spec"
     )
     check.add_argument("--timeout", type=float, metavar="SECONDS", help="deadline per TLC process")
+    check.add_argument(
+        "--jobs", type=int, metavar="N", help="TLC processes at once (default: the cores)"
+    )
     check.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser
 
@@ -60,21 +63,21 @@ def _check_specs(args: argparse.Namespace, report: dict) -> list[int]:
     names = [args.spec] if args.spec else list(tla_catalog.SPECS)
     codes = []
     report["specs"] = []
-    for name in names:
-        for check in tla_catalog.check_spec(name, args.profile, timeout_s=args.timeout):
-            result = check.result
-            codes.append(result.exit_code)
-            report["specs"].append(msgspec.to_builtins(check))
-            _say(
-                f"{result.status.upper():8} {name} [{check.config}] "
-                f"{result.distinct_states} distinct states, depth {result.depth}, "
-                f"{result.duration_s:.1f} s"
-            )
-            if result.status == "violated":
-                _say(f"  violated: {result.violated_property or result.violation_kind}")
-                _say(format_counterexample(result))
-            elif result.status == "unknown":
-                _say(f"  {result.message}")
+    checks = tla_catalog.check_specs(names, args.profile, timeout_s=args.timeout, jobs=args.jobs)
+    for check in checks:
+        result = check.result
+        codes.append(result.exit_code)
+        report["specs"].append(msgspec.to_builtins(check))
+        _say(
+            f"{result.status.upper():8} {check.spec} [{check.config}] "
+            f"{result.distinct_states} distinct states, depth {result.depth}, "
+            f"{result.duration_s:.1f} s"
+        )
+        if result.status == "violated":
+            _say(f"  violated: {result.violated_property or result.violation_kind}")
+            _say(format_counterexample(result))
+        elif result.status == "unknown":
+            _say(f"  {result.message}")
     return codes
 
 
@@ -82,10 +85,14 @@ def _check_mutants(args: argparse.Namespace, report: dict) -> list[int]:
     codes = []
     report["mutants"] = []
     module = tla_catalog.SPECS[args.spec].module if args.spec else None
-    for bug, known in BUGS.items():
-        if module and tla_catalog.MODULE_OF_CORE.get(known.core) != module:
-            continue  # --spec: only the mutants of that spec
-        check = tla_catalog.check_mutant(bug, timeout_s=args.timeout)
+    # --spec: only the mutants of that spec
+    bugs = [
+        bug
+        for bug, known in BUGS.items()
+        if module is None or tla_catalog.MODULE_OF_CORE.get(known.core) == module
+    ]
+    for check in tla_catalog.check_mutants(bugs, timeout_s=args.timeout, jobs=args.jobs):
+        bug = check.bug
         report["mutants"].append(msgspec.to_builtins(check))
         if check.caught:
             codes.append(EXIT_VALID)
@@ -128,6 +135,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give at least 1 TLC process")
     if args.trace and (args.mutants or args.spec):
         raise UsageError("--trace checks a run's history; use it without --spec/--mutants")
     report: dict = {"command": "specs check", "profile": args.profile}

@@ -5,15 +5,25 @@ node process.
 A step, in the simulator's terms:
 
 1. compute (``compute_s``, slower when throttled), then log ``agg_send`` and send the
-   contribution to the step's coordinator and one backup aggregator (bulk channel);
-2. the coordinator proposes the aggregate of the contributions it holds once every
-   node in its detector view contributed, or at ``collect_s``; the backup proposes at
-   ``collect_s + backup_delay_s`` and everyone else later still, if the step is not
-   decided yet (so a dead coordinator stalls nothing, and a healthy run has one
-   proposer per step);
+   contribution to every other member (bulk channel), as the runtime does;
+2. the step's *acting coordinator* (the commit core's ``acting_coordinator``: the
+   coordinator, or the next voter in rotation order that this node's detector view
+   holds) proposes the aggregate of the contributions it holds once every voter in
+   its view contributed, ``straggler_grace_s`` after a majority did, or at
+   ``collect_s``.  A contributor that crashes is dropped from the view when the
+   detector declares it dead, and that view change ends the wait; a node that
+   becomes the acting coordinator on a view change proposes then, with phase 1 at
+   once (the core does not wait for a backoff timer).  A node restarted from an
+   older state proposes the values its acceptor records still hold at once.
+   The next live voter proposes at ``collect_s + backup_delay_s`` and everyone else
+   later still, if the step is not decided yet (a step stuck for another reason
+   stalls nothing, and a healthy run has one proposer per step);
 3. a proposer pushes the aggregate's bytes on the bulk channel before its accept
-   requests on the control channel; an acceptor that lacks them when asked to accept
-   waits ``push_grace_s`` for the push, then pulls from the sources the core names;
+   requests on the control channel (once per value); an acceptor that lacks them when
+   asked to accept rebuilds the aggregate from the contributions it holds (the same
+   inputs give the same bits), at once or as soon as the missing ones arrive, and
+   otherwise waits ``push_grace_s`` for the push, then pulls from the sources the core
+   names;
 4. ``ApplyStep`` adds the aggregate of exactly the committed contributors to the
    integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
 
@@ -53,7 +63,7 @@ from swarmshake.reference_node.protocol.commit import (
     ViewUpdated,
 )
 from swarmshake.reference_node.protocol.commit import Tick as CommitTick
-from swarmshake.reference_node.protocol.errors import RemoteProtocolError
+from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
 from swarmshake.reference_node.protocol.history import (
     Accept,
     AggSend,
@@ -76,6 +86,7 @@ from swarmshake.reference_node.protocol.membership import (
 from swarmshake.reference_node.protocol.messages import (
     AcceptRequest,
     AggregateRequest,
+    Decided,
     StateOffer,
     StateRequest,
     StepValue,
@@ -90,7 +101,17 @@ class AppSettings(msgspec.Struct, frozen=True, kw_only=True):
     """The simulated workload; defaults give ~1 step/s on the 50 ± 25 ms envelope."""
 
     compute_s: float = 0.5  # one local training step
-    collect_s: float = 0.3  # the coordinator waits this long for missing contributions
+    # The acting coordinator waits this long after its own gradient for a voter that is
+    # alive in its view but late (a straggler).  A contribution takes ~0.45 s to arrive
+    # (40 MB on the 100 MB/s bulk channel plus latency), so this must be longer, or
+    # steps aggregate only the coordinator's own gradient; a crashed contributor costs
+    # no more than its detection, since the view change ends the wait.
+    collect_s: float = 1.0
+    # ... and this long after a majority of the voters' contributions arrived: healthy
+    # contributions land within ~0.1 s of each other (start offsets of a decision's
+    # propagation plus link jitter), so one this far behind its peers is a straggler,
+    # and the step goes on without it instead of waiting out ``collect_s``.
+    straggler_grace_s: float = 0.25
     backup_delay_s: float = 0.7  # then the backup aggregator proposes
     fallback_delay_s: float = 3.0  # then anyone (rank-staggered by 0.5 s)
     push_grace_s: float = 1.0  # wait for a pushed aggregate before pulling it
@@ -162,8 +183,14 @@ class NodeApp:
         for (step, value_fp), contributors in disk.aggregates.items():
             self.held.setdefault(step, {})[value_fp] = contributors
         self.contributions: dict[int, set[str]] = {}
+        # The contributors of values seen in accept requests and decisions: what an
+        # acceptor needs to rebuild an aggregate from the contributions it holds.
+        self.values: dict[tuple[int, str], tuple[str, ...]] = {}
+        self.pushed: set[tuple[int, str]] = set()  # values whose bytes this node pushed
         self.proposed_step = -1
         self.computed_step = -1
+        self.computed_at = 0.0  # when this node's gradient of ``computed_step`` was ready
+        self.majority_step = -1  # the step whose straggler timer runs (armed once)
         self.applying: tuple[int, StepValue] | None = None
         self.fetches: dict[tuple[int, str], list] = {}  # key -> [sources, attempt]
         self.commit_timer_at = math.inf
@@ -218,8 +245,19 @@ class NodeApp:
 
     def view_changed(self, t: float, alive: tuple[str, ...]) -> None:
         self.alive_view = alive
-        if self.commit is not None:
-            self._commit(t, ViewUpdated(alive=tuple(alive)))
+        if self.commit is None:
+            return
+        self._commit(t, ViewUpdated(alive=tuple(alive)))
+        step = self.commit.step if self.commit is not None else -1
+        if self.computed_step == step and self._acting_coordinator(step):
+            # Either the contributor we waited for was declared dead, or the node that
+            # led this step was: lead it now (or at the straggler bound).
+            if not self._maybe_propose_early(t, step):
+                deadline = self.computed_at + self.settings.collect_s
+                if t >= deadline:
+                    self._propose(t, step)
+                else:
+                    self._timer(deadline, ("propose", step))
 
     def peer_dead(self, t: float, peer: str) -> None:
         if peer != self.name:
@@ -238,43 +276,91 @@ class NodeApp:
         step = self.commit.step
         self.contributions.setdefault(step, set())
         self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
+        if self._stored_value(step) is not None:
+            self._timer(t, ("replay", step))
 
-    def _aggregators(self, step: int) -> tuple[str, str]:
+    def _stored_value(self, step: int) -> StepValue | None:
+        """The value this node's acceptor accepted for ``step`` before a restart took it
+        back to an older state, if the bytes are still held (persisted with the accept)."""
+        record = self.disk.records.get(step)
+        value = record.accepted_value if record is not None else None
+        if value is None or value.agg_fp not in self.held.get(step, {}):
+            return None
+        return value
+
+    def _replay(self, t: float, step: int) -> None:
+        """Propose the stored accepted value at once: a step the cluster may already
+        have chosen is recommitted from the acceptor records (a retry adopts the highest
+        accepted value anyway) instead of waiting for a new gradient round, so nodes
+        that restarted from an old checkpoint catch up at one round per step (explore:
+        replaying five steps at ~1.4 s each broke L2's 10 s bound)."""
+        commit = self.commit
+        value = self._stored_value(step)
+        if commit is None or commit.step != step or value is None or self.proposed_step == step:
+            return
+        if commit.phase == "decided":
+            return
+        try:
+            actions = commit.handle(ProposeValue(step=step, value=value), self._local(t))
+        except LocalProtocolError:
+            return  # the stored change no longer applies: the step runs as usual
+        self.proposed_step = step
+        self._perform(t, actions)
+        self._arm_commit_timer(t)
+
+    def _acting_coordinator(self, step: int) -> bool:
+        return self.commit.acting_coordinator(step) == self.name
+
+    def _proposer_rank(self, step: int) -> int:
+        """0 for the acting coordinator, 1 for the next live voter, and so on in
+        rotation order over the voters in this node's view (learners come last)."""
         voters = self.commit.voters
-        return voters[step % len(voters)], voters[(step + 1) % len(voters)]
+        if self.name not in voters:
+            return len(voters)
+        alive = set(self.alive_view) | {self.name}
+        order = [voters[(step + k) % len(voters)] for k in range(len(voters))]
+        return [v for v in order if v in alive].index(self.name)
 
     def _computed(self, t: float, step: int) -> None:
         if self.commit is None or self.commit.step != step:
             return
         self.computed_step = step
+        self.computed_at = t
         # Its own gradient is always at hand: a fallback proposal aggregates at least it.
         self.contributions.setdefault(step, set()).add(self.name)
-        coordinator, backup = self._aggregators(step)
-        for aggregator in dict.fromkeys((coordinator, backup)):
-            self._log(AggSend, t, step=step, to=aggregator, nbytes=self.settings.aggregate_nbytes)
-            if aggregator != self.name:
-                self._send(
-                    t,
-                    aggregator,
-                    Contribution(step, self.name),
-                    "bulk",
-                    self.settings.aggregate_nbytes,
-                )
+        # To every other member, as the runtime does: whoever ends up proposing holds
+        # the gradients, and every acceptor can rebuild the aggregate it is asked to
+        # accept instead of waiting for its bytes.
+        for peer in self.commit.members:
+            if peer == self.name:
+                continue
+            self._log(AggSend, t, step=step, to=peer, nbytes=self.settings.aggregate_nbytes)
+            self._send(
+                t, peer, Contribution(step, self.name), "bulk", self.settings.aggregate_nbytes
+            )
         settings = self.settings
-        if self.name == coordinator:
+        rank = self._proposer_rank(step)
+        if rank == 0:
             self._timer(t + settings.collect_s, ("propose", step))
             self._maybe_propose_early(t, step)
-        elif self.name == backup:
+        elif rank == 1:
             self._timer(t + settings.collect_s + settings.backup_delay_s, ("propose", step))
         else:
-            voters = self.commit.voters
-            rank = (voters.index(self.name) - step) % len(voters) if self.name in voters else 0
             self._timer(t + settings.fallback_delay_s + 0.5 * rank, ("propose", step))
 
-    def _maybe_propose_early(self, t: float, step: int) -> None:
+    def _maybe_propose_early(self, t: float, step: int) -> bool:
+        """Propose if every voter in our view has contributed; whether it proposed."""
         got = self.contributions.get(step, set())
-        if self.computed_step == step and all(node in got for node in self.alive_view):
+        voters = set(self.commit.voters)
+        if self.computed_step != step:
+            return False
+        if all(node in got for node in self.alive_view if node in voters):
             self._propose(t, step)
+            return self.proposed_step == step
+        if self.majority_step != step and len(got & voters) > len(voters) // 2:
+            self.majority_step = step
+            self._timer(t + self.settings.straggler_grace_s, ("propose", step))
+        return False
 
     def _propose(self, t: float, step: int) -> None:
         commit = self.commit
@@ -320,6 +406,7 @@ class NodeApp:
             self._timer(at, ("commit_tick",))
 
     def _perform(self, t: float, actions: list) -> None:
+        rebuilt: list[tuple[int, str]] = []
         for action in actions:
             if self.commit is None:
                 return  # a Behind earlier in the list handed the node to the rejoin core
@@ -365,8 +452,15 @@ class NodeApp:
                 if key not in self.fetches and action.value_fp not in self.held.get(
                     action.step, {}
                 ):
-                    self.fetches[key] = [action.sources, 0]
-                    self._timer(t + self.settings.push_grace_s, ("fetch", key))
+                    if self._rebuild(key):
+                        rebuilt.append(key)
+                    else:
+                        sources = tuple(s for s in action.sources if s != self.name)
+                        self.fetches[key] = [sources, 0]
+                        # Our own round adopted a value we lack: no push is coming.
+                        own = bool(action.sources) and action.sources[0] == self.name
+                        grace = 0.0 if own else self.settings.push_grace_s
+                        self._timer(t + grace, ("fetch", key))
             elif isinstance(action, ApplyStep):
                 self.applying = (action.step, action.value)
                 self._apply_if_held(t)
@@ -375,12 +469,40 @@ class NodeApp:
             elif isinstance(action, Behind):
                 self.highest_step_seen = max(self.highest_step_seen, action.peer_step)
                 self._start_rejoin(t, ahead=action.peer)
+        # Told after the list is done: the core is not re-entered mid-list.
+        for key in rebuilt:
+            self._holds(t, key)
+
+    def _rebuild(self, key: tuple[int, str]) -> bool:
+        """Build the aggregate ``key`` names from the contributions this node holds;
+        whether it now holds it (the fingerprint must match: same inputs, same bits)."""
+        step, value_fp = key
+        contributors = self.values.get(key)
+        got = self.contributions.get(step, ())
+        if contributors is None or not all(c in got for c in contributors):
+            return False
+        if training.fingerprint(training.aggregate(self.sim.seed, step, contributors)) != value_fp:
+            return False
+        self.held.setdefault(step, {})[value_fp] = contributors
+        self.fetches.pop(key, None)
+        return True
+
+    def _holds(self, t: float, key: tuple[int, str]) -> None:
+        commit = self.commit
+        if commit is not None and commit.step <= key[0] <= commit.step + AHEAD_STEPS_MAX:
+            self._commit(t, HoldsAggregate(step=key[0], value_fp=key[1]))
+        self._apply_if_held(t)
 
     def _send_commit(self, t: float, action: Send) -> None:
         message = action.message
         if isinstance(message, AcceptRequest):
+            key = (message.step, message.value.agg_fp)
             contributors = self.held.get(message.step, {}).get(message.value.agg_fp)
-            if contributors is not None:
+            if contributors is not None and key not in self.pushed:
+                # Once per value: a retry's accept requests find the bytes on their
+                # way (or rebuilt), and a second push would hold up the next step's
+                # contributions on the same link.
+                self.pushed.add(key)
                 push = AggregateBytes(message.step, message.value.agg_fp, contributors)
                 for peer in action.to:
                     self._send(t, peer, push, "bulk", self.settings.aggregate_nbytes)
@@ -443,6 +565,8 @@ class NodeApp:
             del self.held[old]
         for old in [s for s in self.contributions if s <= action.step]:
             del self.contributions[old]
+        self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
+        self.pushed = {k for k in self.pushed if k[0] > action.step}
         self._begin_step(t)
 
     # --- messages -----------------------------------------------------------------------
@@ -450,6 +574,9 @@ class NodeApp:
     def receive(self, t: float, sender: str, message: Any) -> None:
         if isinstance(message, CommitMessage.__args__):  # type: ignore[attr-defined]
             self.highest_step_seen = max(self.highest_step_seen, message.step)
+            if isinstance(message, AcceptRequest | Decided) and self._near(message.step):
+                key = (message.step, message.value.agg_fp)
+                self.values[key] = tuple(message.value.contributors)
             if self.commit is not None:
                 self._commit(t, MessageReceived(message=message))
         elif isinstance(message, Contribution):
@@ -470,13 +597,22 @@ class NodeApp:
         elif isinstance(message, StateOffer | StateBytes):
             self._state_arrived(t, sender, message)
 
+    def _near(self, step: int) -> bool:
+        """Within the window this node keeps per-step data for (bounded memory)."""
+        commit = self.commit
+        return commit is not None and commit.step <= step <= commit.step + AHEAD_STEPS_MAX
+
     def _contribution(self, t: float, message: Contribution) -> None:
         if self.commit is None:
             return
         step = self.commit.step
         if step <= message.step <= step + AHEAD_STEPS_MAX:
             self.contributions.setdefault(message.step, set()).add(message.sender)
-            if message.step == step and self._aggregators(step)[0] == self.name:
+            # An acceptor waiting for this value's bytes may now rebuild it.
+            for key in [k for k in self.fetches if k[0] == message.step]:
+                if self._rebuild(key):
+                    self._holds(t, key)
+            if message.step == step and self.commit is not None and self._acting_coordinator(step):
                 self._maybe_propose_early(t, step)
 
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
@@ -670,6 +806,8 @@ class NodeApp:
             self._computed(t, payload[1])
         elif kind == "propose":
             self._propose(t, payload[1])
+        elif kind == "replay":
+            self._replay(t, payload[1])
         elif kind == "commit_tick":
             if self.commit is not None and t >= self.commit_timer_at:
                 self.commit_timer_at = math.inf

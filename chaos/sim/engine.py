@@ -10,16 +10,26 @@ dropped when popped, as a TCP connection to a dead process would be.
 The detector is driven lazily (``streams.py``): a node's detector is woken only for
 a real timer (``next_deadline(watches=False)``: suspicion timeouts, notice retries,
 gossip rounds), for the watch deadline of a stream the simulator cannot vouch for
-(its sender stopped, its link is cut or noisier than the suspicion floor allows, or
-it changed less than one worst-case delay ago), for a gossip message, or for a fault
-that touches it.  Before every wake-up its incoming heartbeats up to now are handed
-over merged in arrival order, so the core sees what one-by-one delivery shows it.
-A node with nothing to do never touches its heartbeats at all, which is where the
-speed comes from; what bounds it: every heartbeat of a node that wakes is delivered
-explicitly (~3 µs each in the core), because the core's ``elided_count`` needs a
-watch whose deadline is current and a lazily held watch's deadline is stale.  A
-cluster-wide disturbance (a crash gossiped to 1,000 nodes) therefore costs every
-heartbeat since the previous one.
+(its sender stopped, its link is cut or noisier than the suspicion floor allows, it
+changed less than one worst-case delay ago, or the receiver's clock jumped), for a
+gossip message, or for a fault that touches it.
+
+Heartbeats are handed over lazily too.  A stream the simulator vouches for and
+whose peer the core lets it hold back (``FailureDetector.lazy_watch_allowed``: the
+peer is alive at the stream's incarnation with nothing pending about it, so its
+arrivals can only refresh its watch statistics) is *lazy*: its arrivals are not even
+drawn until they matter, and its watch is passed in ``Tick.vouched``.  A lazy
+stream's backlog is handed over (merged in arrival order, as before) only when a
+gossip item names its sender, when the node's clock or liveness changes (pause,
+skew, resume), or when the stream stops being vouched for (then up to the node's
+last wake-up, which leaves the watch exactly as eager delivery would).  Every other
+stream is handed over before every wake-up.  So a gossip wave through 1,000 nodes
+costs each node its gossip, not its heartbeats: what bounds a large run now is the
+gossip itself (each churn event is gossiped to every node, ~20 receipts each) and
+the per-wake cost of the driver and core.  The decisions are those of a simulator
+that vouches for nothing (``SimConfig(lazy=False)``; tests/chaos/sim/
+test_lazy_exactness.py); what a heartbeat makes a detector *send* leaves at the
+node's next wake-up in both.
 
 Node semantics: ``crash`` loses the process (its volatile state, its sockets);
 ``pause`` freezes it (no sends, no handling: messages and timers wait and are handled
@@ -366,7 +376,7 @@ class Simulation:
         for stream in self.streams_to[name].values():
             stream.disturbed(t, self.settle_s)
         if proc is not None and proc.up:
-            self._schedule_look(proc, t)
+            self._schedule_look(proc, t, streams_changed=True)
             if proc.app is not None:
                 proc.app.clock_changed(t)
 
@@ -374,11 +384,13 @@ class Simulation:
         """A straggler: it handles and sends ``1/cpu_fraction`` times slower than the
         10 ms the simulator budgets for one unit of work."""
         extra = 0.0 if cpu_fraction >= 1.0 else 0.010 * (1.0 / cpu_fraction - 1.0)
-        for stream in self.streams_from[name].values():
-            stream.materialise(t, self.network)
+        streams = list(self.streams_from[name].values())
+        for stream in streams:
+            stream.materialise(t, self.network)  # sends so far leave at the old speed
+        self.network.set_slowness(name, extra)
+        for stream in streams:
             stream.disturbed(t, self.settle_s + extra)
             self._reschedule(stream.receiver, t)
-        self.network.set_slowness(name, extra)
         proc = self.processes.get(name)
         if proc is not None:
             proc.slowness_s = extra
@@ -490,9 +502,11 @@ class Simulation:
         (``FailureDetector.lazy_watch_allowed``).  ``upto``: hand over only arrivals up
         to then (still performing what they cause at ``t``); ``only``: one sender."""
         upto = t if upto is None else upto
+        incoming = self.streams_to[proc.name]
+        if only is None and len(lazy) == len(incoming):
+            return  # every incoming stream is held back (lazy peers all have streams)
         due_lists = []
         network = self.network
-        incoming = self.streams_to[proc.name]
         for sender, stream in incoming.items() if only is None else ((only, incoming[only]),):
             if lazy and sender in lazy:
                 continue
@@ -633,19 +647,32 @@ class Simulation:
         """Can the simulator vouch that this stream's gaps stay within the suspicion
         floor (so its watch can never time out) without looking?  Gaps are measured
         on the receiver's clock, which runs at ``receiver_rate``."""
-        if self.eager or not stream.active or t < stream.settled_at:
-            return False
-        if not self.network.connected(stream.sender, stream.receiver):
-            return False
-        low, high = self.network.delay_bounds(stream.sender, stream.receiver)
-        return (stream.interval_true() + (high - low)) * receiver_rate <= self.floor_s
+        return (
+            not self.eager
+            and t >= stream.settled_at
+            and stream.worst_gap_s * receiver_rate <= self.floor_s
+        )
+
+    def _refresh_worst_gaps(self, receiver: str) -> None:
+        """Recompute the worst arrival gap of every stream to ``receiver`` (true
+        seconds; inf when stopped or cut): done on every change of a stream or of
+        the network, which all end in ``_reschedule`` of the receivers they touch,
+        rather than on every look."""
+        network = self.network
+        for stream in self.streams_to[receiver].values():
+            if stream.active and network.connected(stream.sender, receiver):
+                low, high = network.delay_bounds(stream.sender, receiver)
+                stream.worst_gap_s = stream.interval_true() + (high - low)
+            else:
+                stream.worst_gap_s = math.inf
 
     def _reschedule(self, name: str, t: float) -> None:
+        self._refresh_worst_gaps(name)
         proc = self.processes.get(name)
         if proc is not None and proc.up and not proc.paused:
-            self._schedule_look(proc, t)
+            self._schedule_look(proc, t, streams_changed=True)
 
-    def _schedule_look(self, proc: NodeProcess, t: float) -> None:
+    def _schedule_look(self, proc: NodeProcess, t: float, streams_changed: bool = False) -> None:
         detector = proc.detector
         if detector is None or not detector.started:
             return
@@ -653,18 +680,31 @@ class Simulation:
         # keep them fresh and are delivered at the next wake-up, or later still for a
         # lazy stream (the module docstring).
         wake = detector.next_deadline(watches=False)
-        incoming = self.streams_to[proc.name]
         old_lazy = proc.lazy
+        if not streams_changed and old_lazy and detector.targets == old_lazy:
+            # Every watch is held back (the steady state), and nothing that could end
+            # that happened: no stream or network change (those come through
+            # _reschedule, or skew), no gossip naming a peer (it leaves proc.lazy).
+            self._look_at(proc, t, wake)
+            return
+        incoming = self.streams_to[proc.name]
         lazy: list[str] = []
         settling = math.inf
         rate = proc.clock.rate
         for peer in detector.targets:
             stream = incoming.get(peer)
             healthy = stream is not None and self._healthy(stream, t, rate)
-            if healthy and (peer in old_lazy or stream.delivered_to >= t):
+            if healthy:
+                # The core's word holds until an event names the peer, and such an
+                # event takes it out of proc.lazy first (detector_event).
+                if peer in old_lazy:
+                    lazy.append(peer)
+                    continue
                 # Held back only from a moment when everything up to now was delivered,
                 # so the backlog is all from the healthy stretch.
-                if detector.lazy_watch_allowed(peer, stream.incarnation):
+                if stream.delivered_to >= t and detector.lazy_watch_allowed(
+                    peer, stream.incarnation
+                ):
                     lazy.append(peer)
                     continue
             if peer in old_lazy and stream.delivered_to < proc.last_wake:
@@ -693,6 +733,13 @@ class Simulation:
         if lazy_peers != old_lazy:
             proc.lazy = lazy_peers
             proc.lazy_tick = Tick(vouched=lazy_peers) if lazy_peers else _TICK
+        self._look_at(proc, t, wake, settling)
+
+    def _look_at(
+        self, proc: NodeProcess, t: float, wake: float | None, settling: float = math.inf
+    ) -> None:
+        """Wake ``proc`` at local time ``wake`` or true time ``settling``, whichever
+        is first (and not before ``t``), unless an earlier look is pending."""
         at = None if wake is None else (wake if proc.clock.identity else proc.clock.true_time(wake))
         if settling < math.inf and (at is None or settling < at):
             at = settling

@@ -19,8 +19,15 @@ the other voter 10 ms after it accepted the coordinator's value (its reply is se
 so that value is chosen) and restart it within 0.3 s, so that the cut-off voter's
 next ballot can gather a majority with the restarted one.  A correct acceptor reports
 its accept in its promise and the ballot adopts the chosen value; one that forgot
-lets a second value be chosen (``forget-vote`` breaks S1).  Shrinking removes a
-block whole or simplifies its parts, like any other entry.
+lets a second value be chosen (``forget-vote`` breaks S1).  ``lost_bytes`` is the
+trap for an acceptor that votes without the aggregate's bytes: every node sends its
+gradient to every other, so an acceptor normally rebuilds the aggregate itself; cut
+the two other nodes off from each other (the step's coordinator bridges them, so
+each misses the other's gradient and cannot rebuild), and crash the coordinator as
+it commits, before its pushed bytes arrive.  Correct acceptors accepted only once
+the push arrived and hold the value; ones that voted without it hold nothing
+(``ack-before-apply`` breaks S2).  Shrinking removes a block whole or simplifies its
+parts, like any other entry.
 """
 
 from __future__ import annotations
@@ -136,7 +143,7 @@ def schedules(
     single = st.one_of(
         crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew
     ).map(lambda one: [one])
-    blocks = st.one_of(single, lost_vote(nodes)) if len(nodes) >= 3 else single
+    blocks = st.one_of(single, lost_vote(nodes), lost_bytes(nodes)) if len(nodes) >= 3 else single
     return st.lists(blocks, min_size=1, max_size=max_entries).map(
         lambda drawn: faults.FaultSchedule(entries=[e for block in drawn for e in block])
     )
@@ -191,6 +198,47 @@ def lost_vote(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]]
             other_two(k),
             _seconds(10, 30),  # restarted within 0.3 s: before the next ballot reaches it
             st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts that ballot
+        )
+    )
+
+
+def _before_step(node: str, step: int) -> faults.OnEvent:
+    """When ``node`` commits ``step - 1`` (for step 0: when it starts): before any of
+    ``step``'s messages leave it."""
+    if step > 0:
+        return faults.OnEvent(node=node, kind="commit", step_at_least=step - 1)
+    return faults.OnEvent(node=node, kind="start")
+
+
+def lost_bytes(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]]:
+    """The ``lost_bytes`` compound entry of the module docstring, for step ``k`` (drawn),
+    aimed at ``k``'s coordinator like ``lost_vote``."""
+    ordered = sorted(nodes)
+
+    def block(step: int, pair: tuple[str, str], heal_s: float | None) -> list:
+        coordinator = ordered[step % len(ordered)]
+        return [
+            faults.ScheduleEntry(
+                op=faults.Blackhole(src=[pair[0]], dst=[pair[1]], direction="both"),
+                when=_before_step(coordinator, step),
+                heal_after_s=heal_s,
+            ),
+            faults.ScheduleEntry(
+                op=faults.Crash(nodes=[coordinator]),
+                when=faults.OnEvent(node=coordinator, kind="commit", step_at_least=step),
+            ),
+        ]
+
+    def other_two(step: int) -> st.SearchStrategy[tuple[str, str]]:
+        rest = [n for n in ordered if n != ordered[step % len(ordered)]]
+        return st.permutations(rest).map(lambda names: (names[0], names[1]))
+
+    return st.integers(0, 12).flatmap(
+        lambda k: st.builds(
+            block,
+            st.just(k),
+            other_two(k),
+            st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts the push
         )
     )
 

@@ -49,6 +49,7 @@ class HeartbeatStream:
         "settled_at",
         "disturbed_at",
         "delivered_to",
+        "worst_gap_s",
     )
 
     def __init__(self, sender: str, receiver: str, rng: object):
@@ -68,6 +69,7 @@ class HeartbeatStream:
         self.settled_at = math.inf
         self.disturbed_at = 0.0
         self.delivered_to = -math.inf  # arrivals up to this true time were handed over
+        self.worst_gap_s = math.inf  # kept by the simulator (Simulation._refresh_worst_gaps)
 
     def _send_time(self, k: int) -> float:
         local = self.start_local + k * self.interval_local

@@ -13,7 +13,8 @@ node process; after a restart pass the acceptor records the driver persisted
   ``AcceptedReply``/``Nack``/``Decided`` received.
 - ``HoldsAggregate(step, value_fp)`` once the aggregate's bytes are held and verified.
 - ``Applied(step, param_fp)`` once the worker applied the step's committed aggregate.
-- ``ViewUpdated(alive)`` when the detector view changes (used only by ``no-quorum``).
+- ``ViewUpdated(alive)`` when the detector view changes: it picks the step's acting
+  coordinator (below) and wakes a proposer that was waiting out a backoff.
 - ``Tick()`` at ``next_deadline()`` (proposer retries with backoff).
 
 Perform the returned actions **in order**; each one completes before the next:
@@ -43,7 +44,20 @@ in the sorted members of the step's configuration, so ballots are unique and tot
 ordered.  The step's *coordinator* (``voters[step % len(voters)]``) may start at ballot
 ``(0, index)`` without phase 1: it is the lowest possible ballot and no one else can
 use it, so there is nothing lower to discover.  Everyone else, and the coordinator on
-a retry, runs phase 1 with a round above every round seen.  A retry adopts the value
+a retry, runs phase 1 with a round above every round seen.
+
+Recovery: the detector view decides who leads when the coordinator is gone.  The
+*acting coordinator* (``acting_coordinator(step)``) is the first voter in rotation
+order from the coordinator that is in this node's view; nodes with the same view
+agree on it, and it is the coordinator itself while that one is alive.  An acting
+coordinator that is not the coordinator starts phase 1 as soon as it proposes, and a
+node that *becomes* the acting coordinator on a view change (the one before it was
+declared dead) starts a new round at once rather than when its backoff timer fires.
+When voters come back into the view (a heal, a refutation), the backoff starts over:
+a proposer that was already retrying retries now if it is the acting coordinator,
+within ``retry_base_s`` otherwise, instead of up to ``2 * retry_max_s`` later (the
+timer doubled through the outage while no quorum could answer).  Safety never rests
+on the view: a wrong view costs a round, not a second value (Paxos's rule).  A retry adopts the value
 of the highest accepted ballot among the promises (Paxos's rule).  An acceptor
 accepts only once it holds the aggregate's bytes (DESIGN), so every value that can
 be chosen can be applied by any member of the quorum that chose it.  The quorum is a
@@ -136,6 +150,15 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # so the coordinator's round 0 normally completes before anyone retries.
     retry_base_s: float = 0.2
     retry_max_s: float = 3.2  # backoff doubles up to this: bounded wait after a heal
+    # A retry abandons a round that may still succeed, so it waits at least this many
+    # observed reply latencies: under a 250 ms latency spike a round trip takes ~0.55 s,
+    # and a 0.2-0.4 s timer restarted the round before any reply could come back
+    # (recovery benchmark: up to 2.6 s without a commit, all of it in retries).
+    retry_reply_latencies: float = 2.0
+    # Weight of a new sample when the reply latency estimate comes down; a slower
+    # sample replaces the estimate at once (a retry too early costs a whole round,
+    # one too late only the time it waits).
+    reply_latency_weight: float = 0.25
     steps_ahead_max: int = 8  # HoldsAggregate accepted this far ahead; bounds early buffering
     buffered_messages_max: int = 512  # bounded memory for early messages (N voters x phases)
     retained_steps: int = 16  # decided values kept to answer laggards with Decided
@@ -151,6 +174,11 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         check_positive(self.retry_base_s, "CommitConfig.retry_base_s")
         check_positive(self.retry_max_s, "CommitConfig.retry_max_s")
+        check_positive(self.retry_reply_latencies, "CommitConfig.retry_reply_latencies")
+        if not 0.0 < self.reply_latency_weight <= 1.0:
+            raise LocalProtocolError(
+                f"CommitConfig.reply_latency_weight = {self.reply_latency_weight} must lie in (0, 1]"
+            )
         for name in ("steps_ahead_max", "buffered_messages_max", "retained_steps"):
             check_count(getattr(self, name), f"CommitConfig.{name}")
         if not 2 <= self.state_transfer_gap_steps <= self.steps_ahead_max + 1:
@@ -323,6 +351,7 @@ class _Proposer:
         "highest_round",
         "attempts",
         "retry_at",
+        "sent_at",
     )
 
     def __init__(self) -> None:
@@ -335,6 +364,9 @@ class _Proposer:
         self.highest_round = 0
         self.attempts = 0
         self.retry_at: float | None = None
+        # When each of this step's rounds sent its requests: ("prepare" | "accept",
+        # ballot) -> time; replies to them measure the reply latency.
+        self.sent_at: dict[tuple[str, tuple[int, int]], float] = {}
 
     def snapshot(self) -> tuple:
         return (
@@ -347,6 +379,7 @@ class _Proposer:
             self.highest_round,
             self.attempts,
             self.retry_at,
+            tuple(sorted(self.sent_at.items())),
         )
 
 
@@ -403,6 +436,9 @@ class StepCommit:
         self._applying: int | None = None
         self._buffer: list[CommitMessage] = []
         self.dropped = 0  # messages dropped by bounds (counted, never silently lost)
+        # Seconds from sending a request to a peer's reply (0: none seen yet); sets
+        # how long a proposer waits before it gives a round up.
+        self.reply_latency_s = 0.0
 
     # -- public API -------------------------------------------------------------------------
 
@@ -449,6 +485,22 @@ class StepCommit:
     def coordinator(self, step: int) -> str:
         return self.voters[step % len(self.voters)]
 
+    def acting_coordinator(self, step: int) -> str:
+        """The first voter in rotation order from ``coordinator(step)`` that is in this
+        node's detector view (the coordinator itself if no voter is: a node that
+        sees no one leads nothing, and the coordinator stays the default)."""
+        return self._acting_coordinator(step, self.view)
+
+    def _acting_coordinator(self, step: int, view: tuple[str, ...]) -> str:
+        voters = self.voters
+        alive = set(view)
+        first = step % len(voters)
+        for offset in range(len(voters)):
+            voter = voters[(first + offset) % len(voters)]
+            if voter in alive:
+                return voter
+        return voters[first]
+
     def decided_value(self, step: int) -> StepValue | None:
         entry = self._decided.get(step)
         return None if entry is None else entry[0]
@@ -482,6 +534,7 @@ class StepCommit:
             self._applying,
             tuple(self._buffer),
             self.dropped,
+            self.reply_latency_s,
             self._clock.last,
         )
 
@@ -559,7 +612,10 @@ class StepCommit:
         ):
             self._move("start_round0")
             proposer.ballot = (0, self._index(self.node))
-            self._send_accepts(event.value, actions)
+            self._send_accepts(event.value, now, actions)
+        elif self.acting_coordinator(self.step) == self.node != self.coordinator(self.step):
+            # The coordinator is out of our view: lead now, not after a backoff.
+            self._start_round(now, actions)
         # Our own pending accept request may have been waiting for these bytes.
         self._acceptor_bytes_arrived(self.step, event.value.agg_fp, actions)
 
@@ -581,15 +637,18 @@ class StepCommit:
                 return
             self._buffer.append(message)
             return
+        self._measure_reply(message, now)
         if step < self.step:
             self._answer_laggard(message, actions)
             return
         if isinstance(message, Prepare):
             self._acceptor_prepare(message, actions)
+            self._defer_to(message, now)
         elif isinstance(message, AcceptRequest):
             self._acceptor_accept_request(message, actions)
+            self._defer_to(message, now)
         elif isinstance(message, PromiseReply):
-            self._proposer_promise(message, actions)
+            self._proposer_promise(message, now, actions)
         elif isinstance(message, AcceptedReply):
             self._proposer_accepted(message, actions)
         elif isinstance(message, Nack):
@@ -634,7 +693,30 @@ class StepCommit:
         self._advance(value, now, actions)
 
     def _on_view(self, event: ViewUpdated, now: float, actions: list) -> None:
+        before = self.view
         self.view = tuple(sorted(event.alive))
+        proposer = self._proposer
+        if proposer.candidate is None or proposer.phase == "decided":
+            return  # nothing of ours in flight: ProposeValue will look at the new view
+        if self.node not in self.members:
+            return
+        was_acting = self._acting_coordinator(self.step, before) == self.node
+        acting = self.acting_coordinator(self.step) == self.node
+        returned = (set(self.view) - set(before)) & set(self.voters)
+        if acting and not was_acting:
+            # The node that led this step left our view: take over at once.
+            proposer.attempts = 0
+            self._start_round(now, actions)
+        elif returned and (proposer.phase == "backoff" or proposer.attempts > 0):
+            # Voters are back (a heal): the backoff that grew while no quorum could
+            # answer no longer says anything; start over from the first retry.
+            proposer.attempts = 0
+            if acting:
+                self._start_round(now, actions)
+            else:
+                first_retry_at = now + self._retry_base_s() * self._jitter()
+                if proposer.retry_at is None or proposer.retry_at > first_retry_at:
+                    proposer.retry_at = first_retry_at
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
         proposer = self._proposer
@@ -643,8 +725,13 @@ class StepCommit:
         if proposer.phase == "decided" or proposer.candidate is None:
             proposer.retry_at = None
             return
-        self._move("retry")
         proposer.attempts += 1
+        self._start_round(now, actions)
+
+    def _start_round(self, now: float, actions: list) -> None:
+        """Phase 1 of a new round above every round seen (a retry, or a takeover)."""
+        proposer = self._proposer
+        self._move("retry")
         round_ = proposer.highest_round + 1
         acceptor = self._acceptors.get(self.step)
         if acceptor is not None and acceptor.promised is not None:
@@ -654,6 +741,7 @@ class StepCommit:
         proposer.promises = {}
         proposer.accepts = set()
         proposer.value = None
+        self._sent(("prepare", proposer.ballot), now)
         self._retry_later(now)
         actions.append(
             Send(
@@ -782,10 +870,11 @@ class StepCommit:
             raise LocalProtocolError(f"proposer cannot {trigger} in phase {proposer.phase}")
         proposer.phase = new_phase
 
-    def _send_accepts(self, value: StepValue, actions: list) -> None:
+    def _send_accepts(self, value: StepValue, now: float, actions: list) -> None:
         proposer = self._proposer
         proposer.value = value
         proposer.accepts = set()
+        self._sent(("accept", proposer.ballot), now)
         actions.append(Proposed(step=self.step, ballot=proposer.ballot, value=value))
         actions.append(
             Send(
@@ -796,7 +885,7 @@ class StepCommit:
             )
         )
 
-    def _proposer_promise(self, message: PromiseReply, actions: list) -> None:
+    def _proposer_promise(self, message: PromiseReply, now: float, actions: list) -> None:
         proposer = self._proposer
         if proposer.phase != "preparing" or _tuple(message.ballot) != proposer.ballot:
             return  # an answer to an older round
@@ -808,7 +897,7 @@ class StepCommit:
             accepted = [(b, v) for b, v in proposer.promises.values() if b is not None]
             value = max(accepted, key=lambda bv: bv[0])[1] if accepted else proposer.candidate
             self._move("promise_quorum")
-            self._send_accepts(value, actions)
+            self._send_accepts(value, now, actions)
 
     def _proposer_accepted(self, message: AcceptedReply, actions: list) -> None:
         proposer = self._proposer
@@ -855,13 +944,75 @@ class StepCommit:
 
     def _retry_later(self, now: float) -> None:
         proposer = self._proposer
-        backoff = min(self.config.retry_base_s * (2**proposer.attempts), self.config.retry_max_s)
-        # Deterministic jitter in [1, 2): dueling proposers drift apart without randomness.
+        backoff = min(self._retry_base_s() * (2**proposer.attempts), self.config.retry_max_s)
+        proposer.retry_at = now + backoff * self._jitter()
+
+    def _retry_base_s(self) -> float:
+        """The first retry's delay: ``retry_base_s``, or longer when replies are slow."""
+        observed = self.config.retry_reply_latencies * self.reply_latency_s
+        return min(max(self.config.retry_base_s, observed), self.config.retry_max_s)
+
+    def _sent(self, key: tuple[str, tuple[int, int]], now: float) -> None:
+        sent_at = self._proposer.sent_at
+        sent_at[key] = now
+        if len(sent_at) > 8:  # the latest rounds say enough; bounds a long duel's memory
+            del sent_at[min(sent_at, key=sent_at.__getitem__)]
+
+    def _measure_reply(self, message: CommitMessage, now: float) -> None:
+        """A peer's reply to one of our rounds, current or not: a latency sample."""
+        if message.sender == self.node or message.step != self.step:
+            return
+        if isinstance(message, PromiseReply):
+            key = ("prepare", _tuple(message.ballot))
+        elif isinstance(message, AcceptedReply):
+            key = ("accept", _tuple(message.ballot))
+        else:
+            return
+        sent = self._proposer.sent_at.get(key)
+        if sent is None:
+            return
+        sample = max(now - sent, 0.0)
+        if sample < self.reply_latency_s:
+            weight = self.config.reply_latency_weight
+            self.reply_latency_s += weight * (sample - self.reply_latency_s)
+            return
+        self.reply_latency_s = sample
+        # The round in flight was timed with the old estimate: give it the new one.
+        proposer = self._proposer
+        if proposer.retry_at is None or proposer.ballot is None:
+            return
+        phase = {"preparing": "prepare", "accepting": "accept"}.get(proposer.phase)
+        started = proposer.sent_at.get((phase, proposer.ballot)) if phase else None
+        if started is not None:
+            backoff = self._retry_base_s() * (2**proposer.attempts)
+            proposer.retry_at = max(
+                proposer.retry_at, started + min(backoff, self.config.retry_max_s)
+            )
+
+    def _defer_to(self, message: Prepare | AcceptRequest, now: float) -> None:
+        """Our acceptor joined another proposer's round: give that round the time it
+        needs before our own retry pre-empts it (dueling proposers after a heal)."""
+        if message.sender == self.node:
+            return
+        proposer = self._proposer
+        if proposer.retry_at is None or proposer.phase == "decided":
+            return
+        acceptor = self._acceptors.get(message.step)
+        ballot = _tuple(message.ballot)
+        if acceptor is None or (
+            acceptor.promised != ballot
+            and (acceptor.pending is None or acceptor.pending[0] != ballot)
+        ):
+            return  # refused: that round is no better than ours
+        proposer.retry_at = max(proposer.retry_at, now + self._retry_base_s())
+
+    def _jitter(self) -> float:
+        """Deterministic jitter in [1, 2): dueling proposers drift apart without randomness."""
         digest = hashlib.blake2b(
-            f"{self.seed}:{self.node}:{self.step}:{proposer.attempts}".encode(), digest_size=4
+            f"{self.seed}:{self.node}:{self.step}:{self._proposer.attempts}".encode(),
+            digest_size=4,
         )
-        jitter = 1.0 + int.from_bytes(digest.digest(), "big") / 2**32
-        proposer.retry_at = now + backoff * jitter
+        return 1.0 + int.from_bytes(digest.digest(), "big") / 2**32
 
     # -- learner --------------------------------------------------------------------------------
 

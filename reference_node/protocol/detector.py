@@ -123,6 +123,7 @@ refutation and fresh heartbeats until its timeout.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections import deque
@@ -440,6 +441,42 @@ PEER_STATUS_TRANSITIONS: dict[tuple[Status, str], Status] = {
 }
 
 
+_IN_VIEW = ("alive", "suspect")
+
+
+class _StatusTable(dict):
+    """peer -> status, keeping this node's alive view up to date as statuses change.
+
+    The view is asked for on every view change and every suspicion (to find a
+    subject's monitors): rebuilt each time it is O(N) in Python, which at 1,000 nodes
+    was a third of a simulated churn run.  Every write goes through ``__setitem__``
+    (which moves the one peer in or out of the view, in C) or ``pop`` (which forgets
+    the view); these are the only writes this module makes."""
+
+    __slots__ = ("view", "view_members")
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.view: tuple[str, ...] | None = None
+        self.view_members: tuple[str, ...] | None = None
+
+    def __setitem__(self, peer: str, status: Status) -> None:
+        was_in = dict.get(self, peer) in _IN_VIEW
+        super().__setitem__(peer, status)
+        view = self.view
+        if view is not None and was_in != (status in _IN_VIEW):
+            # The view is the sorted members filtered, so it is sorted too.
+            index = bisect.bisect_left(view, peer)
+            if was_in:
+                self.view = view[:index] + view[index + 1 :]
+            else:
+                self.view = (*view[:index], peer, *view[index:])
+
+    def pop(self, *args: object) -> object:
+        self.view = None
+        return super().pop(*args)
+
+
 class _Watch:
     """One monitored peer: arrival statistics over a window of gaps (integer µs, so the
     running sums are exact and a batch equals the same arrivals one by one)."""
@@ -517,7 +554,9 @@ class FailureDetector:
         self.left = False
         self.self_dead = False
         self.members: tuple[str, ...] = _sorted_members(members)
-        self.status: dict[str, Status] = {m: "alive" for m in self.members if m != node}
+        self.status: dict[str, Status] = _StatusTable(
+            {m: "alive" for m in self.members if m != node}
+        )
         self.known_incarnation: dict[str, int] = {m: 0 for m in self.members if m != node}
         self.view_epoch = 0
         self._watches: dict[str, _Watch] = {}
@@ -610,9 +649,13 @@ class FailureDetector:
 
     def alive_view(self) -> tuple[str, ...]:
         """This node's detector view: itself and every member not dead or left."""
-        return tuple(
-            m for m in self.members if m == self.node or self.status.get(m) in ("alive", "suspect")
-        )
+        status = self.status
+        if status.view is None or status.view_members is not self.members:
+            status.view = tuple(
+                m for m in self.members if m == self.node or status.get(m) in _IN_VIEW
+            )
+            status.view_members = self.members
+        return status.view
 
     def threshold_s(self, peer: str) -> float:
         """The current suspicion threshold for ``peer``'s heartbeat gaps."""

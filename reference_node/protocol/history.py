@@ -124,6 +124,15 @@ class AggSend(EventBase, tag="agg_send", kw_only=True, frozen=True):
     nbytes: int = 0
 
 
+class AggregateServe(EventBase, tag="aggregate_serve", kw_only=True, frozen=True):
+    """``node`` is about to send the aggregate ``value_fp`` of ``step`` to ``to``, a peer
+    that fetched it (to vote for it or apply it): shows who held a value's bytes."""
+
+    to: str
+    value_fp: str
+    nbytes: int = 0
+
+
 class Propose(EventBase, tag="propose", kw_only=True, frozen=True):
     """``node`` as proposer sends accept requests for ``step`` with ``ballot``."""
 
@@ -258,6 +267,7 @@ Event = (
     | ViewChange
     | ConfigChange
     | AggSend
+    | AggregateServe
     | Propose
     | Promise
     | Accept

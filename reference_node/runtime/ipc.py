@@ -165,6 +165,10 @@ class WorkerReady(_Msg, tag="ready"):
     # The fingerprint of the initial parameters (derived from the seed, the same on
     # every node): the rejoin core's genesis state.
     initial_param_fp: str = ""
+    # (step, fingerprint) of the aggregates reloaded from the worker's aggregate store
+    # (aggregate_store.py): an accept persisted before the restart may claim them, so
+    # the commit core must learn it holds them (HoldsAggregate) and peers may fetch them.
+    stored_aggregates: list[tuple[int, str]] = []
 
 
 class Contributed(_Msg, tag="contributed"):
@@ -179,11 +183,21 @@ class ContributionArrived(_Msg, tag="contribution_arrived"):
 
 
 class AggregateHeld(_Msg, tag="aggregate_held"):
-    """The worker holds the aggregate ``agg_fp`` of ``step`` over ``contributors``."""
+    """The worker holds the aggregate ``agg_fp`` of ``step`` over ``contributors``, and
+    its bytes are durable (aggregate_store.py: an accept may claim them from now on)."""
 
     step: int
     agg_fp: str
     contributors: NodeList
+
+
+class AggregateStoreFailed(_Msg, tag="aggregate_store_failed"):
+    """The aggregate could not be made durable (aggregate_store.py): this node must not
+    vote for it, and a disk that fails writes cannot keep an acceptor's promises."""
+
+    step: int
+    agg_fp: str
+    reason: str
 
 
 class AggregateMissing(_Msg, tag="aggregate_missing"):
@@ -257,6 +271,7 @@ FromWorker = (
     | Contributed
     | ContributionArrived
     | AggregateHeld
+    | AggregateStoreFailed
     | AggregateMissing
     | Applied
     | StateServing

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -343,13 +344,43 @@ async def send_parts(sock: socket.socket, parts: Sequence[Buffer]) -> None:
         sent = 0
 
 
-async def recv_exactly_into(sock: socket.socket, view: memoryview) -> int:
-    """Fill ``view`` from ``sock``; returns how many bytes came before EOF (all of it
-    unless the peer closed)."""
+async def _readable(sock: socket.socket, timeout_s: float) -> bool:
+    """Wait until ``sock`` has bytes (or EOF) to read, at most ``timeout_s``."""
     loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        async with asyncio.timeout(max(timeout_s, 0.0)):
+            await ready
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+async def recv_exactly_into(sock: socket.socket, view: memoryview, timeout_s: float) -> int:
+    """Fill ``view`` from ``sock`` within ``timeout_s``; returns how many bytes came
+    (all of them, unless the peer closed or the time ran out).
+
+    Reads only when the socket is readable and never under a cancellation, so no
+    byte read is ever dropped with a cancelled call; and when the deadline passes it
+    reads once more before giving up, so a late wake-up of this loop (a loaded
+    machine, a long local job) is not taken for a silent peer: the deadline is the
+    peer's, on the bytes it sent."""
+    deadline = time.monotonic() + timeout_s
     filled = 0
     while filled < view.nbytes:
-        received = await loop.sock_recv_into(sock, view[filled:])
+        try:
+            received = sock.recv_into(view[filled:])
+        except (BlockingIOError, InterruptedError):
+            remaining_s = deadline - time.monotonic()
+            if await _readable(sock, remaining_s) or remaining_s > 0:
+                continue
+            try:
+                received = sock.recv_into(view[filled:])  # the last chance: already here?
+            except (BlockingIOError, InterruptedError):
+                return filled
         if not received:
             break
         filled += received
@@ -389,16 +420,12 @@ async def read_frame(
     buffer = buffer or ReceiveBuffer()
     raw_header = bytearray(HEADER_BYTES)
     while True:
-        try:
-            async with asyncio.timeout(timeouts.idle_s):
-                got = await recv_exactly_into(sock, memoryview(raw_header))
-        except TimeoutError:
-            return None
+        got = await recv_exactly_into(sock, memoryview(raw_header), timeouts.idle_s)
         if got < HEADER_BYTES:
-            if got:
+            if got:  # a header cut short: by EOF or a peer stalling mid-frame
                 verifier.counter.drop(DropReason.TRUNCATED, peer_label)
                 return DropReason.TRUNCATED
-            return None
+            return None  # a clean end, or silence for idle_s
         header_bytes = bytes(raw_header)
         header = verifier.parse_header(header_bytes, channel)
         if isinstance(header, DropReason):
@@ -408,12 +435,7 @@ async def read_frame(
             timeouts.body_base_s + header.payload_bytes / timeouts.body_min_bytes_per_s
         )
         body = buffer.view(header.payload_bytes + TAG_BYTES)
-        try:
-            async with asyncio.timeout(body_deadline_s):
-                got = await recv_exactly_into(sock, body)
-        except TimeoutError:
-            got = -1
-        if got != body.nbytes:
+        if await recv_exactly_into(sock, body, body_deadline_s) != body.nbytes:
             verifier.counter.drop(DropReason.TRUNCATED, header.sender)
             return DropReason.TRUNCATED
         result = verifier.verify(header_bytes, header, body)

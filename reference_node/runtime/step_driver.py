@@ -8,14 +8,18 @@ One training step ``s`` on this node, as the driver runs it:
    once every member in its detector view has contributed, or ``contribution_wait_s``
    after its own contribution with whatever arrived: it asks the worker to
    aggregate that set and feeds ``ProposeValue`` with the aggregate's fingerprint.
-   Other nodes propose too, but only when the coordinator is out of their view or
-   the step is still undecided ``takeover_s`` later, so the fast path has one
-   proposer (the core's retries with backoff handle the rest).
+   Once the coordinator is out of the detector view, the core's acting coordinator
+   (the next voter in rotation order in the view) does the same at once; the others
+   propose only if the step is still undecided ``takeover_s`` later, so the fast
+   path has one proposer (the core's retries with backoff handle the rest).
 3. The core's actions are performed in order: events logged *before* the sends they
    describe, acceptor records persisted (fsync) before any later action.  An
    acceptor that must hold a value's bytes first rebuilds the aggregate from the
    contributions it holds and compares fingerprints, and fetches it from the
-   proposer over the bulk channel only if that fails.
+   proposer over the bulk channel only if that fails.  The worker reports an
+   aggregate held only once its bytes are durable (``aggregate_store``), so an
+   accept record never claims bytes a restart would lose; after a restart the
+   reloaded ones are announced to the commit core (``HoldsAggregate``) and served.
 4. ``ApplyStep`` -> the worker applies the aggregate -> ``Applied`` -> the core says
    ``Committed`` (logged as ``commit``) and moves to ``s + 1``.
 
@@ -157,6 +161,10 @@ class StepDriver:
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
         self.held_aggregates: dict[int, set[str]] = {}
+        for step, agg_fp in ready.stored_aggregates:
+            # Reloaded after a restart: told to the commit core once the startup
+            # rejoin has started it at the right step (_announce_held).
+            self._remember_held(step, agg_fp)
         self.schedule = CheckpointSchedule(self.config.step, node.clock.now())
         if node.incarnation > 1:
             self.schedule.failure(node.clock.now())  # this node's own restart is a failure
@@ -292,6 +300,12 @@ class StepDriver:
                 self._on_aggregate_held(message)
             case ipc.AggregateMissing():
                 self._on_aggregate_missing(message)
+            case ipc.AggregateStoreFailed():
+                # Like a failed acceptor record: a node whose disk cannot keep the bytes
+                # its votes claim must not vote.
+                self.node.request_stop(
+                    f"aggregate store write failed for step {message.step}: {message.reason}"
+                )
             case ipc.Applied():
                 self._on_applied(message)
             case ipc.StateServing():
@@ -887,7 +901,11 @@ class StepDriver:
         # Wait for the voters only: a learner still catching up must not slow the
         # cluster down; its gradient counts if it arrived in time.
         view = set(self.node.detector.core.alive_view()) & set(self.core.voters)
-        coordinator = self.core.coordinator(step)
+        # The acting coordinator leads: the coordinator, or once the detector dropped it
+        # the next voter in rotation order in our view (the core's choice, so one node
+        # takes over at once while the others keep to the stuck-step timeout below:
+        # every node proposing at once would run phase-1 rounds that pre-empt each other).
+        coordinator = self.core.acting_coordinator(step)
         wait_s = self.config.step.contribution_wait_s
         if self.name == coordinator:
             due = self.contributed_at + wait_s

@@ -31,6 +31,7 @@ from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.config import NodeConfig, load
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime import ipc
+from swarmshake.reference_node.runtime.aggregate_store import AggregateStore, AggregateStoreError
 from swarmshake.reference_node.runtime.bulk import (
     Assembler,
     AssemblyError,
@@ -45,6 +46,7 @@ from swarmshake.reference_node.runtime.bulk import (
 from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaService
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
+from swarmshake.reference_node.runtime.malloc_tuning import keep_freed_memory
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
@@ -95,6 +97,14 @@ class Worker:
         self.replicas = ReplicaService(self)  # checkpoint replicas (DESIGN S2)
         self.contributions: dict[int, dict[str, torch.Tensor]] = {}
         self.aggregates: dict[tuple[int, str], torch.Tensor] = {}
+        # Every held aggregate is written here before AggregateHeld reports it
+        # (aggregate_store.py: an accept record must never claim bytes a restart loses),
+        # on its own thread: an fsync must not hold up the compute thread or the loop.
+        self.aggregate_store = AggregateStore(config.data_dir / "aggregates", param_bytes)
+        self.store_thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="aggregate-fsync"
+        )
+        self.durable: dict[tuple[int, str], asyncio.Future[object]] = {}
         self.aggregate_waiters: dict[tuple[int, str], str] = {}  # (step, fp) -> source asked
         # Latency work done ahead, with no change to what is sent or committed (the
         # same pure functions of the same inputs, started before the control process
@@ -209,6 +219,7 @@ class Worker:
                         await self.load_checkpoint()
                         if self.source == "checkpoint":
                             self.source = "replica"
+            stored = await self.load_stored_aggregates()
             facts = environment_facts(self.config.node.seed)
             self.channel.send(
                 ipc.WorkerReady(
@@ -222,6 +233,7 @@ class Worker:
                     torch_version=facts.torch_version,
                     threads=facts.threads,
                     cpu_flags=facts.cpu_flags,
+                    stored_aggregates=stored,
                 )
             )
             self.ready_sent = True
@@ -255,6 +267,13 @@ class Worker:
             message = await self.channel.receive(timeout_s=ipc.WORKER_SILENCE_S)
             if isinstance(message, ipc.Shutdown):
                 raise SystemExit(0)
+            if isinstance(message, ipc.ExpectState):
+                # At once, not as a task: the source streams as soon as it hears the
+                # request the control process sent right after this message, and a
+                # chunk handled before the pull is set up is dropped as unrequested
+                # (seen: 3 of 4 rejoins then waited ~5 s for the retry).
+                self.expect_state(message.source)
+                continue
             # Commands run as tasks so a long one (a step) never blocks bulk I/O or infer.
             group.create_task(self.dispatch(message))
 
@@ -364,9 +383,14 @@ class Worker:
         key = (step, tuple(sorted(expected)))
         if key not in self.prebuilt:
             chosen = {name: held[name] for name in key[1]}
-            self.prebuilt[key] = self.group.create_task(
-                self.run_compute(self._aggregate_job, chosen)
-            )
+            self.prebuilt[key] = self.group.create_task(self._prebuild(step, chosen))
+
+    async def _prebuild(self, step: int, chosen: dict[str, torch.Tensor]) -> AggregateOutcome:
+        outcome = await self.run_compute(self._aggregate_job, chosen)
+        if not isinstance(outcome, AggregationError):
+            # Written before anyone asks, so the fsync is off the vote's path.
+            self.make_durable(step, outcome[1], outcome[0])
+        return outcome
 
     async def build_aggregate(self, step: int, contributors: list[str]) -> None:
         held = self.contributions.get(step, {})
@@ -389,16 +413,12 @@ class Worker:
             return
         result, agg_fp = outcome
         self.aggregates[(step, agg_fp)] = result
-        self.channel.send(
-            ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=sorted(contributors))
-        )
+        await self.report_held(step, agg_fp, result, sorted(contributors))
 
     async def fetch_aggregate(self, message: ipc.FetchAggregate) -> None:
         key = (message.step, message.agg_fp)
         if key in self.aggregates:
-            self.channel.send(
-                ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[])
-            )
+            await self.report_held(message.step, message.agg_fp, self.aggregates[key], [])
             return
         self.aggregate_waiters[key] = message.source
         request = BulkRequest(kind="aggregate", step=message.step, key=message.agg_fp)
@@ -423,6 +443,7 @@ class Worker:
             for key, value in self.aggregates.items()
             if key[0] > message.step - KEEP_AGGREGATE_STEPS
         }
+        self.prune_stored_aggregates(message.step - KEEP_AGGREGATE_STEPS + 1)
         self.assembler.forget_steps_before(message.step + 1)
         # When to checkpoint is the control process's decision (checkpoint_schedule).
         self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
@@ -455,6 +476,63 @@ class Worker:
 
         outputs = await self.run_compute(forward)
         self.channel.send(ipc.InferResult(request_id=message.request_id, outputs=outputs))
+
+    # -- durable aggregates (aggregate_store.py) -----------------------------------------------
+
+    async def load_stored_aggregates(self) -> list[tuple[int, str]]:
+        """The aggregates stored before a restart, each verified by its fingerprint, held
+        again (served to peers); a bad file is skipped with a ``checkpoint_skip`` event."""
+
+        def fingerprint(payload: bytearray) -> str:
+            return fingerprint_hex(torch.frombuffer(payload, dtype=torch.float32))
+
+        result = await self.run_compute(self.aggregate_store.load, fingerprint)
+        for skipped in result.skipped:
+            self.log(
+                history.CheckpointSkip,
+                path=str(skipped.path),
+                reason=f"stored aggregate: {skipped.reason}",
+            )
+        loop = asyncio.get_running_loop()
+        for entry in result.held:
+            key = (entry.step, entry.agg_fp)
+            self.aggregates[key] = torch.frombuffer(entry.payload, dtype=torch.float32)
+            self.durable[key] = loop.create_future()
+            self.durable[key].set_result(entry.path)
+        return [(entry.step, entry.agg_fp) for entry in result.held]
+
+    def make_durable(self, step: int, agg_fp: str, tensor: torch.Tensor) -> asyncio.Future[object]:
+        """Start writing the aggregate to the store (once); done when it is durable."""
+        key = (step, agg_fp)
+        future = self.durable.get(key)
+        if future is None:
+            payload = memoryview(tensor.numpy()).cast("B")  # aggregates are never mutated
+            future = asyncio.get_running_loop().run_in_executor(
+                self.store_thread, self.aggregate_store.write, step, agg_fp, payload
+            )
+            future.add_done_callback(_retrieve_error)  # a prebuilt one nobody asks for
+            self.durable[key] = future
+        return future
+
+    async def report_held(
+        self, step: int, agg_fp: str, tensor: torch.Tensor, contributors: list[str]
+    ) -> None:
+        """``AggregateHeld`` once the bytes are durable: an accept may claim them then."""
+        try:
+            await self.make_durable(step, agg_fp, tensor)
+        except (OSError, AggregateStoreError) as error:
+            self.durable.pop((step, agg_fp), None)
+            self.channel.send(
+                ipc.AggregateStoreFailed(step=step, agg_fp=agg_fp, reason=repr(error)[:200])
+            )
+            return
+        self.channel.send(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=contributors))
+
+    def prune_stored_aggregates(self, keep_from_step: int) -> None:
+        """Forget stored aggregates of steps below ``keep_from_step`` (AggregateStore.prune
+        says why they are never claimed again); the files go on the store's thread."""
+        self.durable = {key: f for key, f in self.durable.items() if key[0] >= keep_from_step}
+        self.store_thread.submit(self.aggregate_store.prune, keep_from_step)
 
     # -- checkpoints and state transfer --------------------------------------------------------
 
@@ -580,6 +658,7 @@ class Worker:
         self._param_fp_cache = (state.step, fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
         self._forget_speculation_through(state.step - 1)
+        self.prune_stored_aggregates(state.step - KEEP_AGGREGATE_STEPS)
         # A restarted node runs honest whatever its previous incarnation did; the
         # replay learns from this event which behaviour produced its next gradients.
         honest = ByzantineBehaviour()
@@ -600,6 +679,10 @@ class Worker:
             await self.send_blob(requester, iter([refusal]))
             return
         payload = memoryview(held.numpy()).cast("B")
+        # DESIGN: log the send before doing it.
+        self.log(
+            history.AggregateServe, step=step, to=requester, value_fp=key, nbytes=payload.nbytes
+        )
         await self.send_blob(requester, split("aggregate", step, key, payload))
 
     # -- inbound bulk ---------------------------------------------------------------------------
@@ -686,7 +769,7 @@ class Worker:
             )
             return
         self.aggregates[(step, key)] = tensor
-        self.channel.send(ipc.AggregateHeld(step=step, agg_fp=key, contributors=[]))
+        await self.report_held(step, key, tensor, [])
 
     def _pull_ended(self) -> None:
         if self.pull_buffer is None and self.group is not None:
@@ -729,6 +812,12 @@ class Worker:
         )
 
 
+def _retrieve_error(future: asyncio.Future[object]) -> None:
+    """Mark a write's error as seen (it is reported when someone awaits the write)."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def worker_main(fd: int) -> int:
     sock = socket.socket(fileno=fd)
     channel = await ipc.IpcChannel.from_socket(sock, ipc.ToWorker)
@@ -738,6 +827,7 @@ async def worker_main(fd: int) -> int:
     overrides = json.loads(init.overrides_json)
     config = load(Path(init.config_toml_path), overrides)
     configure_torch(config.training.threads)
+    keep_freed_memory()  # step buffers reuse mapped pages (malloc_tuning explains)
     worker = Worker(config, init, channel)
     code = 0
     try:

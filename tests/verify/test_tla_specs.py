@@ -58,3 +58,32 @@ def test_cli_mutants_of_one_spec_print_the_counterexample(
     assert report["mutants"][0]["caught"] and report["status"] == "valid"
     assert "CAUGHT   stale-rejoin" in captured.err and "state 2: " in captured.err
     assert "TransferFrom" in captured.err  # the action that took the stale parameters
+
+
+def test_parallel_checks_keep_their_order_and_share_the_cores() -> None:
+    # The CLI prints and reports in catalog order whatever finished first.
+    import time
+
+    from swarmshake.verify.tla import default_workers
+
+    def task(index: int):
+        def run(workers: int) -> tuple[int, int]:
+            time.sleep(0.05 * (3 - index))  # later tasks finish first
+            return index, workers
+
+        return run
+
+    results = tla_catalog._in_parallel([task(i) for i in range(3)], jobs=2)
+    assert [index for index, _ in results] == [0, 1, 2]
+    assert {workers for _, workers in results} == {max(1, default_workers() // 2)}
+    alone = tla_catalog._in_parallel([task(0)], jobs=None)
+    assert alone == [(0, default_workers())]  # one TLC process gets every core
+
+
+def test_every_spec_has_a_config_per_profile_that_exists() -> None:
+    for entry in tla_catalog.SPECS.values():
+        assert (tla_catalog.specs_dir() / f"{entry.module}.tla").is_file()
+        for profile in tla_catalog.PROFILES:
+            assert entry.configs[profile], (entry.name, profile)
+            for config in entry.configs[profile]:
+                assert (tla_catalog.specs_dir() / config).is_file(), config
