@@ -328,16 +328,23 @@ CommitAction = (
 
 
 class _Acceptor:
-    __slots__ = ("promised", "accepted_ballot", "accepted_value", "pending")
+    __slots__ = ("promised", "accepted_ballot", "accepted_value", "pending", "pending_since")
 
     def __init__(self, record: AcceptorRecord | None = None):
         self.promised: tuple[int, int] | None = None if record is None else _tuple(record.promised)
         self.accepted_ballot = None if record is None else _tuple(record.accepted_ballot)
         self.accepted_value: StepValue | None = None if record is None else record.accepted_value
         self.pending: tuple[tuple[int, int], StepValue, str] | None = None  # waits for bytes
+        self.pending_since = 0.0  # when ``pending`` started waiting
 
     def snapshot(self) -> tuple:
-        return (self.promised, self.accepted_ballot, self.accepted_value, self.pending)
+        return (
+            self.promised,
+            self.accepted_ballot,
+            self.accepted_value,
+            self.pending,
+            self.pending_since,
+        )
 
 
 class _Proposer:
@@ -645,7 +652,7 @@ class StepCommit:
             self._acceptor_prepare(message, actions)
             self._defer_to(message, now)
         elif isinstance(message, AcceptRequest):
-            self._acceptor_accept_request(message, actions)
+            self._acceptor_accept_request(message, now, actions)
             self._defer_to(message, now)
         elif isinstance(message, PromiseReply):
             self._proposer_promise(message, now, actions)
@@ -725,6 +732,20 @@ class StepCommit:
         if proposer.phase == "decided" or proposer.candidate is None:
             proposer.retry_at = None
             return
+        acceptor = self._acceptors.get(self.step)
+        if (
+            acceptor is not None
+            and acceptor.pending is not None
+            and (acceptor.promised is None or acceptor.pending[0] >= acceptor.promised)
+            and now < acceptor.pending_since + self.config.retry_max_s
+        ):
+            # Our acceptor is fetching the bytes of the live round (ours or another
+            # proposer's): a retry now would only pre-empt it, and the new round would
+            # wait for the same bytes (explore and the recovery benchmark after a heal:
+            # proposers restarted each other's rounds every 0.3 s while acceptors
+            # fetched for 0.5 s).  Bounded by retry_max_s in case the bytes never come.
+            proposer.retry_at = now + self._retry_base_s() * self._jitter()
+            return
         proposer.attempts += 1
         self._start_round(now, actions)
 
@@ -782,7 +803,7 @@ class StepCommit:
             )
         )
 
-    def _acceptor_accept_request(self, message: AcceptRequest, actions: list) -> None:
+    def _acceptor_accept_request(self, message: AcceptRequest, now: float, actions: list) -> None:
         if self.node not in self.voters:
             return
         ballot = _tuple(message.ballot)
@@ -797,6 +818,8 @@ class StepCommit:
                 actions.append(self._fetch(message.step, message.value.agg_fp, message.sender))
             return
         if acceptor.pending is None or acceptor.pending[0] <= ballot:
+            if acceptor.pending is None:
+                acceptor.pending_since = now
             acceptor.pending = (ballot, message.value, message.sender)
             actions.append(self._fetch(message.step, message.value.agg_fp, message.sender))
 
@@ -898,6 +921,10 @@ class StepCommit:
             value = max(accepted, key=lambda bv: bv[0])[1] if accepted else proposer.candidate
             self._move("promise_quorum")
             self._send_accepts(value, now, actions)
+            # Phase 2 gets a timeout of its own: a retry timed for phase 1 alone fired
+            # while the accepts were on their way back (recovery benchmark: a takeover
+            # round restarted itself with its quorum 1 ms away).
+            self._retry_later(now)
 
     def _proposer_accepted(self, message: AcceptedReply, actions: list) -> None:
         proposer = self._proposer

@@ -217,3 +217,39 @@ def test_large_bulk_frames_stream_through():
         await b.stop()
 
     asyncio.run(main())
+
+
+def test_a_late_receiver_loop_keeps_a_healthy_connection_and_every_byte():
+    """The idle and body deadlines are the peer's: when the receiver's own loop wakes
+    late (a loaded machine), bytes the peer sent in time are read, not taken for
+    silence, and no byte read is lost to a cancelled call (the stream stays aligned)."""
+    import socket
+    import threading
+    import time
+
+    async def main():
+        book = AddressBook()
+        b = Node("b", book)
+        pb = await b.started()
+        enc = FrameEncoder(
+            run_key=RUN_KEY, sender="a", incarnation=1, receiver="b", channel=Channel.CONTROL
+        )
+        peer = socket.create_connection(("127.0.0.1", pb))
+        peer.sendall(enc.encode_bytes(b"one"))
+        await wait_for(lambda: len(b.received) == 1)
+        # While the receiver's loop is blocked well past idle_s, the peer sends a frame
+        # in two pieces (its header first): the data is there when the loop wakes.
+        frame = enc.encode_bytes(b"two")
+        sender = threading.Timer(0.05, lambda: (peer.sendall(frame[:20]), peer.sendall(frame[20:])))
+        sender.start()
+        time.sleep(3 * FAST.idle_s)  # noqa: ASYNC251 - the point: this loop is late
+        sender.join()
+        await wait_for(lambda: len(b.received) == 2)
+        peer.sendall(enc.encode_bytes(b"three"))  # the same connection still serves
+        await wait_for(lambda: len(b.received) == 3)
+        assert [p for _, _, p in b.received] == [b"one", b"two", b"three"]
+        assert b.links.counter.total == 0
+        peer.close()
+        await b.stop()
+
+    asyncio.run(main())
