@@ -759,6 +759,8 @@ class Worker:
             self.drops.drop("unrequested_aggregate", sender)
             return
         actual = await self.run_compute(fingerprint_hex, tensor)
+        if (step, key) not in self.aggregate_waiters:
+            return  # asked of several peers: another copy was judged while this one hashed
         del self.aggregate_waiters[(step, key)]
         if actual != key:
             self.drops.drop("aggregate_fingerprint_mismatch", sender)
