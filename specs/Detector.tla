@@ -21,7 +21,7 @@
 (* condition over protocol steps and Tick.  Crash/Restart/Lose: no         *)
 (* fairness.  Bugs (bugs.py names) switch on the known mistakes.           *)
 (***************************************************************************)
-EXTENDS Naturals, FiniteSets, TLC
+EXTENDS Naturals, FiniteSets
 
 CONSTANTS
     Nodes,            \* node ids
@@ -217,10 +217,6 @@ Next == Protocol \/ Tick \/ Environment
 Fairness == WF_vars(Protocol \/ Tick)
 
 Spec == Init /\ [][Next]_vars /\ Fairness
-
-\* For TLC only: nodes are interchangeable (no rule names one), so a config with
-\* model values for Nodes may check safety up to their permutations.
-NodeSymmetry == Permutations(Nodes)
 
 \* For TLC only: incarnations rise without bound in an infinite run.
 Bounds == \A n \in Nodes : inc[n] <= MaxIncarnation

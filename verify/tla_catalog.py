@@ -45,10 +45,7 @@ SPECS: dict[str, SpecEntry] = {
         SpecEntry(
             name="detector",
             module="Detector",
-            configs={
-                "default": ("Detector.cfg",),
-                "deep": ("Detector.deep.cfg", "Detector.deep-loss.cfg"),
-            },
+            configs={"default": ("Detector.cfg",), "deep": ("Detector.deep.cfg",)},
             about="failure detection: suspicion, incarnations, refutation, confirmation (S4, L1)",
         ),
         SpecEntry(
@@ -56,7 +53,7 @@ SPECS: dict[str, SpecEntry] = {
             module="Commit",
             configs={
                 "default": ("Commit.crash.cfg", "Commit.partition.cfg"),
-                "deep": ("Commit.deep.cfg", "Commit.deep-steps.cfg"),
+                "deep": ("Commit.deep.cfg",),
             },
             about="strict-mode step commit, Paxos per step, majority of voters (S1, S2, S3, L2)",
         ),

@@ -15,7 +15,7 @@ A step, in the simulator's terms:
    becomes the acting coordinator on a view change proposes then, with phase 1 at
    once (the core does not wait for a backoff timer).  A node restarted from an
    older state proposes the values its acceptor records still hold at once.
-   The next live voter proposes at ``collect_s + backup_delay_s`` and everyone else
+   The next live voter proposes ``backup_delay_s`` after its gradient and everyone else
    later still, if the step is not decided yet (a step stuck for another reason
    stalls nothing, and a healthy run has one proposer per step);
 3. a proposer pushes the aggregate's bytes on the bulk channel before its accept
@@ -95,6 +95,7 @@ from swarmshake.reference_node.protocol.messages import (
 RETAINED_STEPS = 16  # aggregates and acceptor records kept for laggards (= the core's)
 FETCH_ROUNDS_MAX = 3  # pull attempts per source list before waiting for a new decision
 AHEAD_STEPS_MAX = 8  # contributions buffered this far ahead (the commit core's window)
+REJOIN_RETRY_S = 1.0  # a failed rejoin is tried again this much later (one request a second)
 
 
 class AppSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +113,11 @@ class AppSettings(msgspec.Struct, frozen=True, kw_only=True):
     # propagation plus link jitter), so one this far behind its peers is a straggler,
     # and the step goes on without it instead of waiting out ``collect_s``.
     straggler_grace_s: float = 0.25
-    backup_delay_s: float = 0.7  # then the backup aggregator proposes
+    # The next live voter takes over a step still undecided this long after its own
+    # gradient: a healthy step decides ~0.6 s after it (contributions 0.45 s, a round
+    # trip), so this catches a coordinator that is alive but slow (a straggler) without
+    # duelling a healthy one; a dead one is replaced at its declaration instead.
+    backup_delay_s: float = 1.0
     fallback_delay_s: float = 3.0  # then anyone (rank-staggered by 0.5 s)
     # Wait this long for a pushed aggregate before pulling it: a push leaves with its
     # accept request and takes ~0.45 s (40 MB at 100 MB/s plus latency).
@@ -262,6 +267,10 @@ class NodeApp:
                     self._timer(deadline, ("propose", step))
 
     def peer_dead(self, t: float, peer: str) -> None:
+        if self.rejoin is not None and self.rejoin.source == peer:
+            # The state source died mid-transfer: ask the next one now, not after the
+            # fetch timeout (5-40 s; explore, seed 2: 11 s without a commit).
+            self._rejoin(t, rejoin.FetchFailed(source=peer, reason="declared dead"))
         if peer != self.name:
             incarnation = self.proc.detector.known_incarnation.get(peer, 0)
             self.membership.handle(
@@ -346,7 +355,7 @@ class NodeApp:
             self._timer(t + settings.collect_s, ("propose", step))
             self._maybe_propose_early(t, step)
         elif rank == 1:
-            self._timer(t + settings.collect_s + settings.backup_delay_s, ("propose", step))
+            self._timer(t + settings.backup_delay_s, ("propose", step))
         else:
             self._timer(t + settings.fallback_delay_s + 0.5 * rank, ("propose", step))
 
@@ -712,7 +721,14 @@ class NodeApp:
             elif isinstance(action, rejoin.RejoinDone):
                 self._rejoined(t, action)
             elif isinstance(action, rejoin.RejoinFailed):
-                self.rejoin = None  # strict mode stalls by design; the history shows no rejoin_done
+                # No source answered and nothing local is usable.  Try again later, as
+                # the runtime does while peers are ahead: the source may have restarted
+                # mid-transfer (explore, seed 2: a node whose only source was declared
+                # dead and restarted stayed without a commit core for 30 s).  If no one
+                # can ever serve, strict mode stalls by design and the history shows no
+                # rejoin_done.
+                self.rejoin = None
+                self._timer(t + REJOIN_RETRY_S, ("rejoin_begin",))
         deadline = self.rejoin.next_deadline() if self.rejoin is not None else None
         if deadline is not None:
             at = max(self._true(deadline), t)
@@ -825,7 +841,8 @@ class NodeApp:
             if entry is not None and entry[1] == payload[2]:
                 self._fetch(t, payload[1])
         elif kind == "rejoin_begin":
-            self._start_rejoin(t)
+            if self.commit is None and self.rejoin is None:  # not already back or rejoining
+                self._start_rejoin(t)
         elif kind == "rejoin_tick":
             if self.rejoin is not None and t >= self.rejoin_timer_at:
                 self.rejoin_timer_at = math.inf

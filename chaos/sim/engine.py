@@ -81,6 +81,7 @@ from swarmshake.reference_node.protocol.messages import Gossip
 LOOK, MESSAGE, CALL, TIMER = range(4)
 # A livelock guard: 1,000 nodes may legitimately act at one instant a few times each.
 SAME_TIME_EVENTS_MAX = 200_000
+ALIVE_LISTS_MAX = 256  # distinct views remembered for sharing; a wave has a handful
 
 
 class SimulationStalled(RuntimeError):
@@ -186,6 +187,10 @@ class Simulation:
             profile.delay_ms + profile.jitter_ms
         ) / 1000 + self.detector_config.heartbeat_interval_s
         self.handled_events = 0
+        # One list per distinct view, shared by the view_change events that log it
+        # (read-only records): at 1,000 nodes every node logs the same ~1,000 names
+        # after each churn event, which was most of a 600 s run's memory.
+        self._alive_lists: dict[tuple[str, ...], list[str]] = {}
         self.config_extra: dict[str, Any] = {}
 
     # --- the loop -----------------------------------------------------------------------
@@ -593,7 +598,12 @@ class Simulation:
                 )
                 self.log(Refute, proc, when, suspected_by=action.suspected_by)
             elif isinstance(action, ViewChanged):
-                self.log(ViewChangeEvent, proc, when, epoch=action.epoch, alive=list(action.alive))
+                alive = self._alive_lists.get(action.alive)
+                if alive is None:
+                    if len(self._alive_lists) >= ALIVE_LISTS_MAX:
+                        self._alive_lists.clear()
+                    alive = self._alive_lists[action.alive] = list(action.alive)
+                self.log(ViewChangeEvent, proc, when, epoch=action.epoch, alive=alive)
                 if proc.app is not None:
                     proc.app.view_changed(t, action.alive)
             elif isinstance(action, SelfDeclaredDead):
