@@ -1192,7 +1192,27 @@ class FailureDetector:
         self._gossip_if_due(at, actions)
 
     def _about_me(self, item: GossipItem, message: Gossip, at: float, actions: list) -> None:
-        if self.self_dead or item.incarnation < self.incarnation:
+        if self.self_dead:
+            return
+        if item.incarnation < self.incarnation:
+            if item.status != "alive":
+                # A verdict on an incarnation this node has already refuted: the
+                # claimer missed the refutation.  Ignoring it left two nodes each
+                # holding the other dead for good (explore, seed 2: after a one-way
+                # cut and a crash, neither ever rejoined).  Answer the sender with
+                # the current incarnation; one item per message received, so the
+                # sender's own notice backoff bounds these answers.
+                alive = GossipItem(
+                    subject=self.node, incarnation=self.incarnation, status="alive",
+                    origin=self.node,
+                )  # fmt: skip
+                actions.append(
+                    SendGossip(
+                        to=(message.sender,),
+                        message=Gossip(sender=self.node, items=[alive]),
+                        at=at,
+                    )
+                )
             return
         if item.status == "suspect":
             self.incarnation = item.incarnation + 1
