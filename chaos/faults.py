@@ -134,10 +134,17 @@ def _expand(nodes: list[str], cluster: list[str]) -> list[str]:
 
 
 class Crash(NodeOp, tag="crash", kw_only=True, frozen=True):
-    """SIGKILL / ``docker kill``: the process dies, its volatile state is lost."""
+    """SIGKILL / ``docker kill``: the process dies, its volatile state is lost.
+
+    ``permanent``: the machine is gone for good: nothing restarts it, not even the
+    quiesce (which otherwise brings every node back).  S2's "fewer than a majority
+    crash" includes such failures; only a permanent one can show that a committed
+    step lived on one node's disk alone."""
+
+    permanent: bool = False
 
     def heal(self) -> FaultOp | None:
-        return Restart(nodes=self.nodes)
+        return None if self.permanent else Restart(nodes=self.nodes)
 
 
 class Restart(NodeOp, tag="restart", kw_only=True, frozen=True):

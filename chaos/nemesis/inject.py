@@ -51,6 +51,7 @@ class Nemesis:
         self.cluster = list(backend.spec.nodes)
         self.cut: set[tuple[str, str]] = set()
         self.churn: Churn | None = None
+        self.gone_for_good: set[str] = set()  # permanent crashes: the quiesce keeps them down
         self.applied: list[tuple[float, str, str]] = []  # (t_mono, op, phase), for progress
         self.lamport = 0
 
@@ -126,7 +127,7 @@ class Nemesis:
             if getattr(node, "paused", False):
                 await node.resume()
                 self._record("pause", "heal", [name], {})
-            if not node.is_running():
+            if not node.is_running() and name not in self.gone_for_good:
                 await node.restart()
                 self._record("crash", "heal", [name], {"quiesce": True})
         if self.backend.broker.lost:
@@ -155,6 +156,8 @@ class Nemesis:
     async def _apply(self, op: F.FaultOp) -> None:  # noqa: C901 - one branch per op type
         match op:
             case F.Crash():
+                if op.permanent:
+                    self.gone_for_good.update(self._nodes(op))
                 await self._each_node(op, "crash")
             case F.Restart():
                 await self._each_node(op, "restart")

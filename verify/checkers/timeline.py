@@ -49,6 +49,8 @@ NETWORK_OPS = frozenset(
     }
 )
 ALL_NODES = "*"
+# Faults that cut links outright: across such a cut, silence is all a node can see.
+CUT_OPS = frozenset({"partition", "blackhole"})
 
 
 @dataclass
@@ -146,7 +148,7 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     nodes: dict[str, NodeTimeline] = {name: NodeTimeline() for name in history.nodes()}
     open_windows: dict[str, list[tuple[Interval, frozenset[str] | None]]] = {}
     exits: list[tuple[Interval, frozenset[str] | None]] = []
-    open_cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
+    open_cuts: dict[str, list[tuple[Interval, frozenset[tuple[str, str]]]]] = {}
     cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
     crashes: list[tuple[str, float, int]] = []
     first_seen: dict[str, float] = {}
@@ -172,11 +174,9 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             exits.append((interval, affected))
         if not windows:
             open_windows.pop(op, None)
-        if op == "partition":
-            for interval, pairs in open_cuts:
-                interval.end = t + grace
-                cuts.append((interval, pairs))
-            open_cuts.clear()
+        for interval, pairs in open_cuts.pop(op, []):
+            interval.end = t + grace
+            cuts.append((interval, pairs))
 
     for index, event in enumerate(history.events):
         if event.node != HARNESS:
@@ -196,8 +196,11 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             )
         elif isinstance(event, Fault):
             _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
-            if event.op == "partition" and event.phase == "inject":
-                open_cuts.append((Interval(event.t_mono, start_index=index), _cut_pairs(event)))
+            if event.op in CUT_OPS and event.phase == "inject":
+                pairs = _cut_pairs(event, sorted(nodes))
+                open_cuts.setdefault(event.op, []).append(
+                    (Interval(event.t_mono, start_index=index), pairs)
+                )
     for op in list(open_windows):
         close(op, math.inf)
     # A node that logged events but no start (a history cut at the front) is up from its
@@ -209,15 +212,31 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     return Timeline(nodes=nodes, envelope_exits=exits, crashes=crashes, end_t=end_t, cuts=cuts)
 
 
-def _cut_pairs(event: Fault) -> frozenset[tuple[str, str]]:
-    """The directed links a partition cut, from its ``cuts`` param (the harness and
-    the simulator both record them); malformed entries are ignored, not trusted."""
-    pairs = set()
-    for entry in event.params.get("cuts", ()) or ():
+def _cut_pairs(event: Fault, nodes: list[str]) -> frozenset[tuple[str, str]]:
+    """The directed links a partition or black hole cut: a partition's ``cuts`` param
+    (the harness and the simulator record them), a black hole's ``src``/``dst``
+    (``*`` = every node; both directions unless ``one_way``).  Malformed entries are
+    ignored, not trusted: fewer cuts only makes S4 stricter."""
+    pairs: set[tuple[str, str]] = set()
+    params = event.params
+    for entry in params.get("cuts", ()) or ():
         if isinstance(entry, (list, tuple)) and len(entry) == 2:
             src, dst = entry
             if isinstance(src, str) and isinstance(dst, str):
                 pairs.add((src, dst))
+
+    def expand(names: object) -> list[str]:
+        if not isinstance(names, list):
+            return []
+        return nodes if ALL_NODES in names else [n for n in names if isinstance(n, str)]
+
+    if event.op == "blackhole":
+        for src in expand(params.get("src")):
+            for dst in expand(params.get("dst")):
+                if src != dst:
+                    pairs.add((src, dst))
+                    if params.get("direction") != "one_way":
+                        pairs.add((dst, src))
     return frozenset(pairs)
 
 
