@@ -41,8 +41,10 @@ test-long: setup image
 	$(PYTEST) -m "long" -q
 
 bench: setup
-	$(SWARMSHAKE) bench recovery --quick
-	$(SWARMSHAKE) bench overhead --quick
+	$(SWARMSHAKE) bench harness --backend local --nodes 8 --trials 3 --capacity 4,8,12,16
+	$(SWARMSHAKE) bench recovery --quick --backend sim,local
+	$(SWARMSHAKE) bench overhead --quick --json
+	$(SWARMSHAKE) bench rejoin --params 100M --json
 
 # On a CUDA machine: kernel tests and the kernel benchmark table.
 bench-gpu:

@@ -149,7 +149,13 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # First retry after 0.2 s: a round trip is <= 150 ms in the 50 +- 25 ms envelope,
     # so the coordinator's round 0 normally completes before anyone retries.
     retry_base_s: float = 0.2
-    retry_max_s: float = 3.2  # backoff doubles up to this: bounded wait after a heal
+    # Backoff doubles up to this (times the jitter, so at most twice this): the wait
+    # after a heal that no view change announces.  After a partition with no majority
+    # anywhere, each side holds the other dead for seconds, so no ViewUpdated wakes the
+    # proposers; with 3.2 s every proposer slept up to 6.4 s past the heal (recovery
+    # benchmark: 1.7 s of silence after the heal).  1 s still dwarfs a round (0.1-0.5 s),
+    # so duelling proposers still drift apart.
+    retry_max_s: float = 1.0
     # A retry abandons a round that may still succeed, so it waits at least this many
     # observed reply latencies: under a 250 ms latency spike a round trip takes ~0.55 s,
     # and a 0.2-0.4 s timer restarted the round before any reply could come back

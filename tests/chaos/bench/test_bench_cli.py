@@ -74,3 +74,34 @@ def test_quick_recovery_bench_on_real_nodes_writes_every_format(tmp_path: Path) 
     assert "| crash | local | 4 | 1 |" in (out / "summary.md").read_text()
     run_dir = Path(cell["run_dirs"][0])
     assert (run_dir / "events" / "harness.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_harness_bench_measures_start_up_fault_latency_and_capacity() -> None:
+    """``bench harness`` on a small real local cluster: every figure is present and
+    plausible (the goals themselves are for BENCHMARKS.md, not for a test)."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "swarmshake", "bench", "harness", "--backend", "local",
+            "--nodes", "3", "--trials", "1", "--capacity", "3", "--json",
+        ],
+        capture_output=True, text=True, timeout=400, env={**os.environ, "CI": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert 0 < result["up_to_steady_s"]["median"] < 120
+    latencies = result["fault_call_to_effect_ms"]
+    assert set(latencies) == {
+        "partition_isolate_one", "partition_halves", "latency_one_link", "pause", "crash"
+    }  # fmt: skip
+    assert all(0 < cell["median"] < 10_000 and cell["trials"] == 1 for cell in latencies.values())
+    ramp = result["capacity"]["ramp"]
+    assert [entry["nodes"] for entry in ramp] == [3] and "holds" in ramp[0]
+
+
+def test_harness_bench_rejects_bad_arguments() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmshake", "bench", "harness", "--nodes", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 64 and "--nodes" in done.stderr

@@ -92,9 +92,10 @@ def test_an_acting_coordinator_proposes_with_phase_1_without_waiting_for_a_timer
     assert other.next_deadline() is not None
 
 
-def _stuck_in_a_minority(node: str) -> C.StepCommit:
+def _stuck_in_a_minority(node: str) -> tuple[C.StepCommit, float]:
     """``node`` proposes step 0 cut off from a majority of five and retries until its
-    backoff has doubled to the cap (a partition lasting a few seconds)."""
+    backoff has doubled to the cap (a partition lasting a few seconds); returns the
+    core and the moment of the heal, just after its last retry."""
     core = C.StepCommit(node=node, voters=FIVE)
     core.handle(C.ViewUpdated(alive=("a", "b")), 0.0)
     core.handle(C.ProposeValue(step=0, value=step_value(0, FIVE)), 0.0)
@@ -102,13 +103,12 @@ def _stuck_in_a_minority(node: str) -> C.StepCommit:
     for _ in range(6):
         now = core.next_deadline()
         core.handle(C.Tick(), now)
-    assert core.next_deadline() - now >= core.config.retry_max_s  # asleep for >= 3.2 s
-    return core
+    assert core.next_deadline() - now >= core.config.retry_max_s  # asleep for the cap
+    return core, now + 0.01
 
 
 def test_a_heal_wakes_the_acting_coordinator_at_once():
-    core = _stuck_in_a_minority("a")
-    heal_at = core.next_deadline() - 3.0
+    core, heal_at = _stuck_in_a_minority("a")
     actions = core.handle(C.ViewUpdated(alive=FIVE), heal_at)
     [prepare] = prepares(actions)
     assert prepare.sender == "a"
@@ -116,10 +116,17 @@ def test_a_heal_wakes_the_acting_coordinator_at_once():
 
 
 def test_a_heal_brings_the_other_proposers_retry_down_to_the_first_backoff():
-    core = _stuck_in_a_minority("b")  # step 0's coordinator is a: b is not acting after the heal
-    heal_at = core.next_deadline() - 3.0
+    core, heal_at = _stuck_in_a_minority("b")  # step 0's coordinator is a: b is not acting
+    asleep_until = core.next_deadline()
     assert prepares(core.handle(C.ViewUpdated(alive=FIVE), heal_at)) == []
-    assert core.next_deadline() <= heal_at + 2 * core.config.retry_base_s
+    assert core.next_deadline() <= heal_at + 2 * core.config.retry_base_s < asleep_until
+
+
+def test_backoff_is_capped_so_an_unannounced_heal_costs_at_most_twice_the_cap():
+    """A heal no view change announces (each side of a split without a majority holds
+    the other dead for seconds) is noticed by the next retry."""
+    core, heal_at = _stuck_in_a_minority("a")
+    assert core.next_deadline() - heal_at <= 2 * core.config.retry_max_s <= 2.0
 
 
 def test_a_view_change_without_a_new_leader_or_a_returning_voter_changes_nothing():
