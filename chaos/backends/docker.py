@@ -56,6 +56,9 @@ STOP_GRACE_S = 3  # docker stop's SIGTERM → SIGKILL grace
 HOST_LIBS = "/lib/x86_64-linux-gnu"
 
 
+# docker pause/unpause retries (DockerNode._freezer_call says why).
+FREEZER_TRIES = 3
+FREEZER_RETRY_S = 0.2
 # Node containers created at once by ``up`` (see there).
 NODE_START_CONCURRENCY = 4
 
@@ -100,12 +103,27 @@ class DockerNode(NodeHandle):
         self.paused = False
 
     async def pause(self) -> None:
-        await self._call("pause")
+        await self._freezer_call("pause")
         self.paused = True
 
     async def resume(self) -> None:
-        await self._call("unpause")
+        await self._freezer_call("unpause")
         self.paused = False
+
+    async def _freezer_call(self, method: str) -> None:
+        """``docker pause``/``unpause`` with a few retries: the cgroup freezer fails
+        transiently ("unable to freeze") while a task sits in uninterruptible sleep,
+        as under heavy load; three tries 0.2 s apart, then the error stands."""
+        import docker.errors
+
+        for attempt in range(FREEZER_TRIES):
+            try:
+                await self._call(method)
+                return
+            except docker.errors.APIError:
+                if attempt == FREEZER_TRIES - 1:
+                    raise
+                await asyncio.sleep(FREEZER_RETRY_S)
 
     async def set_cpu_fraction(self, fraction: float) -> None:
         period = 100_000

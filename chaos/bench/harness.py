@@ -98,10 +98,15 @@ def fault_latencies(session: ClusterSession, trials: int) -> dict[str, dict[str,
     results: dict[str, dict[str, Any]] = {}
     for name, op in ops.items():
         samples = []
-        for _ in range(trials):
-            samples.append(_timed_ms(lambda op=op: session.inject(op)))
-            session.heal(op)
-            time.sleep(SETTLE_S)
+        try:
+            for _ in range(trials):
+                samples.append(_timed_ms(lambda op=op: session.inject(op)))
+                session.heal(op)
+                time.sleep(SETTLE_S)
+        except Exception as error:  # noqa: BLE001 - one op failing must not lose the others
+            results[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+            session.heal_all()
+            continue
         results[name] = {**_summary(samples), "goal_ms": 50.0}
     crash_samples = []
     for _ in range(trials):
