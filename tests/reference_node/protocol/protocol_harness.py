@@ -283,3 +283,23 @@ def step_value(index: int, names) -> StepValue:
     """A few distinct candidate values (different fingerprints and contributor sets)."""
     contributors = sorted(names[: max(1, len(names) - index % 2)])
     return StepValue(agg_fp=f"a{index:02x}", contributors=contributors)
+
+
+def drain(net: CommitNet, *, drop_to=frozenset(), rounds: int = 200) -> None:
+    """Deliver everything (except to ``drop_to``), serve fetches and applies, until
+    quiet; the clock does not move, so whatever commits here needed no timer."""
+    for _ in range(rounds):
+        if net.in_flight:
+            to, _ = net.in_flight[0]
+            if to in drop_to:
+                net.in_flight.pop(0)
+            else:
+                net.deliver(0)
+        elif net.fetches:
+            node, step, fp = net.fetches.pop(0)
+            net.feed(node, C.HoldsAggregate(step=step, value_fp=fp))
+        elif net.applies:
+            node, step = net.applies.pop(0)
+            net.feed(node, C.Applied(step=step, param_fp="f" + str(step)))
+        else:
+            return

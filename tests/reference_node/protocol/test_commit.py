@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from protocol_harness import CommitNet, ConsensusModel, step_value
+from protocol_harness import CommitNet, ConsensusModel, drain, step_value
 
 from swarmshake.reference_node.protocol import commit as C
 from swarmshake.reference_node.protocol.bugs import BugSet
@@ -20,25 +20,6 @@ from swarmshake.reference_node.protocol.messages import (
 )
 
 NAMES = ("a", "b", "c")
-
-
-def drain(net: CommitNet, *, drop_to=frozenset(), rounds: int = 200) -> None:
-    """Deliver everything (except to ``drop_to``), serve fetches and applies, until quiet."""
-    for _ in range(rounds):
-        if net.in_flight:
-            to, message = net.in_flight[0]
-            if to in drop_to:
-                net.in_flight.pop(0)
-            else:
-                net.deliver(0)
-        elif net.fetches:
-            node, step, fp = net.fetches.pop(0)
-            net.feed(node, C.HoldsAggregate(step=step, value_fp=fp))
-        elif net.applies:
-            node, step = net.applies.pop(0)
-            net.feed(node, C.Applied(step=step, param_fp="f" + str(step)))
-        else:
-            return
 
 
 def test_all_commit_the_same_value_with_a_majority_quorum():

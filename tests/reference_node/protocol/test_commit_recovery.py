@@ -9,7 +9,7 @@ never abandons a round before its replies can possibly arrive.
 from __future__ import annotations
 
 import pytest
-from protocol_harness import CommitNet, step_value
+from protocol_harness import CommitNet, drain, step_value
 
 from swarmshake.reference_node.protocol import commit as C
 from swarmshake.reference_node.protocol.errors import LocalProtocolError
@@ -17,26 +17,6 @@ from swarmshake.reference_node.protocol.messages import AcceptedReply, Prepare
 
 NAMES = ("a", "b", "c")
 FIVE = ("a", "b", "c", "d", "e")
-
-
-def drain(net: CommitNet, *, drop_to=frozenset(), rounds: int = 200) -> None:
-    """Deliver everything (except to ``drop_to``), serve fetches and applies, until quiet;
-    the clock does not move, so whatever commits here needed no timer."""
-    for _ in range(rounds):
-        if net.in_flight:
-            to, _ = net.in_flight[0]
-            if to in drop_to:
-                net.in_flight.pop(0)
-            else:
-                net.deliver(0)
-        elif net.fetches:
-            node, step, fp = net.fetches.pop(0)
-            net.feed(node, C.HoldsAggregate(step=step, value_fp=fp))
-        elif net.applies:
-            node, step = net.applies.pop(0)
-            net.feed(node, C.Applied(step=step, param_fp="f" + str(step)))
-        else:
-            return
 
 
 def prepares(actions: list) -> list[Prepare]:
