@@ -210,7 +210,31 @@ def build_node(client: docker.DockerClient, wheelhouse: Path) -> str:
     log(f"node: building {tag} (code layer)")
     client.images.build(fileobj=buffer, custom_context=True, tag=tag, rm=True, labels={LABEL: "1"})
     log(f"node: built in {time.monotonic() - started:.1f}s")
+    removed = prune_superseded(client, tag)
+    if removed:
+        log(f"prune: removed {removed} superseded image tag(s)")
     return tag
+
+
+def prune_superseded(client: docker.DockerClient, keep: str) -> int:
+    """Removes this project's node and deps images other than ``keep`` and its parents.
+
+    Every code change is a new node tag (~10 MB each, but a changed pin is a new
+    deps layer of ~6 GB), so without pruning a busy machine fills its disk with
+    images no tree needs any more. An image still used by a container is skipped."""
+    wanted = {keep, deps_tag(), base_tag()}
+    removed = 0
+    for repo in (NODE_REPO, DEPS_REPO):
+        for image in client.images.list(name=repo):
+            if wanted & set(image.tags):
+                continue
+            for old_tag in image.tags:
+                try:
+                    client.images.remove(old_tag, noprune=False)
+                    removed += 1
+                except docker.errors.APIError as error:  # in use by a container: keep it
+                    log(f"prune: kept {old_tag} ({error.explanation or error})")
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:

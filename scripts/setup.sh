@@ -26,6 +26,35 @@ die() { printf '\033[31m[setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
 inputs_hash() { cat "$@" | sha256sum | cut -c1-16; }
 
+# The venv holds torch's CUDA build (~5.5 GB) and the node image a copy of it; a
+# fresh clone needs this much free before it starts, or pip dies half-way with
+# "No space left on device".
+DISK_NEED_GB=8
+STALE_SCRATCH_MIN=360 # our scratch folders older than 6 h belong to no live run
+
+free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
+
+step_disk() {
+  local free
+  free="$(free_gb "$ROOT")"
+  if ((free >= DISK_NEED_GB)); then
+    say "disk: ${free} GB free"
+    return
+  fi
+  say "disk: only ${free} GB free; removing swarmshake's stale scratch folders and images"
+  # Only what swarmshake itself names: scratch folders of dead runs, and node or
+  # deps images that no container uses (docker refuses to remove those).
+  find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'swarmshake-*' -mmin +"$STALE_SCRATCH_MIN" \
+    -exec rm -rf {} + 2>/dev/null || true
+  if docker info >/dev/null 2>&1; then
+    docker image prune -f --filter "label=swarmshake.project" >/dev/null 2>&1 || true
+  fi
+  free="$(free_gb "$ROOT")"
+  ((free >= DISK_NEED_GB)) \
+    || die "disk: ${free} GB free on $(df -P "$ROOT" | awk 'NR == 2 { print $6 }'), set-up needs ${DISK_NEED_GB} GB (torch's CUDA wheels); free some space and run it again"
+  say "disk: ${free} GB free after clean-up"
+}
+
 step_venv() {
   local stamp=.venv/.swarmshake-installed
   local want
@@ -134,6 +163,7 @@ step_image() {
 
 run_step() {
   case "$1" in
+  disk) step_disk ;;
   venv) step_venv ;;
   wheelhouse) step_wheelhouse ;;
   apt) step_apt ;;
@@ -141,8 +171,8 @@ run_step() {
   dockerd) step_dockerd ;;
   tlc) step_tlc ;;
   image) step_wheelhouse; step_image ;;
-  all) step_apt; step_venv; step_toxiproxy; step_tlc; step_dockerd ;;
-  *) die "unknown step '$1' (venv wheelhouse apt toxiproxy dockerd tlc image all)" ;;
+  all) step_disk; step_apt; step_venv; step_toxiproxy; step_tlc; step_dockerd ;;
+  *) die "unknown step '$1' (disk venv wheelhouse apt toxiproxy dockerd tlc image all)" ;;
   esac
 }
 

@@ -118,12 +118,14 @@ def fault_latencies(session: ClusterSession, trials: int) -> dict[str, dict[str,
     return results
 
 
-def startup(backend: str, nodes: int, trials: int, seed: int, keep_session: bool = False):
+def startup(
+    backend: str, nodes: int, trials: int, seed: int, scratch: Path, keep_session: bool = False
+):
     """Up → steady per trial; the last trial's session is returned open when asked."""
     samples_s: list[float] = []
     session: ClusterSession | None = None
     for trial in range(trials):
-        run_dir = Path(tempfile.mkdtemp(prefix="swarmshake-bench-harness-"))
+        run_dir = scratch / f"startup-{nodes}-{trial}"
         session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed + trial))
         started = time.monotonic()
         try:
@@ -147,12 +149,12 @@ def _loop_stalls_ms(run_dir: Path) -> list[float]:
     return stalls
 
 
-def holds(backend: str, nodes: int, seed: int) -> dict[str, Any]:
+def holds(backend: str, nodes: int, seed: int, scratch: Path) -> dict[str, Any]:
     """Whether the machine holds ``nodes`` real nodes: steady in time, then a clean
     fault-free hold (no false death, commits flowing, no long loop stall)."""
     from swarmshake.verify.checkers import check_history
 
-    run_dir = Path(tempfile.mkdtemp(prefix="swarmshake-bench-capacity-"))
+    run_dir = scratch / f"capacity-{nodes}"
     session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed))
     entry: dict[str, Any] = {"nodes": nodes}
     started = time.monotonic()
@@ -188,11 +190,11 @@ def holds(backend: str, nodes: int, seed: int) -> dict[str, Any]:
     return entry
 
 
-def capacity(backend: str, sizes: Iterable[int], seed: int) -> dict[str, Any]:
+def capacity(backend: str, sizes: Iterable[int], seed: int, scratch: Path) -> dict[str, Any]:
     ramp = []
     held = 0
     for size in sizes:
-        entry = holds(backend, size, seed)
+        entry = holds(backend, size, seed, scratch)
         ramp.append(entry)
         if not entry.get("holds"):
             break
@@ -203,7 +205,16 @@ def capacity(backend: str, sizes: Iterable[int], seed: int) -> dict[str, Any]:
 def run(
     backend: str, nodes: int, trials: int, capacity_sizes: list[int], seed: int
 ) -> dict[str, Any]:
-    samples_s, session = startup(backend, nodes, trials, seed, keep_session=True)
+    # The clusters' run directories (a few hundred MB each with checkpoints) are only
+    # read for the figures: they go with the scratch folder, on success or failure.
+    with tempfile.TemporaryDirectory(prefix="swarmshake-bench-harness-") as scratch:
+        return _run_in(backend, nodes, trials, capacity_sizes, seed, Path(scratch))
+
+
+def _run_in(
+    backend: str, nodes: int, trials: int, capacity_sizes: list[int], seed: int, scratch: Path
+) -> dict[str, Any]:
+    samples_s, session = startup(backend, nodes, trials, seed, scratch, keep_session=True)
     assert session is not None
     goal_s = 5.0 if backend == "local" else 15.0
     result: dict[str, Any] = {
@@ -224,5 +235,5 @@ def run(
     finally:
         session.down()
     if capacity_sizes:
-        result["capacity"] = capacity(backend, capacity_sizes, seed)
+        result["capacity"] = capacity(backend, capacity_sizes, seed, scratch)
     return result

@@ -14,6 +14,7 @@ of a node that was up), and heartbeat gap quantiles from every node's /status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import signal
@@ -160,10 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     from swarmshake.reference_node.training.config import parse_parameter_count, sized_for
 
     training = {"hidden": sized_for(parse_parameter_count(args.params)).hidden}
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="swarmshake-detect-"))
-    if run_dir.exists() and any(run_dir.iterdir()):
-        shutil.rmtree(run_dir)
-    result = run(args.nodes, args.kills, args.settle_s, run_dir, training, {}, args.control_nice)
+    # Without --run-dir the run directory is scratch: removed once the figures are read.
+    with contextlib.ExitStack() as scratch:
+        run_dir = args.run_dir or Path(
+            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-detect-"))
+        )
+        if run_dir.exists() and any(run_dir.iterdir()):
+            shutil.rmtree(run_dir)
+        result = run(
+            args.nodes, args.kills, args.settle_s, run_dir, training, {}, args.control_nice
+        )
     result["control_nice"] = args.control_nice
     print(
         json.dumps(

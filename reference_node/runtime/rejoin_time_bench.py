@@ -19,6 +19,7 @@ for ~1M parameters: restart -> in sync ≤ 3 s, ready -> in sync ≤ 0.5 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -138,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         hidden = sized_for(parse_parameter_count(args.params)).hidden
     except (TrainingConfigError, ValueError) as error:
         parser.error(f"--params {args.params!r}: {error}")
-    run_dir = (args.run_dir or Path(tempfile.mkdtemp(prefix="swarmshake-rejoin-"))).resolve()
-    result = run(args.nodes, args.restarts, args.down_s, run_dir, list(hidden))
+    # Without --run-dir the run directory is scratch: removed once the figures are read.
+    with contextlib.ExitStack() as scratch:
+        run_dir = args.run_dir or Path(
+            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-rejoin-"))
+        )
+        result = run(args.nodes, args.restarts, args.down_s, run_dir.resolve(), list(hidden))
     print(json.dumps(result, indent=2 if not args.json else None))
     return 0 if all("error" not in s for s in result["samples"]) else 2
 

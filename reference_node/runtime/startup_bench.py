@@ -13,6 +13,7 @@ The harness issue's goal: 8 nodes ≤ 5 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -74,8 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         hidden = [int(width) for width in args.hidden.split(",")]
     except ValueError:
         parser.error(f"--hidden {args.hidden!r}: write widths like 64,64")
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="swarmshake-startup-"))
-    result = run(args.nodes, args.min_commit_step, run_dir.resolve(), hidden)
+    # Without --run-dir the run directory is scratch: removed once the figures are read.
+    with contextlib.ExitStack() as scratch:
+        run_dir = args.run_dir or Path(
+            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-startup-"))
+        )
+        result = run(args.nodes, args.min_commit_step, run_dir.resolve(), hidden)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
