@@ -208,6 +208,11 @@ def reap_all(*, docker: bool = True) -> dict[str, int]:
     return totals
 
 
+def _joins_netns(container: Any) -> bool:
+    mode = (container.attrs.get("HostConfig") or {}).get("NetworkMode", "")
+    return str(mode).startswith("container:")
+
+
 def remove_docker_objects(run_id: str | None) -> dict[str, int]:
     """Remove containers, networks and volumes labelled for ``run_id`` (None: any run).
 
@@ -224,7 +229,10 @@ def remove_docker_objects(run_id: str | None) -> dict[str, int]:
         return counts
     label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
     try:
-        for container in client.containers.list(all=True, filters={"label": label}):
+        containers = client.containers.list(all=True, filters={"label": label})
+        # Containers living in another's network namespace go before their holder.
+        containers.sort(key=lambda c: not _joins_netns(c))
+        for container in containers:
             with contextlib.suppress(docker.errors.NotFound):
                 # v=True: with it go the container's anonymous volumes (an image
                 # built before the deps layer dropped its VOLUMEs still makes them).

@@ -18,6 +18,15 @@ survive container death and the node's config paths mean the same on both sides.
 Crash is ``docker kill``, restart ``docker start`` (same container, new process,
 new incarnation from the mounted data folder), pause ``docker pause``, CPU throttle
 ``docker update --cpu-quota``.  ``netem`` shapes the sending node's egress.
+
+**Network holders.** Each node and the broker run in the network namespace of a
+small holder container (``sleep infinity``) that owns the address and the DNS alias,
+as a pod's sandbox does in Kubernetes.  A crash then kills the process but not the
+host: a dial to the dead node is refused at once, as on the local backend.  Without
+holders the alias vanished with the killed container, and Toxiproxy, which resolves
+its upstream inside its accept loop, waited on Docker's DNS for the unknown name
+(5 s timeouts seen) while every client of that proxy queued in the backlog, so a
+restarted node heard nothing from its peers for seconds and declared them dead.
 """
 
 from __future__ import annotations
@@ -64,10 +73,13 @@ NODE_START_CONCURRENCY = 4
 
 
 class DockerNode(NodeHandle):
-    def __init__(self, backend: DockerBackend, name: str, container: Any):
+    def __init__(self, backend: DockerBackend, name: str, container: Any, address: str):
         self.backend = backend
         self.name = name
         self.container = container
+        # The holder's address in the project network (module docstring): it stays
+        # the node's across crashes and restarts.
+        self.address = address
         self.paused = False
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -277,19 +289,35 @@ class DockerBackend(Backend):
     def _name(self, role: str) -> str:
         return f"swarmshake-{self.spec.run_id}-{role}"
 
-    async def _run(self, image: str, role: str, alias: str, **kwargs: Any) -> Any:
+    async def _run(
+        self, image: str, role: str, alias: str, *, netns: Any = None, **kwargs: Any
+    ) -> Any:
+        """Create and start a container: on the project network under ``alias``, or,
+        given ``netns`` (a holder container), inside that holder's network namespace."""
+
         def start() -> Any:
-            # Created on the project network only (not also on docker0), reachable
-            # by its alias, so eth0 inside is the cluster's interface (netem acts there).
-            endpoint = self.client.api.create_endpoint_config(aliases=[alias])
+            if netns is not None:
+                network: dict[str, Any] = {"network_mode": f"container:{netns.id}"}
+            else:
+                # Created on the project network only (not also on docker0), reachable
+                # by its alias, so eth0 inside is the cluster's interface (netem acts there).
+                endpoint = self.client.api.create_endpoint_config(aliases=[alias])
+                network = {"network": self.network.name,
+                           "networking_config": {self.network.name: endpoint}}  # fmt: skip
             container = self.client.containers.create(
-                image, name=self._name(role), labels=self.labels, detach=True,
-                network=self.network.name, networking_config={self.network.name: endpoint}, **kwargs,
-            )  # fmt: skip
+                image, name=self._name(role), labels=self.labels, detach=True, **network, **kwargs
+            )
             container.start()
             return container
 
         return await asyncio.to_thread(start)
+
+    async def _holder(self, alias: str) -> Any:
+        """The network holder of ``alias`` (module docstring): owns its address and name."""
+        return await self._run(
+            docker_image.base_tag(), f"net-{alias}", alias,
+            entrypoint=["sleep", "infinity"], init=True,  # init: SIGTERM ends it at once
+        )  # fmt: skip
 
     def _ip(self, container: Any) -> str:
         container.reload()
@@ -311,6 +339,9 @@ class DockerBackend(Backend):
             self.client.networks.create, self._name("net"), driver="bridge", labels=self.labels
         )
         base = docker_image.base_tag()
+        # Every holder first, all at once: a name exists before anyone dials it.
+        holders = await asyncio.gather(*(self._holder(alias) for alias in ("broker", *spec.nodes)))
+        broker_holder, node_holders = holders[0], dict(zip(spec.nodes, holders[1:], strict=True))
         config = spec.run_dir / "broker" / "mosquitto.conf"
         config.write_text(
             f"listener {BROKER_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
@@ -321,7 +352,7 @@ class DockerBackend(Backend):
             entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(TOXIPROXY_API_PORT)],
             volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
         ), self._run(
-            base, "broker", "broker",
+            base, "broker", "broker", netns=broker_holder,
             entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
             environment={"LD_LIBRARY_PATH": "/hostlib"},
             volumes={
@@ -331,7 +362,7 @@ class DockerBackend(Backend):
             },
         ))  # fmt: skip
         self._broker = DockerBroker(broker)
-        self._broker_ip = await asyncio.to_thread(self._ip, broker)
+        self._broker_ip = await asyncio.to_thread(self._ip, broker_holder)
         toxi_ip = await asyncio.to_thread(self._ip, toxi)
         self.toxiproxy = ContainerToxiproxy(
             toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}",
@@ -348,14 +379,14 @@ class DockerBackend(Backend):
 
         async def start_node(name: str) -> DockerNode:
             async with gate:
-                return await self._start_node(name, node_image, listeners, uid)
+                return await self._start_node(name, node_image, listeners, uid, node_holders[name])
 
         started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
         self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
         self.timings["nodes_started_s"] = time.monotonic() - started
 
     async def _start_node(
-        self, name: str, node_image: str, listeners: dict[str, int], uid: str
+        self, name: str, node_image: str, listeners: dict[str, int], uid: str, holder: Any
     ) -> DockerNode:
         spec = self.spec
         peers = {
@@ -386,7 +417,8 @@ class DockerBackend(Backend):
         entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1',
                       *entrypoint]  # fmt: skip
         container = await self._run(
-            node_image, f"node-{name}", name, command=command, user=uid, entrypoint=entrypoint,
+            node_image, f"node-{name}", name, netns=holder, command=command, user=uid,
+            entrypoint=entrypoint,
             volumes=volumes,
             environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
             cap_add=["NET_ADMIN"],
@@ -395,7 +427,7 @@ class DockerBackend(Backend):
             # zombies of restarted workers are reaped.
             init=True,
         )  # fmt: skip
-        return DockerNode(self, name, container)
+        return DockerNode(self, name, container, address=await asyncio.to_thread(self._ip, holder))
 
     def _node_image(self) -> str:
         import docker.errors
@@ -451,6 +483,7 @@ class DockerBackend(Backend):
         await asyncio.gather(
             *(node.stop() for node in self._nodes.values()), return_exceptions=True
         )
+        await asyncio.to_thread(self._save_service_logs)
         if self.toxiproxy is not None:
             with contextlib.suppress(Exception):
                 await self.toxiproxy.client.aclose()
@@ -462,6 +495,19 @@ class DockerBackend(Backend):
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.client.close)
         self.client = None
+
+    def _save_service_logs(self) -> None:
+        """Toxiproxy's and the broker's output to ``logs/`` before their containers go:
+        which connections a proxy accepted, dialled or failed to dial explains most
+        "why did this frame arrive late" questions."""
+        services = {"toxiproxy": self.toxiproxy and self.toxiproxy.container,
+                    "broker": self._broker and self._broker.container}  # fmt: skip
+        for name, container in services.items():
+            if container is None:
+                continue
+            with contextlib.suppress(Exception):
+                output = container.logs(stdout=True, stderr=True, timestamps=True)
+                (self.spec.run_dir / "logs" / f"{name}.log").write_bytes(output)
 
     def broker_address(self) -> tuple[str, int]:
         return self._broker_ip, BROKER_PORT

@@ -214,17 +214,12 @@ def node_http_targets(backend: Any) -> tuple[dict[str, str], list[IPNetwork]]:
         if port is not None:
             targets[name] = f"http://127.0.0.1:{int(port)}"
             continue
-        container = getattr(backend.node(name), "container", None)
+        address = getattr(backend.node(name), "address", "")
         network = getattr(backend, "network", None)
-        if container is None or network is None:
+        if not address or network is None:
             raise LoadConfigError(f"node {name}: the {backend.name} backend names no HTTP address")
         from swarmshake.chaos.backends.docker import HTTP_PORT
 
-        container.reload()
-        settings = container.attrs.get("NetworkSettings", {}).get("Networks", {})
-        address = settings.get(network.name, {}).get("IPAddress", "")
-        if not address:
-            raise LoadConfigError(f"node {name}: no address in the network {network.name}")
         targets[name] = f"http://{address}:{HTTP_PORT}"
         if not networks:
             network.reload()

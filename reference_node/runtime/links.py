@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import socket
 import time
@@ -224,13 +225,15 @@ class OutboundLink:
             await self._drained.wait()
 
     def reconnect(self) -> None:
-        """Drop the current connection (e.g. the peer's address changed)."""
+        """Drop the current connection, or cut a redial backoff short (the peer's
+        address changed, or it came back after a crash)."""
         self._kick.set()
 
     async def run(self) -> None:
         while True:
             address = self._book.lookup(self.peer)
             sock: socket.socket | None = None
+            self._kick.clear()  # this dial is the reconnect asked for until now
             try:
                 if address is None:
                     raise ConnectionError(f"no address for {self.peer}")
@@ -240,7 +243,6 @@ class OutboundLink:
                 self.connected = True
                 self._stats.per_peer_connected[f"{self.peer}/{self.channel.name.lower()}"] = True
                 self._backoff.reset()
-                self._kick.clear()
                 await self._pump(sock)
             except (OSError, TimeoutError, ConnectionError):
                 # A dial or a write failed: count it and redial after a backoff.
@@ -255,7 +257,10 @@ class OutboundLink:
                     sock.close()  # non-blocking: never waits on a dead peer
                 if not self._queue:
                     self._drained.set()  # a frame cut mid-write went with its connection
-            await asyncio.sleep(self._backoff.next_delay_s())
+            # A reconnect request (the peer is back, or moved) ends the backoff early.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._backoff.next_delay_s()):
+                    await self._kick.wait()
 
     async def _pump(self, sock: socket.socket) -> None:
         # The peer never writes on this connection, so EOF or an error on its read

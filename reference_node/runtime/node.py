@@ -263,10 +263,9 @@ class ControlProcess:
     def _on_detector_action(self, action: object) -> None:
         if isinstance(action, det.DeclaredAlive):
             # A peer back with a new incarnation (restarted, or refuted): redial now.
-            # Our connection may be a zombie through Toxiproxy, whose upstream dial to
-            # the old container can hang for seconds; heartbeats written into it never
-            # arrive, the restarted peer times us out after its start-up grace and
-            # declares us dead (Docker smoke run in CI: n1 and n3 silent to n4 for 1 s).
+            # While it was down our link failed its dials and sits in a backoff of up
+            # to a second; the restarted peer only waits its start-up grace (1 s) for
+            # our heartbeats before it suspects us.
             self.links.link(action.peer).reconnect()
         if isinstance(action, det.SelfDeclaredDead) and self.rejoin_reason is None:
             self.rejoin_reason = f"declared dead by {action.declared_by}: rejoining"

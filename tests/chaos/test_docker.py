@@ -183,7 +183,8 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(docker_client, tmp_path):
     run_id = json.loads((out / "latest" / "run.json").read_text())["run_id"]
     label = {"label": f"{RUN_LABEL}={run_id}"}
     containers = docker_client.containers.list(filters=label)
-    assert len(containers) == 4  # 2 nodes, toxiproxy, broker
+    # 2 nodes, toxiproxy, broker, and the network holders of the nodes and the broker
+    assert len(containers) == 7
     # Anonymous volumes carry no label: follow them through the containers' mounts.
     volumes = {
         mount["Name"]

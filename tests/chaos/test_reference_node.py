@@ -132,18 +132,9 @@ def docker_unavailable() -> str:
     return docker_available() or (status.read_text().strip() if status.exists() else "")
 
 
-DOCKER_RESTART_OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 5): on Docker a restarted node container receives no inbound frame "
-    "for over a second (779 frame drops at n4, none on the local backend), declares every peer "
-    "dead by suspicion timeout and stops heartbeating them, so they declare it dead while it is "
-    "alive (S4); valid earlier this session, regressed with the link rewrite, not yet bisected",
-)
-
-
 @pytest.mark.parametrize(
     "backend",
-    ["local", pytest.param("docker", marks=[pytest.mark.docker, DOCKER_RESTART_OPEN])],
+    ["local", pytest.param("docker", marks=pytest.mark.docker)],
 )
 def test_smoke_suite_is_valid_and_leaves_a_full_run_directory(tmp_path, backend):
     """The CI smoke suite (crash + restart, a minority partition, a latency spike) on
