@@ -3,6 +3,7 @@ partition stalling the minority, and every known-bug switch caught by a real run
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -24,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BUG_SUITES = {
     "no-quorum": "smoke",  # the isolated n1 commits alone on its own view
     "eager-dead": "gray",  # jittery latency inside the envelope: a false death
-    "no-refute": "gray",  # a paused node that comes back is still declared dead
+    # One link slows past the suspicion floor for a moment: a lone monitor suspects,
+    # the suspected node refutes, and with the bug is declared dead anyway.
+    "no-refute": "inline:false-suspicion",
     "stale-rejoin": "smoke",  # n4 restarts and commits with stale parameters
     # The coordinator of step 24 (n1: voters[24 % 4]) is killed for good as soon as it
     # logs the commit.  Its outbound links carry 40 KB/s: its small proposal arrives
@@ -102,6 +105,22 @@ faults:
     op: {op: crash, nodes: [n1], permanent: true}
 """,
     "lost-vote": _lost_vote_scenario(LOST_VOTE_STEPS),
+    # 250 ms on one directed link lifts one gap past the 160 ms suspicion floor; the
+    # declared envelope (300 ms) covers it, so S4 judges every declaration.
+    "false-suspicion": """
+name: false-suspicion
+description: one link slows past the suspicion floor for a moment; the lone suspicion must be refuted
+seed: 7
+cluster: {nodes: 4, model: tiny}
+steady_state: {min_commit_step: 2, timeout_s: 60}
+duration_s: 20
+quiesce_s: 8
+bounds: {latency_ms_max: 300}
+faults:
+  - {at_s: 2, op: {op: latency, src: [n3], dst: [n1], direction: one_way, delay_ms: 250}, heal_after_s: 3}
+  - {at_s: 8, op: {op: latency, src: [n4], dst: [n2], direction: one_way, delay_ms: 250}, heal_after_s: 3}
+  - {at_s: 14, op: {op: latency, src: [n2], dst: [n3], direction: one_way, delay_ms: 250}, heal_after_s: 3}
+""",
 }
 
 
@@ -206,9 +225,6 @@ def test_a_sign_flipping_node_is_tolerated_by_median_but_not_by_mean(
 REAL_RUN_OPEN = {
     "forget-vote": "timing-dependent (issue 5): the lost-vote blocks line up a restart between "
     "an accept and a second proposer's prepare in most runs (3 of 4 in CI conditions), not all",
-    "no-refute": "open (issue 5): the gray suite's false death now comes right after the judge "
-    "itself resumed from a pause, which S4 rightly calls unknown; the suite needs a pause of a "
-    "node that is not also a judge",
     "ack-before-apply": "open (issue 5): the coordinator proposes only after its own "
     "gradient has drained to every peer (bulk sends are back-pressured), so peers that vote "
     "early still hold the bytes by the time it commits; with aggregates now durable, only a "
@@ -231,6 +247,20 @@ def test_known_bug_is_caught_by_a_real_run(tmp_path, bug):
     assert result, stderr[-3000:]
     assert code == 1 and result["status"] == "invalid", result.get("message") or stderr[-3000:]
     assert BUGS[bug].breaks in result["violated"], result["violated"]
+
+
+def test_a_lone_false_suspicion_is_refuted_on_correct_nodes(tmp_path):
+    """no-refute's scenario without the bug: the slowed links make monitors suspect,
+    the suspected nodes refute, and nobody is declared dead (the catch is the bug's)."""
+    code, result, stderr = run_suite(tmp_path, "inline:false-suspicion")
+    assert result, stderr[-3000:]
+    assert code == 0 and result["status"] == "valid", result.get("message") or stderr[-3000:]
+    kinds = collections.Counter(
+        json.loads(line)["kind"]
+        for path in (Path(result["run_dir"]) / "events").glob("n*.jsonl")
+        for line in path.read_text().splitlines()
+    )
+    assert kinds["refute"] >= 1 and kinds["declare_dead"] == 0, kinds
 
 
 def test_lost_vote_without_the_bug_commits_the_chosen_value_from_the_restarted_acceptor(
