@@ -247,6 +247,7 @@ class Harness:
             },
             bugs=tuple(scenario.cluster.bugs),
             node_program=self.options.node_program,
+            direct_links=scenario.cluster.links == "direct",
         )
         backend = make_backend(scenario.cluster.backend, spec, self.registry)
         self.nemesis = Nemesis(backend, self.writer, seed=scenario.seed)

@@ -54,6 +54,10 @@ GENERATOR_OPS = (
 )  # fmt: skip
 
 
+# Generator ops that need a proxy on every link.
+LINK_GENERATOR_OPS = {"partition", "latency", "blackhole", "reset_peer", "bandwidth", "slicer"}
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot run; ``str()`` is ``file:line: field: problem; fix: …``."""
 
@@ -67,8 +71,14 @@ class Cluster(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=T
     detector: dict[str, Any] = {}  # DetectorConfig fields, passed to every node
     step: dict[str, Any] = {}  # StepSection fields (contribution_wait_s, checkpoint_every …)
     bugs: list[str] = []
+    # ``proxied``: every directed link through its own Toxiproxy proxy (link faults
+    # work); ``direct``: nodes dial each other's listeners, local backend only, no
+    # link faults (what the node costs without the harness's proxy hop).
+    links: Literal["proxied", "direct"] = "proxied"
 
     def __post_init__(self) -> None:
+        if self.links == "direct" and self.backend != "local":
+            raise ValueError("links: direct runs on the local backend only")
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes = {self.nodes} must lie in [1, {MAX_NODES}]")
         unknown = sorted(set(self.bugs) - set(BUGS))
@@ -184,10 +194,26 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
                     f"faults[{index}] names node(s) {unknown}, but the cluster has "
                     f"{self.node_names[0]}..{self.node_names[-1]}"
                 )
+        if self.cluster.links == "direct":
+            self._check_no_link_faults()
         try:
             TrainingConfig(**self.cluster.training_section(self.seed))
         except (TrainingConfigError, TypeError, ValueError) as error:
             raise ValueError(f"cluster.training: {error}") from None
+
+    def _check_no_link_faults(self) -> None:
+        for index, entry in enumerate(self.faults):
+            if isinstance(entry.op, F.LinkOp | F.Partition | F.Heal):
+                raise ValueError(
+                    f"faults[{index}]: {entry.op.name} acts on links, and cluster.links is "
+                    "direct (no proxies); set cluster.links: proxied"
+                )
+        link_ops = sorted(set(self.generator.ops) & LINK_GENERATOR_OPS) if self.generator else []
+        if link_ops:
+            raise ValueError(
+                f"generator.ops {link_ops} act on links, and cluster.links is direct (no "
+                "proxies); set cluster.links: proxied"
+            )
 
     @property
     def node_names(self) -> list[str]:

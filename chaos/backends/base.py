@@ -50,6 +50,10 @@ class ClusterSpec:
     bugs: tuple[str, ...] = ()
     node_program: str = NODE_MODULE
     run_key_hex: str = field(default_factory=lambda: secrets.token_hex(32))
+    # Nodes dial each other's listeners directly, without a proxy per link: no link
+    # faults, but no proxy hop either (what a cluster costs without the harness, for
+    # ``bench overhead``).  The local backend only.
+    direct_links: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.nodes) <= MAX_NODES:
@@ -150,6 +154,11 @@ class Backend(abc.ABC):
 
     def link(self, src: str, dst: str) -> Link:
         """The directed link ``src → dst`` (both of its channels)."""
+        if self.spec.direct_links:
+            raise UnsupportedFault(
+                f"link {src}→{dst}: this cluster's nodes dial each other directly (links: "
+                "direct), so no proxy can act on the link; use links: proxied for link faults"
+            )
         try:
             return self._links[(src, dst)]
         except KeyError:

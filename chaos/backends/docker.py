@@ -328,6 +328,9 @@ class DockerBackend(Backend):
 
         started = time.monotonic()
         spec = self.spec
+        if spec.direct_links:
+            raise BackendError("links: direct is a local-backend mode; Docker nodes always "
+                               "talk through Toxiproxy")  # fmt: skip
         for folder in ("logs", "events", "checkpoints", "nodes", "broker"):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
         if self.registry:

@@ -437,16 +437,20 @@ class LocalBackend(Backend):
         self._broker = LocalBroker(self, ports.pop())
         for name in spec.nodes:
             self.node_ports[name] = (ports.pop(), ports.pop(), ports.pop())
-        self.toxiproxy = ToxiproxyServer(
-            host=HOST,
-            port=api_port,
-            log_path=spec.run_dir / "logs" / "toxiproxy.log",
-            on_incident=self._incident,
-        )
-        await asyncio.gather(self._broker.start(), self.toxiproxy.start())
-        if self.registry and self.toxiproxy.pid:
-            self.registry.add_process("toxiproxy", self.toxiproxy.pid)
-        listeners = await self._create_proxies()
+        if spec.direct_links:
+            await self._broker.start()
+            listeners = self._direct_listeners()
+        else:
+            self.toxiproxy = ToxiproxyServer(
+                host=HOST,
+                port=api_port,
+                log_path=spec.run_dir / "logs" / "toxiproxy.log",
+                on_incident=self._incident,
+            )
+            await asyncio.gather(self._broker.start(), self.toxiproxy.start())
+            if self.registry and self.toxiproxy.pid:
+                self.registry.add_process("toxiproxy", self.toxiproxy.pid)
+            listeners = await self._create_proxies()
         self.timings["infrastructure_s"] = time.monotonic() - started
         for name in spec.nodes:
             control, bulk, http = self.node_ports[name]
@@ -468,6 +472,19 @@ class LocalBackend(Backend):
         self.timings["zygote_ready_s"] = time.monotonic() - started
         await asyncio.gather(*(node.start() for node in self._nodes.values()))
         self.timings["nodes_spawned_s"] = time.monotonic() - started
+
+    def _direct_listeners(self) -> dict[str, int]:
+        """``links: direct``: every "proxy" port is the destination's own listener."""
+        assert self._broker is not None
+        listeners: dict[str, int] = {}
+        for src in self.spec.nodes:
+            listeners[broker_proxy_name(src)] = self._broker.port
+            for dst in self.spec.nodes:
+                if src != dst:
+                    control, bulk, _ = self.node_ports[dst]
+                    for channel, port in zip(CHANNELS, (control, bulk), strict=True):
+                        listeners[proxy_name(src, dst, channel)] = port
+        return listeners
 
     async def _create_proxies(self) -> dict[str, int]:
         assert self.toxiproxy is not None and self._broker is not None

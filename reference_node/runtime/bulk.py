@@ -32,7 +32,9 @@ BlobKind = Literal["contribution", "aggregate", "state", "replica"]
 class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_unknown_fields=True):
     kind: BlobKind
     step: int
-    key: str  # aggregate: its fingerprint; state/replica: the state's param_fp; else ""
+    # aggregate: its fingerprint; state: the state's param_fp; replica: the checkpoint's
+    # param_fp for a push to a holder, "served" for a replica served back to its origin
+    key: str
     index: int
     last: bool
     # Decoded as a view of the frame's payload (no copy; msgspec supports it), so it

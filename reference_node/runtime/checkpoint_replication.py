@@ -8,7 +8,13 @@ does (header hash, payload sha256, parameter fingerprint) and stores it atomical
 under ``<data_dir>/replicas/<origin>/`` with the checkpoint's own file name.  A
 worker that starts with no checkpoint that verifies asks its peers for their newest
 replica of it (``BulkRequest(kind="replica")``), waits a bounded time, and installs
-the newest one that verifies as its own checkpoint.
+the newest one that verifies *and names it as origin* as its own checkpoint.
+
+Two replica streams can come from one peer at once: the replica it serves back to
+us, and a push of its own fresh checkpoint (we may be one of its holders).  They
+are told apart by the chunk key (``SERVED_KEY`` for a served one, the param_fp for
+a push) and never share an assembly: mixing them once made a restarting node
+install a peer's checkpoint as its own (issue 4).
 
 Pure file and byte handling here; the worker owns the sockets.
 """
@@ -17,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.protocol import history
@@ -32,6 +39,9 @@ REPLICAS_KEPT = 2
 # Replica streams assembled at once by one holder: one per origin; a cluster of up to
 # this many nodes can all replicate to the same holder at the same moment.
 MAX_ASSEMBLIES = 64
+# The key of a replica served back to its origin.  A push carries the checkpoint's
+# param_fp (hex digits), which can never equal this word.
+SERVED_KEY = "served"
 
 
 class ReplicaError(ValueError):
@@ -55,6 +65,29 @@ def verify_bytes(data: bytes | bytearray, max_payload_bytes: int) -> checkpoint.
         raise ReplicaError(error.reason) from None
     assert assembler.header is not None
     return assembler.header
+
+
+def pushed_chunks(path: Path, step: int, param_fp: str) -> Iterator[BulkChunk]:
+    """An origin's fresh checkpoint file, as the chunks it pushes to a holder."""
+    return split("replica", step, param_fp, checkpoint.file_chunks(path))
+
+
+def served_chunks(handle: BinaryIO, step: int) -> Iterator[BulkChunk]:
+    """A held replica, from a file ``handle`` already open (a prune or a newer replica
+    replacing the name while it streams cannot touch an open file), as the chunks a
+    holder serves back to the origin.  Closes the handle when exhausted."""
+
+    def pieces() -> Iterator[bytes]:
+        with handle:
+            while piece := handle.read(checkpoint.DEFAULT_CHUNK_BYTES):
+                yield piece
+
+    return split("replica", step, SERVED_KEY, pieces())
+
+
+def is_served(chunk: BulkChunk) -> bool:
+    """Whether a replica chunk answers our restore (else it is a peer's push)."""
+    return chunk.key == SERVED_KEY
 
 
 def write_atomically(folder: Path, name: str, data: bytes | bytearray) -> Path:
@@ -128,10 +161,116 @@ class ReplicaStore:
         checkpoint.prune(folder, self.keep)
         return path, header
 
+    def open_newest(self, origin: str) -> tuple[int, BinaryIO] | None:
+        """``(step, open file)`` of the newest replica held for ``origin``.  Opened
+        before streaming, so a prune or a rename over the name meanwhile cannot cut
+        the stream short."""
+        for _attempt in range(2):  # pruned between listing and opening: list again
+            found = checkpoint.list_checkpoints(self.folder(origin))
+            if not found:
+                return None
+            step, path = found[0]
+            try:
+                return step, open(path, "rb")  # noqa: SIM115 - the caller's stream closes it
+            except FileNotFoundError:
+                continue
+        return None
+
     def newest(self, origin: str) -> Path | None:
         """The newest replica file held for ``origin`` (the requester verifies it)."""
         found = checkpoint.list_checkpoints(self.folder(origin))
         return found[0][1] if found else None
+
+
+class RestoreAnswers:
+    """The answers to one restore, per peer: the served file's bytes once whole, an
+    empty buffer while none has arrived, ``None`` for "has none" (or a broken stream).
+    Only chunks served for this restore (``is_served``) reach it: a peer's push
+    arriving meanwhile goes to the holder's store, as at any other time."""
+
+    def __init__(self, peers: list[str], max_bytes_per_file: int):
+        self.by_peer: dict[str, bytearray | None] = {peer: bytearray() for peer in peers}
+        self.complete = asyncio.Event()  # set once every peer has answered
+        # One served stream per peer: (next chunk index, bytes so far), bounded by the
+        # file size of this model.
+        self._parts: dict[str, tuple[int, bytearray]] = {}
+        self._max_bytes = max_bytes_per_file
+
+    def takes(self, sender: str, chunk: BulkChunk) -> bool:
+        return sender in self.by_peer and is_served(chunk)
+
+    def on_chunk(self, sender: str, chunk: BulkChunk) -> None:
+        """Take a served chunk (``takes`` was true); raises ``ReplicaError`` for a
+        stream out of order or too large, after marking the peer "has none"."""
+        if chunk.index == 0:
+            parts = bytearray()
+        else:
+            entry = self._parts.get(sender)
+            if entry is None or entry[0] != chunk.index:
+                self._fail(sender)
+                raise ReplicaError("replica_chunk_out_of_order")
+            parts = entry[1]
+        parts += chunk.data
+        if len(parts) > self._max_bytes:
+            self._fail(sender)
+            raise ReplicaError("replica_too_large")
+        if chunk.last:
+            self._parts.pop(sender, None)
+            self.by_peer[sender] = parts
+            self._note_answer()
+        else:
+            self._parts[sender] = (chunk.index + 1, parts)
+
+    def on_refusal(self, sender: str) -> None:
+        if sender in self.by_peer:
+            self._fail(sender)
+
+    def _fail(self, sender: str) -> None:
+        self._parts.pop(sender, None)
+        self.by_peer[sender] = None
+        self._note_answer()
+
+    def _note_answer(self) -> None:
+        if all(data is None or len(data) > 0 for data in self.by_peer.values()):
+            self.complete.set()
+
+
+def take_replica_chunk(
+    restoring: RestoreAnswers | None, store: ReplicaStore, sender: str, chunk: BulkChunk
+) -> bytearray | None:
+    """Route one replica chunk: a served one to the restore in progress, a push to the
+    holder's store; the pushed file's bytes once whole.  Raises ``ReplicaError`` for
+    a chunk to drop (one served after the restore stopped waiting is no push)."""
+    if is_served(chunk):
+        if restoring is None or not restoring.takes(sender, chunk):
+            raise ReplicaError("unrequested_replica")
+        restoring.on_chunk(sender, chunk)
+        return None
+    return store.feed(sender, chunk)
+
+
+def choose_replica(
+    answers: dict[str, bytearray | None], node: str, max_payload_bytes: int
+) -> tuple[tuple[int, str, bytearray] | None, list[tuple[str, str]]]:
+    """The newest answer that verifies and is ``node``'s own checkpoint, as
+    ``(step, peer, bytes)``, and ``(peer, reason)`` for each one passed over.
+    A checkpoint naming another origin is never ours to install, however valid.
+    Blocking (hashes every answer): run it off the event loop."""
+    candidates: list[tuple[int, str, bytearray]] = []
+    skipped: list[tuple[str, str]] = []
+    for peer, data in sorted(answers.items()):
+        if not data:
+            continue
+        try:
+            header = verify_bytes(data, max_payload_bytes)
+        except ReplicaError as error:
+            skipped.append((peer, error.reason))
+            continue
+        if header.node != node:
+            skipped.append((peer, f"checkpoint of {header.node!r}, not of {node!r}"))
+            continue
+        candidates.append((header.step, peer, data))
+    return (max(candidates) if candidates else None), skipped
 
 
 def install_as_own(checkpoint_dir: Path, data: bytes | bytearray, max_payload_bytes: int) -> Path:
@@ -149,8 +288,6 @@ def install_as_own(checkpoint_dir: Path, data: bytes | bytearray, max_payload_by
 # a 0.5 GB checkpoint in ~5 s on a loaded machine); peers that are down never do, and
 # the node must not wait for them (a live peer's state transfer comes next anyway).
 RESTORE_WAIT_S = 5.0
-# Replica chunks of a restore held before WorkerReady, per peer: the file's chunks.
-RESTORE_POLL_S = 0.05
 
 
 class ReplicaService:
@@ -161,11 +298,7 @@ class ReplicaService:
     def __init__(self, worker) -> None:  # noqa: ANN001
         self.worker = worker
         self.store = ReplicaStore(worker.config.data_dir, worker.replica.model.parameter_count)
-        # Restore in progress: peer -> the file's bytes, or None for "has none".
-        self.restoring: dict[str, bytearray | None] | None = None
-        self._restore_parts = ReplicaStore(
-            worker.config.data_dir, worker.replica.model.parameter_count
-        )
+        self.restoring: RestoreAnswers | None = None  # while a restore collects answers
 
     # -- the origin ------------------------------------------------------------------------------
 
@@ -174,18 +307,14 @@ class ReplicaService:
         for peer in peers:
             if peer == worker.node:
                 continue
-            chunks = split("replica", step, param_fp, checkpoint.file_chunks(path))
-            worker.group.create_task(worker.send_blob(peer, chunks))
+            worker.group.create_task(worker.send_blob(peer, pushed_chunks(path, step, param_fp)))
 
     # -- the holder ------------------------------------------------------------------------------
 
     def on_chunk(self, sender: str, chunk: BulkChunk) -> None:
         worker = self.worker
-        if self.restoring is not None and sender in self.restoring:
-            self._on_restore_chunk(sender, chunk)
-            return
         try:
-            data = self.store.feed(sender, chunk)
+            data = take_replica_chunk(self.restoring, self.store, sender, chunk)
         except ReplicaError as error:
             worker.drops.drop(error.reason, sender)
             return
@@ -205,79 +334,65 @@ class ReplicaService:
 
     async def serve(self, requester: str) -> None:
         worker = self.worker
-        path = self.store.newest(requester)
-        if path is None:
+        opened = self.store.open_newest(requester)
+        if opened is None:
             refusal = BulkRefusal(kind="replica", step=-1, key="", reason="no replica held")
             await worker.send_blob(requester, iter([refusal]))
             return
-        step = int(checkpoint.CHECKPOINT_NAME.match(path.name).group(1))  # type: ignore[union-attr]
-        await worker.send_blob(requester, split("replica", step, "", checkpoint.file_chunks(path)))
+        step, handle = opened
+        try:
+            await worker.send_blob(requester, served_chunks(handle, step))
+        finally:
+            handle.close()  # also when the link's queue stayed full and the rest was not sent
 
     # -- the restore -----------------------------------------------------------------------------
 
     def on_refusal(self, sender: str) -> None:
-        if self.restoring is not None and sender in self.restoring:
-            self.restoring[sender] = None
-
-    def _on_restore_chunk(self, sender: str, chunk: BulkChunk) -> None:
-        try:
-            data = self._restore_parts.feed(sender, chunk)
-        except ReplicaError as error:
-            self.worker.drops.drop(error.reason, sender)
-            self.restoring[sender] = None  # type: ignore[index]
-            return
-        if data is not None:
-            self.restoring[sender] = data  # type: ignore[index]
+        if self.restoring is not None:
+            self.restoring.on_refusal(sender)
 
     def early_frame(self, frame) -> bool:  # noqa: ANN001
         """Before WorkerReady: take the frames of a restore in progress (other early
-        frames wait for the worker to be ready).  True if consumed."""
-        if self.restoring is None or frame.header.sender not in self.restoring:
+        frames, a peer's push among them, wait for the worker to be ready).  True if
+        consumed."""
+        sender = frame.header.sender
+        if self.restoring is None or sender not in self.restoring.by_peer:
             return False
         message = self.worker.codec.decode(frame)
-        if isinstance(message, BulkChunk) and message.kind == "replica":
-            self._on_restore_chunk(frame.header.sender, message)
+        if isinstance(message, BulkChunk) and self.restoring.takes(sender, message):
+            self.on_chunk(sender, message)
             return True
         if isinstance(message, BulkRefusal) and message.kind == "replica":
-            self.on_refusal(frame.header.sender)
+            self.on_refusal(sender)
             return True
         return False
 
     async def restore(self, peers: list[str]) -> Path | None:
         """Ask every peer for its newest replica of this node; install the newest that
-        verifies as this node's checkpoint.  Bounded by ``RESTORE_WAIT_S``."""
+        verifies and is this node's as its checkpoint.  Bounded by ``RESTORE_WAIT_S``."""
         worker = self.worker
         if not peers:
             return None
-        self.restoring = {peer: bytearray() for peer in peers}
-        pending = {peer: False for peer in peers}  # answered yet?
+        self.restoring = RestoreAnswers(peers, self.store.max_bytes)
         request = BulkRequest(kind="replica")
         for peer in peers:
             worker.group.create_task(worker.send_blob(peer, iter([request])))
-        deadline = time.monotonic() + RESTORE_WAIT_S
-        while time.monotonic() < deadline:
-            for peer, data in self.restoring.items():
-                pending[peer] = data is None or (isinstance(data, bytearray) and len(data) > 0)
-            if all(pending.values()):
-                break
-            await asyncio.sleep(RESTORE_POLL_S)
-        answers, self.restoring = self.restoring, None
-        candidates: list[tuple[int, str, bytearray]] = []
+        try:
+            async with asyncio.timeout(RESTORE_WAIT_S):
+                await self.restoring.complete.wait()
+        except TimeoutError:
+            pass  # use what came; a silent peer is down (see RESTORE_WAIT_S)
+        answers, self.restoring = self.restoring.by_peer, None
         limit = self.store.max_payload_bytes
-        for peer, data in sorted(answers.items()):
-            if not data:
-                continue
-            try:
-                header = await worker.run_compute(verify_bytes, data, limit)
-            except ReplicaError as error:
-                worker.log(
-                    history.CheckpointSkip,
-                    path=f"replica@{peer}",
-                    reason=f"replica held by {peer}: {error.reason}"[:200],
-                )
-                continue
-            candidates.append((header.step, peer, data))
-        if not candidates:
+        chosen, skipped = await worker.run_compute(choose_replica, answers, worker.node, limit)
+        for peer, reason in skipped:
+            worker.log(
+                history.CheckpointSkip,
+                path=f"replica@{peer}",
+                reason=f"replica held by {peer}: {reason}"[:200],
+            )
+        if chosen is None:
             return None
-        step, peer, data = max(candidates)
-        return await worker.run_compute(install_as_own, worker.config.checkpoint_dir, data, limit)
+        return await worker.run_compute(
+            install_as_own, worker.config.checkpoint_dir, chosen[2], limit
+        )

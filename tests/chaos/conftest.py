@@ -111,3 +111,12 @@ def heartbeat_program() -> str:
     """Path of the stand-in node program (the tools it needs are checked)."""
     require_tools()
     return HEARTBEAT_NODE
+
+
+@pytest.fixture
+def direct_stand_in(tmp_path) -> Iterator[tuple[ClusterSession, Observations]]:
+    """Three heartbeat nodes on the local backend with ``links: direct`` (no proxies)."""
+    spec = stand_in_spec(tmp_path, nodes=3, direct_links=True)
+    with ClusterSession("local", spec) as session:
+        session.wait_until_steady(min_commit_step=-1, timeout_s=60)
+        yield session, Observations(session.run_dir)

@@ -279,3 +279,21 @@ def test_fault_op_latency_call_to_effect(healed, observed):
     assert statistics.median(partition_ms) <= 1000
     assert statistics.median(crash_ms) <= 50
     assert statistics.median(link_ms) <= 50
+
+
+def test_direct_links_carry_heartbeats_without_proxies_and_refuse_link_faults(direct_stand_in):
+    """``links: direct`` (what ``bench overhead`` runs): every node hears every peer on
+    both channels with no Toxiproxy in the run, and a link fault says why it cannot act."""
+    session, observed = direct_stand_in
+    assert session.backend.describe()["toxiproxy"] is None
+    nodes = session.backend.spec.nodes
+    for receiver in nodes:
+        for sender in (n for n in nodes if n != receiver):
+            for channel in ("control", "bulk"):
+                observed.wait_for(
+                    lambda r=receiver, s=sender, c=channel: observed.heartbeats(r, s, 0.0, c),
+                    timeout_s=10,
+                    what=f"{sender}→{receiver} {channel} heartbeat",
+                )
+    with pytest.raises(UnsupportedFault, match="links: proxied"):
+        session.inject(F.Latency(src=["n1"], dst=["n2"], delay_ms=10))

@@ -138,3 +138,18 @@ def test_fault_naming_a_node_outside_the_cluster_is_refused():
     )
     with pytest.raises(ScenarioError, match="n5"):
         resolve(scenario, nodes=3)
+
+
+def test_direct_links_refuse_link_faults_and_docker():
+    message = error_of(
+        "name: x\ncluster: {links: direct}\nfaults:\n"
+        "  - {at_s: 1, op: {op: latency, delay_ms: 20}}\n"
+    )
+    assert "latency acts on links" in message and "links: proxied" in message
+    message = error_of("name: x\ncluster: {links: direct}\ngenerator: {ops: [crash, partition]}\n")
+    assert "['partition']" in message
+    assert "local backend only" in error_of("name: x\ncluster: {links: direct, backend: docker}\n")
+    scenario = loads(
+        "name: x\ncluster: {links: direct}\nfaults:\n  - {at_s: 1, op: {op: crash, nodes: [n1]}}\n"
+    )
+    assert scenario.cluster.links == "direct"

@@ -42,12 +42,6 @@ def checkpoints_status(cluster: LocalCluster, node: str) -> dict:
     return ((cluster.status(node) or {}).get("commit") or {}).get("checkpoints") or {}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 4): fails in about 1 run of 4 under load with 'payload checksum "
-    "mismatch' while restoring from the replica; not yet diagnosed (a replica read while "
-    "it is being rewritten is the suspect)",
-)
 def test_young_daly_checkpoints_replicated_and_restored(tmp_path):
     cluster = LocalCluster(tmp_path / "run", NODES, training={"hidden": [64, 64]}, step=STEP)
     holder = rendezvous_order(0, "n1", 0, ("n2", "n3"))[0]  # r = (3 - 1) // 2 = 1
