@@ -225,11 +225,12 @@ def test_a_sign_flipping_node_is_tolerated_by_median_but_not_by_mean(
 REAL_RUN_OPEN = {
     "forget-vote": "timing-dependent (issue 5): the lost-vote blocks line up a restart between "
     "an accept and a second proposer's prepare in most runs (3 of 4 in CI conditions), not all",
-    "ack-before-apply": "open (issue 5): the coordinator proposes only after its own "
-    "gradient has drained to every peer (bulk sends are back-pressured), so peers that vote "
-    "early still hold the bytes by the time it commits; with aggregates now durable, only a "
-    "permanent crash could lose them, and no link fault makes the gradient slower than the "
-    "proposal (link faults act on both channels)",
+    "ack-before-apply": "open (issue 5): the bytes must be lost after a commit the bug let "
+    "through, and every link fault leaves them deliverable: Toxiproxy has already read a "
+    "crashed coordinator's gradient and aggregate from its socket, and its bandwidth toxic "
+    "flushes the chunk it holds the moment another toxic (a black hole) is added, so the "
+    "peers still build or fetch the aggregate (tried: one-way 40 KB/s plus a black hole and "
+    "a permanent crash on the commit); the simulator's explore catches it (S2)",
 }
 
 
