@@ -53,11 +53,18 @@ from swarmshake.chaos.backends.base import (
 from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
 from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
 from swarmshake.chaos.mosquitto import mosquitto_binary
-from swarmshake.chaos.toxiproxy import Toxic, ToxiproxyClient, ToxiproxyHungError, toxiproxy_binary
+from swarmshake.chaos.toxiproxy import (
+    ChannelSplit,
+    Toxic,
+    ToxiproxyClient,
+    ToxiproxyHungError,
+    toxiproxy_binary,
+)
 
 CONTROL_PORT, BULK_PORT, HTTP_PORT = 7001, 7002, 7003  # inside each node container
 BROKER_PORT = 1883
 TOXIPROXY_API_PORT = 8474
+TOXIPROXY_BULK_API_PORT = 8475  # the bulk server's, in the same network namespace
 FIRST_PROXY_PORT = 20000  # proxies listen on 20000.. inside the toxiproxy container
 DOCKER_TIMEOUT_S = 60  # per Docker API call; image builds have their own
 READY_TIMEOUT_S = 30.0  # Toxiproxy and Mosquitto answer within a second of start
@@ -277,7 +284,7 @@ class DockerBackend(Backend):
         self.labels = {LABEL: "1", RUN_LABEL: spec.run_id}
         self.client: Any = None
         self.network: Any = None
-        self.toxiproxy: ContainerToxiproxy | None = None
+        self.toxiproxy: ChannelSplit | None = None
         self._broker: DockerBroker | None = None
         self._broker_ip = ""
         self._nodes: dict[str, DockerNode] = {}
@@ -343,35 +350,53 @@ class DockerBackend(Backend):
         )
         base = docker_image.base_tag()
         # Every holder first, all at once: a name exists before anyone dials it.
-        holders = await asyncio.gather(*(self._holder(alias) for alias in ("broker", *spec.nodes)))
-        broker_holder, node_holders = holders[0], dict(zip(spec.nodes, holders[1:], strict=True))
+        aliases = ("broker", *spec.nodes, "toxiproxy")
+        holders = await asyncio.gather(*(self._holder(alias) for alias in aliases))
+        broker_holder = holders[0]
+        node_holders = dict(zip(spec.nodes, holders[1:-1], strict=True))
         config = spec.run_dir / "broker" / "mosquitto.conf"
         config.write_text(
             f"listener {BROKER_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
         )
         # Toxiproxy and the broker start together (each container start is ~0.5 s).
-        toxi, broker = await asyncio.gather(self._run(
-            base, "toxiproxy", "toxiproxy",
-            entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(TOXIPROXY_API_PORT)],
-            volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
-        ), self._run(
-            base, "broker", "broker", netns=broker_holder,
-            entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
-            environment={"LD_LIBRARY_PATH": "/hostlib"},
-            volumes={
-                str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
-                HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
-                str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
-            },
-        ))  # fmt: skip
+        # Two Toxiproxy servers, control (+ broker) and bulk (chaos/toxiproxy/split.py
+        # says why), each its own container in the "toxiproxy" holder's namespace: one
+        # address and name for the nodes, and either server restarts on its own.
+        toxi_holder = holders[-1]
+
+        def toxiproxy_server(role: str, api_port: int) -> Any:
+            return self._run(
+                base, role, role, netns=toxi_holder,
+                entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(api_port)],
+                volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
+            )  # fmt: skip
+
+        toxi, toxi_bulk, broker = await asyncio.gather(
+            toxiproxy_server("toxiproxy", TOXIPROXY_API_PORT),
+            toxiproxy_server("toxiproxy-bulk", TOXIPROXY_BULK_API_PORT),
+            self._run(
+                base, "broker", "broker", netns=broker_holder,
+                entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
+                environment={"LD_LIBRARY_PATH": "/hostlib"},
+                volumes={
+                    str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
+                    HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
+                    str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
+                },
+            ),
+        )  # fmt: skip
         self._broker = DockerBroker(broker)
         self._broker_ip = await asyncio.to_thread(self._ip, broker_holder)
-        toxi_ip = await asyncio.to_thread(self._ip, toxi)
-        self.toxiproxy = ContainerToxiproxy(
-            toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}",
-            lambda kind, data: self.incidents.append({"kind": kind, **data}),
-        )  # fmt: skip
-        await self.toxiproxy.wait_ready()
+        toxi_ip = await asyncio.to_thread(self._ip, toxi_holder)
+
+        def incident(kind: str, data: dict[str, Any]) -> None:
+            self.incidents.append({"kind": kind, **data})
+
+        self.toxiproxy = ChannelSplit(
+            ContainerToxiproxy(toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}", incident),
+            ContainerToxiproxy(toxi_bulk, f"http://{toxi_ip}:{TOXIPROXY_BULK_API_PORT}", incident),
+        )
+        await asyncio.gather(*(server.wait_ready() for server in self.toxiproxy.servers))
         listeners = await self._create_proxies()
         self.timings["infrastructure_s"] = time.monotonic() - started
         uid = f"{os.getuid()}:{os.getgid()}"
@@ -488,8 +513,9 @@ class DockerBackend(Backend):
         )
         await asyncio.to_thread(self._save_service_logs)
         if self.toxiproxy is not None:
-            with contextlib.suppress(Exception):
-                await self.toxiproxy.client.aclose()
+            for server in self.toxiproxy.servers:
+                with contextlib.suppress(Exception):
+                    await server.client.aclose()
         from swarmshake.chaos.cleanup import remove_docker_objects
 
         await asyncio.to_thread(remove_docker_objects, self.spec.run_id)
@@ -503,8 +529,10 @@ class DockerBackend(Backend):
         """Toxiproxy's and the broker's output to ``logs/`` before their containers go:
         which connections a proxy accepted, dialled or failed to dial explains most
         "why did this frame arrive late" questions."""
-        services = {"toxiproxy": self.toxiproxy and self.toxiproxy.container,
-                    "broker": self._broker and self._broker.container}  # fmt: skip
+        services = {"broker": self._broker and self._broker.container}
+        if self.toxiproxy is not None:
+            services["toxiproxy"] = self.toxiproxy.control.container
+            services["toxiproxy-bulk"] = self.toxiproxy.bulk.container
         for name, container in services.items():
             if container is None:
                 continue
@@ -558,7 +586,8 @@ class DockerBackend(Backend):
         return {
             "backend": self.name,
             "network": self.network.name if self.network is not None else None,
-            "toxiproxy": self.toxiproxy.client.base_url if self.toxiproxy else None,
+            "toxiproxy": self.toxiproxy.control.client.base_url if self.toxiproxy else None,
+            "toxiproxy_bulk": self.toxiproxy.bulk.client.base_url if self.toxiproxy else None,
             "broker": f"{self._broker_ip}:{BROKER_PORT}" if self._broker_ip else None,
             "nodes": {
                 name: {

@@ -39,7 +39,7 @@ from swarmshake.chaos.links import (
     proxy_name,
 )
 from swarmshake.chaos.mosquitto import MosquittoBroker
-from swarmshake.chaos.toxiproxy import ToxiproxyServer
+from swarmshake.chaos.toxiproxy import ChannelSplit, ToxiproxyServer
 
 HOST = "127.0.0.1"
 ZYGOTE_READY_TIMEOUT_S = 120.0  # importing torch on a loaded 2-core machine took up to ~20 s
@@ -89,6 +89,10 @@ def reserve_ports(count: int, host: str = HOST) -> list[int]:
                 continue
         chosen.append(port)
     return chosen
+
+
+# Registry names of the two Toxiproxy servers (control + broker, bulk).
+TOXIPROXY_NAMES = ("toxiproxy", "toxiproxy-bulk")
 
 
 class Zygote:
@@ -408,7 +412,7 @@ class LocalBackend(Backend):
         super().__init__(spec)
         self.registry = registry
         self.zygote = Zygote(registry, spec.run_dir / "logs" / "zygote.log")
-        self.toxiproxy: ToxiproxyServer | None = None
+        self.toxiproxy: ChannelSplit | None = None
         self._nodes: dict[str, LocalNode] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._broker: LocalBroker | None = None
@@ -419,8 +423,8 @@ class LocalBackend(Backend):
 
     def _incident(self, kind: str, data: dict[str, Any]) -> None:
         self.incidents.append({"kind": kind, "t_mono": time.monotonic(), **data})
-        if kind == "toxiproxy_restart" and self.registry and self.toxiproxy and self.toxiproxy.pid:
-            self.registry.add_process("toxiproxy", self.toxiproxy.pid)  # the new server's pid
+        if kind == "toxiproxy_restart":
+            self._register_toxiproxy()  # the restarted server's new pid
 
     async def up(self) -> None:
         spec = self.spec
@@ -430,9 +434,9 @@ class LocalBackend(Backend):
         # The zygote's torch import is the slow part: start it first, overlap the rest.
         await self.zygote.start()
         n = len(spec.nodes)
-        ports = reserve_ports(3 * n + 2 + n * (n - 1) * len(CHANNELS) + n)
-        self._proxy_ports = ports[3 * n + 2 :]
-        api_port = ports[3 * n + 1]
+        ports = reserve_ports(3 * n + 3 + n * (n - 1) * len(CHANNELS) + n)
+        self._proxy_ports = ports[3 * n + 3 :]
+        api_port, bulk_api_port = ports[3 * n + 1], ports[3 * n + 2]
         ports = ports[: 3 * n + 1]
         self._broker = LocalBroker(self, ports.pop())
         for name in spec.nodes:
@@ -441,15 +445,16 @@ class LocalBackend(Backend):
             await self._broker.start()
             listeners = self._direct_listeners()
         else:
-            self.toxiproxy = ToxiproxyServer(
-                host=HOST,
-                port=api_port,
-                log_path=spec.run_dir / "logs" / "toxiproxy.log",
-                on_incident=self._incident,
-            )
-            await asyncio.gather(self._broker.start(), self.toxiproxy.start())
-            if self.registry and self.toxiproxy.pid:
-                self.registry.add_process("toxiproxy", self.toxiproxy.pid)
+            # Bulk proxies get their own server (chaos/toxiproxy/split.py says why).
+            self.toxiproxy = ChannelSplit(*(
+                ToxiproxyServer(
+                    host=HOST, port=port, log_path=spec.run_dir / "logs" / f"{name}.log",
+                    on_incident=self._incident,
+                )
+                for name, port in (("toxiproxy", api_port), ("toxiproxy-bulk", bulk_api_port))
+            ))  # fmt: skip
+            await asyncio.gather(self._broker.start(), *(s.start() for s in self.toxiproxy.servers))
+            self._register_toxiproxy()
             listeners = await self._create_proxies()
         self.timings["infrastructure_s"] = time.monotonic() - started
         for name in spec.nodes:
@@ -472,6 +477,13 @@ class LocalBackend(Backend):
         self.timings["zygote_ready_s"] = time.monotonic() - started
         await asyncio.gather(*(node.start() for node in self._nodes.values()))
         self.timings["nodes_spawned_s"] = time.monotonic() - started
+
+    def _register_toxiproxy(self) -> None:
+        if self.registry is None or self.toxiproxy is None:
+            return
+        for name, server in zip(TOXIPROXY_NAMES, self.toxiproxy.servers, strict=True):
+            if server.pid:
+                self.registry.add_process(name, server.pid)
 
     def _direct_listeners(self) -> dict[str, int]:
         """``links: direct``: every "proxy" port is the destination's own listener."""
@@ -526,9 +538,10 @@ class LocalBackend(Backend):
         if self._broker is not None:
             await self._broker.stop()
         if self.toxiproxy is not None:
-            await self.toxiproxy.stop()
+            await asyncio.gather(*(server.stop() for server in self.toxiproxy.servers))
             if self.registry:
-                self.registry.remove_process("toxiproxy")
+                for name in TOXIPROXY_NAMES:
+                    self.registry.remove_process(name)
             self.toxiproxy = None
         if errors:
             raise BackendError(f"down: {'; '.join(errors)}")
@@ -539,7 +552,8 @@ class LocalBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,
-            "toxiproxy": self.toxiproxy.url if self.toxiproxy else None,
+            "toxiproxy": self.toxiproxy.control.url if self.toxiproxy else None,
+            "toxiproxy_bulk": self.toxiproxy.bulk.url if self.toxiproxy else None,
             "broker": f"{HOST}:{self._broker.port}" if self._broker else None,
             "nodes": {
                 name: {

@@ -15,8 +15,10 @@ from swarmshake.chaos.toxiproxy.client import (
     ToxiproxyHungError,
 )
 from swarmshake.chaos.toxiproxy.server import ToxiproxyServer, toxiproxy_binary
+from swarmshake.chaos.toxiproxy.split import ChannelSplit
 
 __all__ = [
+    "ChannelSplit",
     "Proxy",
     "Toxic",
     "ToxiproxyClient",

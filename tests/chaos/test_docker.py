@@ -183,8 +183,9 @@ def test_ctrl_c_during_a_docker_run_leaves_nothing(docker_client, tmp_path):
     run_id = json.loads((out / "latest" / "run.json").read_text())["run_id"]
     label = {"label": f"{RUN_LABEL}={run_id}"}
     containers = docker_client.containers.list(filters=label)
-    # 2 nodes, toxiproxy, broker, and the network holders of the nodes and the broker
-    assert len(containers) == 7
+    # 2 nodes, the two Toxiproxy servers, the broker, and the network holders of
+    # the nodes, the broker and Toxiproxy
+    assert len(containers) == 9
     # Anonymous volumes carry no label: follow them through the containers' mounts.
     volumes = {
         mount["Name"]
@@ -215,19 +216,20 @@ def test_every_link_toxic_on_the_container_toxiproxy(docker_cluster):
         F.LimitData(src=["n3"], dst=["n2"], direction="one_way", limit_bytes=4096),
         F.SlowClose(src=["n2"], dst=["n1"], direction="one_way", delay_ms=200),
     ]
-    client = session.backend.toxiproxy.client
+    toxiproxy = session.backend.toxiproxy  # control and bulk proxies on two servers
     for op in ops:
         session.inject(op)
         (src,), (dst,) = op.src, op.dst
         for channel in ("control", "bulk"):
-            toxics = session.call(client.toxics(f"{src}__{dst}__{channel}"))
+            name = f"{src}__{dst}__{channel}"
+            toxics = session.call(toxiproxy.server_for(name).client.toxics(name))
             assert [t.name for t in toxics] == [op.name], (op.name, channel, toxics)
     t = time.monotonic()
     wait_for(lambda: [r for r in observed(session, "n1", t, "link_broken") if r["peer"] == "n2"],
              what="reset_peer breaks n1→n2")  # fmt: skip
     session.heal_all()
     for src, dst in (("n1", "n3"), ("n2", "n3")):
-        assert session.call(client.toxics(f"{src}__{dst}__control")) == []
+        assert session.call(toxiproxy.control.client.toxics(f"{src}__{dst}__control")) == []
 
 
 def test_churn_byzantine_and_checkpoint_corrupt_on_containers(docker_cluster):

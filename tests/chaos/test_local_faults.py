@@ -118,10 +118,11 @@ def test_slow_close_is_installed_on_both_channels(healed):
     healed.inject(F.SlowClose(src=["n1"], dst=["n2"], direction="one_way", delay_ms=300))
     toxiproxy = healed.backend.toxiproxy
     for channel in ("control", "bulk"):
-        toxics = healed.call(toxiproxy.client.toxics(f"n1__n2__{channel}"))
+        name = f"n1__n2__{channel}"
+        toxics = healed.call(toxiproxy.server_for(name).client.toxics(name))
         assert [(t.type, t.attributes["delay"]) for t in toxics] == [("slow_close", 300)]
     healed.heal(F.SlowClose(src=["n1"], dst=["n2"], direction="one_way", delay_ms=300))
-    assert healed.call(toxiproxy.client.toxics("n1__n2__control")) == []
+    assert healed.call(toxiproxy.control.client.toxics("n1__n2__control")) == []
 
 
 def test_crash_and_restart(healed, observed):
