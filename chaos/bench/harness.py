@@ -46,12 +46,17 @@ EFFECT_TIMEOUT_S = 10.0
 SETTLE_S = 1.0  # after a heal: links re-dialled before the next trial's call
 
 
-def _spec(backend: str, nodes: int, run_dir: Path, seed: int) -> ClusterSpec:
+def _spec(
+    backend: str, nodes: int, run_dir: Path, seed: int, hidden: list[int] | None
+) -> ClusterSpec:
+    """``hidden``: the nodes' model widths; None keeps the node's default (~0.8M
+    parameters, the CI model's size)."""
     return ClusterSpec(
         run_id=f"bench-harness-{backend}-{nodes}-{int(time.time() * 1000) % 10**8}",
         run_dir=run_dir,
         nodes=tuple(f"n{i}" for i in range(1, nodes + 1)),
         seed=seed,
+        node_config={"training": {"hidden": hidden}} if hidden else {},
     )
 
 
@@ -119,14 +124,21 @@ def fault_latencies(session: ClusterSession, trials: int) -> dict[str, dict[str,
 
 
 def startup(
-    backend: str, nodes: int, trials: int, seed: int, scratch: Path, keep_session: bool = False
+    backend: str,
+    nodes: int,
+    trials: int,
+    seed: int,
+    scratch: Path,
+    *,
+    hidden: list[int] | None = None,
+    keep_session: bool = False,
 ):
     """Up → steady per trial; the last trial's session is returned open when asked."""
     samples_s: list[float] = []
     session: ClusterSession | None = None
     for trial in range(trials):
         run_dir = scratch / f"startup-{nodes}-{trial}"
-        session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed + trial))
+        session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed + trial, hidden))
         started = time.monotonic()
         try:
             session.up()
@@ -149,13 +161,15 @@ def _loop_stalls_ms(run_dir: Path) -> list[float]:
     return stalls
 
 
-def holds(backend: str, nodes: int, seed: int, scratch: Path) -> dict[str, Any]:
+def holds(
+    backend: str, nodes: int, seed: int, scratch: Path, hidden: list[int] | None = None
+) -> dict[str, Any]:
     """Whether the machine holds ``nodes`` real nodes: steady in time, then a clean
     fault-free hold (no false death, commits flowing, no long loop stall)."""
     from swarmshake.verify.checkers import check_history
 
     run_dir = scratch / f"capacity-{nodes}"
-    session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed))
+    session = ClusterSession(backend, _spec(backend, nodes, run_dir, seed, hidden))
     entry: dict[str, Any] = {"nodes": nodes}
     started = time.monotonic()
     try:
@@ -190,11 +204,13 @@ def holds(backend: str, nodes: int, seed: int, scratch: Path) -> dict[str, Any]:
     return entry
 
 
-def capacity(backend: str, sizes: Iterable[int], seed: int, scratch: Path) -> dict[str, Any]:
+def capacity(
+    backend: str, sizes: Iterable[int], seed: int, scratch: Path, hidden: list[int] | None = None
+) -> dict[str, Any]:
     ramp = []
     held = 0
     for size in sizes:
-        entry = holds(backend, size, seed, scratch)
+        entry = holds(backend, size, seed, scratch, hidden)
         ramp.append(entry)
         if not entry.get("holds"):
             break
@@ -203,23 +219,37 @@ def capacity(backend: str, sizes: Iterable[int], seed: int, scratch: Path) -> di
 
 
 def run(
-    backend: str, nodes: int, trials: int, capacity_sizes: list[int], seed: int
+    backend: str,
+    nodes: int,
+    trials: int,
+    capacity_sizes: list[int],
+    seed: int,
+    hidden: list[int] | None = None,
 ) -> dict[str, Any]:
     # The clusters' run directories (a few hundred MB each with checkpoints) are only
     # read for the figures: they go with the scratch folder, on success or failure.
     with tempfile.TemporaryDirectory(prefix="swarmshake-bench-harness-") as scratch:
-        return _run_in(backend, nodes, trials, capacity_sizes, seed, Path(scratch))
+        return _run_in(backend, nodes, trials, capacity_sizes, seed, Path(scratch), hidden)
 
 
 def _run_in(
-    backend: str, nodes: int, trials: int, capacity_sizes: list[int], seed: int, scratch: Path
+    backend: str,
+    nodes: int,
+    trials: int,
+    capacity_sizes: list[int],
+    seed: int,
+    scratch: Path,
+    hidden: list[int] | None,
 ) -> dict[str, Any]:
-    samples_s, session = startup(backend, nodes, trials, seed, scratch, keep_session=True)
+    samples_s, session = startup(
+        backend, nodes, trials, seed, scratch, hidden=hidden, keep_session=True
+    )
     assert session is not None
     goal_s = 5.0 if backend == "local" else 15.0
     result: dict[str, Any] = {
         "backend": backend,
         "nodes": nodes,
+        "model_hidden": hidden or "node default",
         "up_to_steady_s": {
             **{
                 k: v / 1000
@@ -235,5 +265,5 @@ def _run_in(
     finally:
         session.down()
     if capacity_sizes:
-        result["capacity"] = capacity(backend, capacity_sizes, seed, scratch)
+        result["capacity"] = capacity(backend, capacity_sizes, seed, scratch, hidden)
     return result

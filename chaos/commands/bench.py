@@ -13,7 +13,7 @@
   users posting ``/infer``; per-fault-window availability and latency into the run.
 - ``rejoin``: the node runtime's state-transfer benchmark, when the runtime has one.
 - ``harness [--backend local|docker] [--nodes 8] [--trials 3] [--capacity 4,8,12]
-  [--json]``: the harness's own numbers: up to steady state, fault call → effect,
+  [--model tiny|small|medium|node-default] [--json]``: the harness's own numbers: up to steady state, fault call → effect,
   and how many real nodes the machine holds (``swarmshake.chaos.bench.harness``).
 - ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``).
 
@@ -188,6 +188,7 @@ def rejoin_main(argv: list[str]) -> int:
 def harness_main(argv: list[str]) -> int:
     from swarmshake.chaos.backends.base import BackendError
     from swarmshake.chaos.bench import harness
+    from swarmshake.chaos.scenario import MODEL_SIZES
 
     parser = ArgumentParser(
         prog="swarmshake bench harness",
@@ -201,6 +202,12 @@ def harness_main(argv: list[str]) -> int:
         default="",
         help="sizes to ramp through, e.g. 4,8,12,16 (stops at the first that does not hold)",
     )
+    parser.add_argument(
+        "--model",
+        choices=(*MODEL_SIZES, "node-default"),
+        default="node-default",
+        help="the nodes' model: a scenario size, or the node's default (~0.8M parameters)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -210,7 +217,8 @@ def harness_main(argv: list[str]) -> int:
         raise UsageError(f"--trials {args.trials}: must lie in [1, 50]")
     sizes = _csv_ints(args.capacity) if args.capacity else []
     try:
-        result = harness.run(args.backend, args.nodes, args.trials, sizes, args.seed)
+        hidden = MODEL_SIZES.get(args.model)
+        result = harness.run(args.backend, args.nodes, args.trials, sizes, args.seed, hidden)
     except BackendError as error:
         print(f"bench harness: could not measure: {error}", file=sys.stderr)
         return EXIT_UNKNOWN
