@@ -414,6 +414,7 @@ class StepCommit:
         persisted: tuple[AcceptorRecord, ...] = (),
         config: CommitConfig | None = None,
         bugs: BugSet = NO_BUGS,
+        vote_floor: int = -1,
     ):
         check_name(node, "node")
         check_names(voters, "voters")
@@ -433,6 +434,14 @@ class StepCommit:
         self._no_quorum = "no-quorum" in bugs
         self._ack_before_apply = "ack-before-apply" in bugs
         self._forget_vote = "forget-vote" in bugs
+        # Steps <= vote_floor: this node's acceptor records of them are gone (the
+        # driver keeps a bounded number), so it must neither vote nor propose on them
+        # again: a node whose state rolled back below its records would otherwise
+        # accept a second value for a step it helped decide.  It still learns their
+        # decisions, or catches up by state transfer.
+        if vote_floor < -1:
+            raise LocalProtocolError(f"vote_floor {vote_floor} must be >= -1")
+        self.vote_floor = vote_floor
         self.voters: tuple[str, ...] = tuple(sorted(voters))
         self.learners: tuple[str, ...] = tuple(sorted(learners))
         self.step = first_step
@@ -616,7 +625,7 @@ class StepCommit:
         proposer = self._proposer
         proposer.candidate = event.value
         self._held.setdefault(self.step, set()).add(event.value.agg_fp)
-        if proposer.phase == "decided":
+        if proposer.phase == "decided" or self.step <= self.vote_floor:
             return
         self._retry_later(now)
         acceptor = self._acceptors.get(self.step)
@@ -653,6 +662,9 @@ class StepCommit:
         self._measure_reply(message, now)
         if step < self.step:
             self._answer_laggard(message, actions)
+            return
+        if isinstance(message, Prepare | AcceptRequest) and step <= self.vote_floor:
+            self.dropped += 1  # records of this step are gone: silence, like a lost reply
             return
         if isinstance(message, Prepare):
             self._acceptor_prepare(message, actions)
@@ -758,6 +770,9 @@ class StepCommit:
     def _start_round(self, now: float, actions: list) -> None:
         """Phase 1 of a new round above every round seen (a retry, or a takeover)."""
         proposer = self._proposer
+        if self.step <= self.vote_floor:
+            proposer.retry_at = None  # a forgotten step: learn it, never lead it
+            return
         self._move("retry")
         round_ = proposer.highest_round + 1
         acceptor = self._acceptors.get(self.step)

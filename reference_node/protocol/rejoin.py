@@ -383,6 +383,12 @@ class Rejoin:
             else:  # behind this node's own evidence, or a driver without genesis
                 self._next_source(now, actions)
             return
+        if self.local_checkpoint is not None and event.step < self.local_checkpoint.step:
+            # A source behind this node's own durable state (cut off, or restarted
+            # from an older checkpoint): installing it would roll the node back below
+            # steps it helped decide, whose acceptor records it may no longer hold.
+            self._next_source(now, actions)
+            return
         self.offer = event
         self.deadline = self.fetch_deadline  # it answered: now the bytes get their time
 

@@ -92,6 +92,13 @@ def _resume_on_loop(loop, callback, rest, generation, done) -> None:  # noqa: AN
     loop.call_soon_threadsafe(callback, done, rest, generation)
 
 
+FLOOR_FILE = "pruned-through"  # AcceptorStore: the highest step whose record is gone
+
+
+def _record_step(path: Path) -> int:
+    return int(path.stem.removeprefix("step-"))
+
+
 class AcceptorStore:
     """Durable acceptor records, one small file per step, written atomically with fsync."""
 
@@ -103,9 +110,21 @@ class AcceptorStore:
 
     def write(self, record: cm.AcceptorRecord) -> None:
         final = self.folder / f"step-{record.step:012d}.json"
+        self._write_durably(final, self._encoder.encode(record))
+        pruned = sorted(self.folder.glob("step-*.json"))[:-RECORDS_KEPT]
+        if pruned:
+            # The floor goes to disk before the records do: a node whose state later
+            # rolls back below it (a restart from an old checkpoint or a behind peer)
+            # must not vote on those steps again (StepCommit's vote_floor).
+            floor = max(self.pruned_through(), *(_record_step(path) for path in pruned))
+            self._write_durably(self.folder / FLOOR_FILE, str(floor).encode())
+            for old in pruned:
+                old.unlink(missing_ok=True)
+
+    def _write_durably(self, final: Path, data: bytes) -> None:
         temporary = self.folder / f".{final.name}.tmp"
         with open(temporary, "wb") as handle:
-            handle.write(self._encoder.encode(record))
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, final)
@@ -114,8 +133,18 @@ class AcceptorStore:
             os.fsync(folder)
         finally:
             os.close(folder)
-        for old in sorted(self.folder.glob("step-*.json"))[:-RECORDS_KEPT]:
-            old.unlink(missing_ok=True)
+
+    def pruned_through(self) -> int:
+        """The highest step whose record was pruned (-1: none)."""
+        try:
+            return int((self.folder / FLOOR_FILE).read_text())
+        except FileNotFoundError:
+            return -1
+        except ValueError:
+            # Written durably before any record goes, so it is never torn; a file
+            # damaged by hand makes this node stay out of every step it recorded.
+            records = sorted(self.folder.glob("step-*.json"))
+            return _record_step(records[-1]) if records else -1
 
     def load(self) -> list[cm.AcceptorRecord]:
         records = []
@@ -219,6 +248,7 @@ class StepDriver:
             seed=self.config.node.seed,
             persisted=tuple(r for r in self.persisted if r.step >= first_step),
             bugs=self.config.bug_set,
+            vote_floor=self.store.pruned_through(),
         )
 
     # -- inputs --------------------------------------------------------------------------------

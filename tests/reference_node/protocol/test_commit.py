@@ -121,6 +121,32 @@ def test_promise_and_accept_are_persisted_before_the_reply():
     assert restarted.acceptor_record(0) == actions[1].record
 
 
+def test_a_node_below_its_vote_floor_neither_votes_nor_leads_but_still_learns():
+    """A node whose acceptor records of steps <= vote_floor were pruned, and whose
+    state rolled back to such a step, must stay out of deciding it again."""
+    core = C.StepCommit(node="c", voters=NAMES, first_step=5, vote_floor=7)
+    value = step_value(5, NAMES)
+    core.handle(C.HoldsAggregate(step=5, value_fp=value.agg_fp), 0.0)
+    for message in (
+        Prepare(sender="a", step=5, ballot=(1, 0)),
+        AcceptRequest(sender="a", step=5, ballot=(1, 0), value=value),
+    ):
+        assert core.handle(C.MessageReceived(message=message), 0.0) == []
+    assert core.acceptor_record(5) is None
+    # "c" coordinates step 5 (voters[5 % 3]): no round 0, and no retry later.
+    assert core.handle(C.ProposeValue(step=5, value=value), 0.0) == []
+    assert core.next_deadline() is None
+    decided = Decided(sender="a", step=5, value=value, quorum=["a", "b"])
+    actions = core.handle(C.MessageReceived(message=decided), 0.0)
+    assert any(isinstance(a, C.ApplyStep | C.Committed) for a in actions), actions
+    # Above the floor it votes as ever.
+    above = C.StepCommit(node="c", voters=NAMES, first_step=8, vote_floor=7)
+    actions = above.handle(
+        C.MessageReceived(message=Prepare(sender="a", step=8, ballot=(1, 0))), 0.0
+    )
+    assert [type(a) for a in actions] == [C.Promised, C.Persist, C.Send]
+
+
 @pytest.mark.parametrize(
     "message, reason",
     [

@@ -60,6 +60,22 @@ def test_a_mismatch_or_timeout_moves_on_with_longer_timeouts_then_falls_back_to_
     assert done.source == "checkpoint" and done.verified
 
 
+def test_a_source_behind_the_local_checkpoint_is_skipped_never_installed():
+    """A restarted node never rolls back below its own checkpoint: an offer of an older
+    state (a peer that was cut off) moves on, and the checkpoint is the fallback."""
+    core = rejoin(config=R.RejoinConfig(sources_max=2))
+    [first] = core.handle(R.Begin(live_peers=PEERS), 0.0)
+    behind = CHECKPOINT.step - 2
+    [second] = core.handle(
+        R.StateOffered(source=first.source, step=behind, param_fp="old", nbytes=10), 0.1
+    )
+    assert isinstance(second, R.RequestState) and second.source != first.source
+    [load] = core.handle(
+        R.StateOffered(source=second.source, step=behind, param_fp="old", nbytes=10), 0.2
+    )
+    assert load == R.LoadCheckpoint(path=CHECKPOINT.path, step=CHECKPOINT.step, param_fp="c0ffee")
+
+
 def test_restarting_nodes_spread_over_sources():
     sources = {
         R.Rejoin(node=f"m{i}", incarnation=1, seed=9)
@@ -122,7 +138,12 @@ class RejoinMachine(RuleBasedStateMachine):
     @rule(source=st.sampled_from(PEERS), step=st.integers(10, 12), fp=st.sampled_from(("aa", "bb")))
     def offer(self, source, step, fp):
         self.now += 0.01
-        self.core.handle(R.StateOffered(source=source, step=step, param_fp=fp, nbytes=5), self.now)
+        # An offer behind the local checkpoint moves on to the next source.
+        self._apply(
+            self.core.handle(
+                R.StateOffered(source=source, step=step, param_fp=fp, nbytes=5), self.now
+            )
+        )
         if self.core.phase == "fetching" and source == self.core.source:
             self.offers[source] = (step, fp)
 

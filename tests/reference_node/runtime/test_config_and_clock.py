@@ -119,3 +119,20 @@ def test_acceptor_records_and_incarnations_survive_restart(tmp_path):
     assert incarnation.next_incarnation(tmp_path) == 2
     incarnation.store(tmp_path, 7)  # a refutation raised it
     assert incarnation.next_incarnation(tmp_path) == 8
+
+
+def test_pruned_acceptor_records_leave_a_durable_vote_floor(tmp_path):
+    """Only the newest RECORDS_KEPT records stay on disk; the highest pruned step is
+    kept, so a restarted node whose state rolled back never votes on those steps."""
+    from swarmshake.reference_node.runtime.step_driver import RECORDS_KEPT
+
+    store = AcceptorStore(tmp_path / "acceptor")
+    assert store.pruned_through() == -1
+    for step in range(RECORDS_KEPT + 5):
+        store.write(AcceptorRecord(step=step, promised=(0, 0)))
+    reopened = AcceptorStore(tmp_path / "acceptor")
+    assert [r.step for r in reopened.load()] == list(range(5, RECORDS_KEPT + 5))
+    assert reopened.pruned_through() == 4
+    # A record written after a rollback (a low step) never lowers the floor.
+    reopened.write(AcceptorRecord(step=2, promised=(1, 0)))
+    assert reopened.pruned_through() == 4
