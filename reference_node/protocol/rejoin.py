@@ -220,10 +220,14 @@ class Rejoin:
         genesis_param_fp: str = "",
         config: RejoinConfig | None = None,
         bugs: BugSet = NO_BUGS,
+        vote_floor: int = -1,
     ):
         check_name(node, "node")
         check_count(incarnation, "incarnation")
         check_count(seed, "seed")
+        if vote_floor < -1:
+            raise LocalProtocolError(f"vote_floor {vote_floor} must be >= -1")
+        self.vote_floor = vote_floor  # the highest step whose acceptor record is gone
         self.node = node
         self.incarnation = incarnation
         self.seed = seed
@@ -383,10 +387,12 @@ class Rejoin:
             else:  # behind this node's own evidence, or a driver without genesis
                 self._next_source(now, actions)
             return
-        if self.local_checkpoint is not None and event.step < self.local_checkpoint.step:
-            # A source behind this node's own durable state (cut off, or restarted
-            # from an older checkpoint): installing it would roll the node back below
-            # steps it helped decide, whose acceptor records it may no longer hold.
+        if event.step < self.vote_floor:
+            # A source so far behind (cut off, or restarted from an old checkpoint)
+            # that its next steps are ones whose acceptor records this node pruned:
+            # installing it would have the node vote on them again without knowing
+            # what it voted before (StepCommit's vote_floor).  A source behind this
+            # node but above the floor is fine: the records make its votes consistent.
             self._next_source(now, actions)
             return
         self.offer = event

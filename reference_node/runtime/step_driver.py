@@ -593,6 +593,7 @@ class StepDriver:
             # at a committed step, so genesis is never its state.
             genesis_param_fp=self.genesis_fp if self.at_genesis() and not self.joining else "",
             bugs=self.config.bug_set,
+            vote_floor=self.store.pruned_through(),
         )
         self.rejoin_started = time.monotonic()
         if peer is None:  # starting: every live member may serve

@@ -60,20 +60,30 @@ def test_a_mismatch_or_timeout_moves_on_with_longer_timeouts_then_falls_back_to_
     assert done.source == "checkpoint" and done.verified
 
 
-def test_a_source_behind_the_local_checkpoint_is_skipped_never_installed():
-    """A restarted node never rolls back below its own checkpoint: an offer of an older
-    state (a peer that was cut off) moves on, and the checkpoint is the fallback."""
-    core = rejoin(config=R.RejoinConfig(sources_max=2))
+def test_a_source_behind_the_vote_floor_is_skipped_never_installed():
+    """A node never installs a state whose next steps it can no longer vote on (their
+    acceptor records were pruned): such an offer moves on, and the checkpoint is the
+    fallback.  A source behind the node but above the floor is installed."""
+    core = rejoin(config=R.RejoinConfig(sources_max=2), vote_floor=20)
     [first] = core.handle(R.Begin(live_peers=PEERS), 0.0)
-    behind = CHECKPOINT.step - 2
     [second] = core.handle(
-        R.StateOffered(source=first.source, step=behind, param_fp="old", nbytes=10), 0.1
+        R.StateOffered(source=first.source, step=19, param_fp="old", nbytes=10), 0.1
     )
     assert isinstance(second, R.RequestState) and second.source != first.source
     [load] = core.handle(
-        R.StateOffered(source=second.source, step=behind, param_fp="old", nbytes=10), 0.2
+        R.StateOffered(source=second.source, step=19, param_fp="old", nbytes=10), 0.2
     )
     assert load == R.LoadCheckpoint(path=CHECKPOINT.path, step=CHECKPOINT.step, param_fp="c0ffee")
+    above = rejoin(vote_floor=8)  # the checkpoint is at step 12
+    [request] = above.handle(R.Begin(live_peers=PEERS), 0.0)
+    assert (
+        above.handle(R.StateOffered(source=request.source, step=10, param_fp="ok", nbytes=1), 0.1)
+        == []
+    )
+    [done] = above.handle(
+        R.StateReceived(source=request.source, step=10, computed_fp="ok", nbytes=1), 0.2
+    )
+    assert isinstance(done, R.RejoinDone) and done.step == 10
 
 
 def test_restarting_nodes_spread_over_sources():
