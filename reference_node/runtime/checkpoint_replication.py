@@ -22,7 +22,6 @@ Pure file and byte handling here; the worker owns the sockets.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -30,6 +29,7 @@ from typing import BinaryIO
 from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRefusal, BulkRequest, split
+from swarmshake.reference_node.runtime.durable import write_atomically
 
 REPLICAS_DIR = "replicas"
 # Replicas kept per origin: the newest plus one, so a replica torn by a crash of the
@@ -88,28 +88,6 @@ def served_chunks(handle: BinaryIO, step: int) -> Iterator[BulkChunk]:
 def is_served(chunk: BulkChunk) -> bool:
     """Whether a replica chunk answers our restore (else it is a peer's push)."""
     return chunk.key == SERVED_KEY
-
-
-def write_atomically(folder: Path, name: str, data: bytes | bytearray) -> Path:
-    """Temp file, fsync, rename, fsync folder: a crash leaves the old set or the new."""
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / name
-    temporary = folder / f".{name}.tmp.{os.getpid()}"
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, final)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    return final
 
 
 class ReplicaStore:

@@ -14,17 +14,15 @@ of a node that was up), and heartbeat gap quantiles from every node's /status.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from swarmshake.reference_node.protocol import history
-from swarmshake.reference_node.runtime.launcher import LocalCluster
+from swarmshake.reference_node.runtime.launcher import LocalCluster, run_dir_or_scratch
 
 DETECTION_WAIT_S = 10.0  # far above the detector's bound; a miss is reported, not waited out
 
@@ -162,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     training = {"hidden": sized_for(parse_parameter_count(args.params)).hidden}
     # Without --run-dir the run directory is scratch: removed once the figures are read.
-    with contextlib.ExitStack() as scratch:
-        run_dir = args.run_dir or Path(
-            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-detect-"))
-        )
+    with run_dir_or_scratch(args.run_dir, "swarmshake-detect-") as run_dir:
         if run_dir.exists() and any(run_dir.iterdir()):
             shutil.rmtree(run_dir)
         result = run(

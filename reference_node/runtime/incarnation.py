@@ -7,8 +7,9 @@ file, fsync, rename, fsync folder) before the node says anything to a peer.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from swarmshake.reference_node.runtime.durable import write_atomically
 
 FILE_NAME = "incarnation"
 
@@ -27,19 +28,7 @@ def read(data_dir: Path) -> int:
 
 
 def store(data_dir: Path, value: int) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / FILE_NAME
-    temporary = data_dir / f".{FILE_NAME}.tmp.{os.getpid()}"
-    with open(temporary, "w") as handle:
-        handle.write(f"{value}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    folder = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    write_atomically(data_dir, FILE_NAME, f"{value}\n".encode())
 
 
 def next_incarnation(data_dir: Path) -> int:

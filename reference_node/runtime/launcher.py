@@ -9,6 +9,7 @@ output goes to ``RUN_DIR/logs/<node>.log``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -16,8 +17,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+@contextlib.contextmanager
+def run_dir_or_scratch(run_dir: Path | None, prefix: str) -> Iterator[Path]:
+    """A benchmark's run directory: ``run_dir`` when given (kept), else a scratch
+    folder removed once the figures are read, on success or failure."""
+    if run_dir is not None:
+        yield run_dir
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        yield Path(scratch)
 
 
 class LocalCluster:

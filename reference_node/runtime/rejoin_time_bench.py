@@ -19,15 +19,14 @@ for ~1M parameters: restart -> in sync ≤ 3 s, ready -> in sync ≤ 0.5 s.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.runtime.launcher import run_dir_or_scratch
 
 SYNC_TIMEOUT_S = 60.0  # far above the goal; a rejoin that never ends is reported as such
 POLL_S = 0.05
@@ -140,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingConfigError, ValueError) as error:
         parser.error(f"--params {args.params!r}: {error}")
     # Without --run-dir the run directory is scratch: removed once the figures are read.
-    with contextlib.ExitStack() as scratch:
-        run_dir = args.run_dir or Path(
-            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-rejoin-"))
-        )
+    with run_dir_or_scratch(args.run_dir, "swarmshake-rejoin-") as run_dir:
         result = run(args.nodes, args.restarts, args.down_s, run_dir.resolve(), list(hidden))
     print(json.dumps(result, indent=2 if not args.json else None))
     return 0 if all("error" not in s for s in result["samples"]) else 2

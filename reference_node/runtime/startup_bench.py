@@ -13,14 +13,13 @@ The harness issue's goal: 8 nodes ≤ 5 s.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.runtime.launcher import run_dir_or_scratch
 
 STEADY_TIMEOUT_S = 120.0  # far above the goal; a stuck start is reported, not waited out
 
@@ -76,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--hidden {args.hidden!r}: write widths like 64,64")
     # Without --run-dir the run directory is scratch: removed once the figures are read.
-    with contextlib.ExitStack() as scratch:
-        run_dir = args.run_dir or Path(
-            scratch.enter_context(tempfile.TemporaryDirectory(prefix="swarmshake-startup-"))
-        )
+    with run_dir_or_scratch(args.run_dir, "swarmshake-startup-") as run_dir:
         result = run(args.nodes, args.min_commit_step, run_dir.resolve(), hidden)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -47,7 +47,6 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +62,7 @@ from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
+from swarmshake.reference_node.runtime.durable import write_atomically
 from swarmshake.reference_node.runtime.membership_driver import Configuration
 
 if TYPE_CHECKING:
@@ -107,35 +107,29 @@ class AcceptorStore:
         folder.mkdir(parents=True, exist_ok=True)
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(cm.AcceptorRecord)
+        # This store is the floor's only writer (one per node process), so it is read
+        # once here rather than on every write.
+        self._floor = self._read_floor()
 
     def write(self, record: cm.AcceptorRecord) -> None:
-        final = self.folder / f"step-{record.step:012d}.json"
-        self._write_durably(final, self._encoder.encode(record))
+        write_atomically(self.folder, f"step-{record.step:012d}.json", self._encoder.encode(record))
         pruned = sorted(self.folder.glob("step-*.json"))[:-RECORDS_KEPT]
         if pruned:
             # The floor goes to disk before the records do: a node whose state later
             # rolls back below it (a restart from an old checkpoint or a behind peer)
             # must not vote on those steps again (StepCommit's vote_floor).
-            floor = max(self.pruned_through(), *(_record_step(path) for path in pruned))
-            self._write_durably(self.folder / FLOOR_FILE, str(floor).encode())
+            floor = max(self._floor, *(_record_step(path) for path in pruned))
+            if floor > self._floor:
+                write_atomically(self.folder, FLOOR_FILE, str(floor).encode())
+                self._floor = floor
             for old in pruned:
                 old.unlink(missing_ok=True)
 
-    def _write_durably(self, final: Path, data: bytes) -> None:
-        temporary = self.folder / f".{final.name}.tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, final)
-        folder = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-
     def pruned_through(self) -> int:
         """The highest step whose record was pruned (-1: none)."""
+        return self._floor
+
+    def _read_floor(self) -> int:
         try:
             return int((self.folder / FLOOR_FILE).read_text())
         except FileNotFoundError:
