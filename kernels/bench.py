@@ -75,7 +75,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--no-baseline", action="store_true", help="time the kernels only")
     p.add_argument(
-        "--out", default="reports/bench", help="directory of the CSV (default reports/bench)"
+        "--out",
+        default="runs/bench-kernels",
+        help="directory of the CSV (default runs/bench-kernels)",
     )
     return p.parse_args(argv)
 

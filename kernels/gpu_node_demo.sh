@@ -4,9 +4,9 @@
 # The node processes need msgspec, aiomqtt, paho-mqtt, h11 and prometheus-client; a
 # GPU machine without a registry gets them as wheels in .whl/ (the device tool's
 # README says how to download them).  Logs go to $OUT (the device tool's folder)
-# or reports/bench.
+# or runs/gpu-node-demo (ignored by git; published logs: docs/bench-results/).
 set -o pipefail
-OUT=${OUT:-reports/bench}
+OUT=${OUT:-runs/gpu-node-demo}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One command on the GPU machine (no install needed): build the extension, run the
 # GPU tests, run the benchmark. Used as:  bash kernels/gpu_run.sh [bench args...]
-# Logs and the CSV go to $OUT (the device tool's folder) or reports/bench.
+# Logs and the CSV go to $OUT (the device tool's folder) or runs/bench-kernels.
 set -o pipefail
-OUT=${OUT:-reports/bench}
+OUT=${OUT:-runs/bench-kernels}
 mkdir -p "$OUT"
 PP=/tmp/swarmshake_pp
 rm -rf "$PP"; mkdir -p "$PP/swarmshake"

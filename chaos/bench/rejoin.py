@@ -22,7 +22,7 @@ header, receiver while the bytes arrive).
 Besides wall time, both processes report CPU seconds per GB moved (user + system,
 all threads): on a shared machine that figure moves far less with the load than
 the rate does.  The goal (issue 4) is >= 1 GB/s.  ``bench recovery``'s ``restart``
-cells and ``rejoin_time_bench`` measure the whole rejoin on real clusters.
+cells and ``chaos.bench.rejoin_time`` measure the whole rejoin on real clusters.
 """
 
 from __future__ import annotations

@@ -5,6 +5,6 @@ and Byzantine gradient behaviours.  Runs in the node's worker process.
 (``Replica`` is the worker's API); ``config.py`` the one config struct;
 ``local_cluster.py`` runs several nodes in one process (baselines, tests);
 ``environment.py`` the determinism settings and the facts replay depends on;
-``device.py`` the training device (``cpu`` by default, ``cuda``/``cuda:N``);
-``bench.py`` times the hot paths.
+``device.py`` the training device (``cpu`` by default, ``cuda``/``cuda:N``).
+Its hot paths are timed by ``reference_node/bench/training.py``.
 """

@@ -22,7 +22,7 @@ CONTROL_MODULES = [
     "swarmshake.reference_node.runtime.mqtt_messages",
     "swarmshake.reference_node.runtime.http_api",
     "swarmshake.reference_node.runtime.worker_start",
-    "swarmshake.reference_node.runtime.detection_bench",
+    "swarmshake.reference_node.bench.detection",
     "swarmshake.reference_node.training.behaviour",
     "swarmshake.reference_node.training.host",
 ]

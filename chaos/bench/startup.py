@@ -1,6 +1,6 @@
 """Start-up of a local cluster of reference nodes: from ``up`` to steady state.
 
-``python -m swarmshake.reference_node.runtime.startup_bench --nodes 8 --json``
+``python -m swarmshake.chaos.bench.startup --nodes 8 --json``
 
 Starts the harness's ``local`` backend (zygote-forked nodes, Toxiproxy, Mosquitto)
 with the real reference node and times ``up()`` until every node has committed

@@ -1,6 +1,6 @@
 """Rejoin time of a restarted reference node on the harness's ``local`` backend.
 
-``python -m swarmshake.reference_node.runtime.rejoin_time_bench --params 1M --restarts 4 --json``
+``python -m swarmshake.chaos.bench.rejoin_time --params 1M --restarts 4 --json``
 
 Starts a cluster (zygote-forked nodes, as the harness runs them), waits for steady
 state, then repeatedly SIGKILLs one node (round robin), lets the others advance

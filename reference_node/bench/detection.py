@@ -1,6 +1,6 @@
 """Crash detection and heartbeat gaps of real node processes on loopback, no injected jitter.
 
-``python -m swarmshake.reference_node.runtime.detection_bench --nodes 4 --kills 6 --json``
+``python -m swarmshake.reference_node.bench.detection --nodes 4 --kills 6 --json``
 
 Starts a local cluster, waits for every node to be ready and settled, then
 repeatedly SIGKILLs one node (round robin), measures when each live peer logs

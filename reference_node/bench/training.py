@@ -1,6 +1,6 @@
 """Timings of the training hot paths, printed as one JSON document.
 
-``python -m swarmshake.reference_node.training.bench [--params 1M] [--big 100M]
+``python -m swarmshake.reference_node.bench.training [--params 1M] [--big 100M]
 [--repeats 5]`` measures, on the current thread settings (one thread unless
 ``--threads``):
 
@@ -128,7 +128,7 @@ def measure_big(params: int, repeats: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swarmshake.reference_node.training.bench")
+    parser = argparse.ArgumentParser(prog="python -m swarmshake.reference_node.bench.training")
     parser.add_argument("--params", default="1M", help="small model size (default 1M)")
     parser.add_argument("--big", default="100M", help="large model size (default 100M)")
     parser.add_argument("--repeats", type=int, default=5)
