@@ -5,9 +5,12 @@ steady-state condition the run waits for, a fault schedule (timed or on-event
 entries, ``chaos/faults.py``) and/or a seeded random generator, how long faults run
 and how long the cluster quiesces afterwards, and the checker bounds (D, R, J …).
 
-Loading is safe and bounded: ``yaml.SafeLoader`` only (no tags that build objects),
-at most ``MAX_SCENARIO_BYTES`` of text, ``MAX_DEPTH`` levels and ``MAX_YAML_NODES``
-nodes counting alias expansions (a "billion laughs" file is refused, not expanded).
+Loading is safe and bounded (``chaos/yaml_input.py``): a safe loader only (no tags
+that build objects), YAML 1.2 numbers (``1e12`` is a number; ``1e309``, infinity, is
+refused), at most ``MAX_SCENARIO_BYTES`` of text, ``MAX_DEPTH`` levels (checked before
+anything is built) and ``MAX_YAML_NODES`` nodes counting alias expansions (a "billion
+laughs" file is refused, not expanded), and a key written twice is an error naming
+both lines.
 A validation error names the file, the line (msgspec's ``$.path`` mapped back to the
 YAML node's mark), the field and the fix.
 
@@ -29,13 +32,14 @@ import msgspec
 import yaml
 
 from swarmshake.chaos import faults as F
+from swarmshake.chaos import yaml_input
 from swarmshake.reference_node.protocol.bugs import BUGS
 from swarmshake.reference_node.training.config import TrainingConfig, TrainingConfigError
 from swarmshake.verify.checkers import Bounds
 
 MAX_SCENARIO_BYTES = 256 * 1024  # the largest suite is a few KB; a schedule of 10k entries fits
-MAX_DEPTH = 32  # a scenario nests five levels; deeper input is not a scenario
-MAX_YAML_NODES = 200_000  # counts alias expansions: bounds what msgspec will walk
+MAX_DEPTH = yaml_input.MAX_DEPTH
+MAX_YAML_NODES = yaml_input.MAX_YAML_NODES
 MAX_NODES = 64  # chaos/backends/base.MAX_NODES
 MODEL_SIZES: dict[str, list[int]] = {
     # Hidden widths of the student MLP; CI-sized by default (DESIGN: ~1M params in CI).
@@ -263,6 +267,8 @@ def _fields_at(path: str, data: Any) -> tuple[str, ...]:
 
 
 _PATH = re.compile(r"at `(\$[^`]*)`")
+_NUMBERISH = re.compile(r"[-+]?[0-9][0-9_,.]*(?:[eE][-+]?[0-9_]+)?")
+_NAMED = re.compile(r"([A-Za-z_]+(?:\[\d+\])*(?:\.[A-Za-z_]+(?:\[\d+\])*)*)\b")
 _TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
@@ -313,76 +319,54 @@ def _explain(message: str, root: yaml.Node, source: str, data: Any) -> ScenarioE
         fix = f"add `{field}:` here" + (f" ({_HINTS[field]})" if field in _HINTS else "")
     elif "Invalid enum value" in problem or "Expected" in problem:
         fix = _HINTS.get(field, "write a value of the type named")
+        if "got `str`" in problem and isinstance(node, yaml.ScalarNode):
+            if node.style in ("'", '"') and _NUMBERISH.fullmatch(node.value):
+                fix = "remove the quotes: a quoted number is text"
+            elif _NUMBERISH.fullmatch(node.value):
+                fix = "write the number plainly, e.g. 1000, 2.5 or 1e3 (no underscores or commas)"
     else:
-        fix = "change the value as the message says"
+        # A check in ``__post_init__`` names its field first ("duration_s must lie in
+        # …", "faults[0].at_s = 40 is after …"): point at that field's own line.
+        named = _NAMED.match(problem)
+        if named:
+            deeper = f"{path}.{named.group(1)}"
+            found, _ = _node_at(root, deeper)
+            if found is not node:
+                node, path = found, deeper
+        fix = (
+            "write a value in that range"
+            if "must lie in" in problem
+            else "change the value as the message says"
+        )
     line = node.start_mark.line + 1
     where = path[2:] if path.startswith("$.") else (field or "(top level)")
     return ScenarioError(f"{source}:{line}: {where or field}: {problem}; fix: {fix}")
 
 
-def _check_shape(root: yaml.Node, source: str) -> None:
-    """Refuse deep nesting and alias bombs before anything is constructed."""
-    count = 0
-    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > MAX_YAML_NODES:
-            raise ScenarioError(
-                f"{source}: more than {MAX_YAML_NODES} YAML nodes (aliases expanded); fix: write the schedule out, without nested aliases"
-            )
-        if depth > MAX_DEPTH:
-            raise ScenarioError(
-                f"{source}:{node.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels; fix: flatten it"
-            )
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                stack.append((key, depth + 1))
-                stack.append((value, depth + 1))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((item, depth + 1) for item in node.value)
-
-
 def loads(text: str | bytes, source: str = "<scenario>") -> Scenario:
     """Parse and validate scenario text; raises :class:`ScenarioError`."""
-    if len(text) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(
-            f"{source}: {len(text)} bytes is more than {MAX_SCENARIO_BYTES}; fix: split the suite"
-        )
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ScenarioError(
-                f"{source}: not UTF-8 text ({error}); fix: save the file as UTF-8"
-            ) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise ScenarioError(
-            f"{source}{line}: not valid YAML: {problem}; fix: check indentation and quoting"
-        ) from None
-    if root is None:
-        raise ScenarioError(f"{source}:1: the file is empty; fix: start with `name: my-suite`")
-    _check_shape(root, source)
-    loader = yaml.SafeLoader(text)
-    try:
-        data = loader.construct_document(root)
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"{source}: {error}; fix: only plain YAML (no tags)") from None
-    finally:
-        loader.dispose()
+        root = yaml_input.compose(yaml_input.decode_text(text, source, MAX_SCENARIO_BYTES), source)
+        if root is None:
+            raise ScenarioError(f"{source}:1: the file is empty; fix: start with `name: my-suite`")
+        data = yaml_input.construct(root, source)
+    except yaml_input.YamlInputError as error:
+        raise ScenarioError(str(error)) from None
     if not isinstance(data, dict):
         raise ScenarioError(
-            f"{source}:1: a scenario is a mapping; fix: start with `name: my-suite`"
+            f"{source}:{root.start_mark.line + 1}: a scenario is a mapping, not "
+            f"{_kind(data)}; fix: start with `name: my-suite`"
         )
     try:
         return msgspec.convert(data, Scenario)
     except msgspec.ValidationError as error:
         raise _explain(str(error), root, source, data) from None
+
+
+def _kind(data: Any) -> str:
+    if isinstance(data, list):
+        return "a list"
+    return f"a single value ({type(data).__name__})"
 
 
 def load(path: str | Path) -> Scenario:

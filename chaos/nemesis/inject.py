@@ -22,7 +22,7 @@ from swarmshake.chaos.links import Link, apply_concurrently
 from swarmshake.chaos.nemesis.churn import Churn
 from swarmshake.reference_node.protocol.history import HARNESS, EventWriter, Fault
 from swarmshake.reference_node.runtime.mqtt_messages import Leave, SetByzantine, SetClock
-from swarmshake.reference_node.training.byzantine import ByzantineBehaviour
+from swarmshake.reference_node.training.behaviour import ByzantineBehaviour  # torch-free
 
 # Toxiproxy toxic type and attributes for each link op (attribute names are Toxiproxy's).
 _TOXICS = {
@@ -82,11 +82,8 @@ class Nemesis:
         if isinstance(op, F.Heal) and op.scope not in ("all", "partition", "churn"):
             names.add(op.scope)
         for name in names:
-            if name not in self.backend.supported_ops:
-                raise UnsupportedFault(
-                    f"fault op {name!r} is unsupported on the {self.backend.name} backend "
-                    f"(supported: {', '.join(sorted(self.backend.supported_ops))})"
-                )
+            if name not in self.backend.ops():
+                raise UnsupportedFault(self.backend.unsupported_reason(name))
 
     async def inject(self, op: F.FaultOp) -> None:
         """Apply ``op`` (a heal-type op such as ``restart`` or ``heal`` is applied too)."""
