@@ -25,9 +25,11 @@ from typing import Literal
 
 import msgspec
 
+from swarmshake.chaos import yaml_input
 from swarmshake.reference_node.protocol.history import EVENT_KINDS
 
 MAX_SCHEDULE_ENTRIES = 10_000  # a schedule is written or drawn, not streamed; bounds memory
+MAX_SCHEDULE_BYTES = 4 * 1024 * 1024  # 10,000 entries of ~200 bytes, with room
 MAX_NODES_PER_OP = 10_000  # the simulator's largest cluster is a few thousand nodes
 MAX_DELAY_MS = 600_000.0  # ten minutes: beyond that a link is a black hole, say so
 ALL = "*"  # in a node list: every node of the cluster
@@ -589,10 +591,10 @@ class FaultSchedule(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 def decode_schedule(data: bytes | str, *, source: str = "<schedule>") -> FaultSchedule:
     """Decode a schedule from YAML or JSON text (JSON is YAML); a bare list is read as
     ``entries``.  Raises :class:`FaultSpecError` naming the source and the field path."""
-    try:
-        raw = msgspec.yaml.decode(data)
-    except msgspec.DecodeError as error:
-        raise FaultSpecError(f"{source}: not YAML/JSON: {error}") from None
+    try:  # the same reader as scenarios: YAML 1.2 numbers, bounded, no duplicate keys
+        raw = yaml_input.load(data, source, MAX_SCHEDULE_BYTES)
+    except yaml_input.YamlInputError as error:
+        raise FaultSpecError(str(error)) from None
     if isinstance(raw, list):
         raw = {"entries": raw}
     if not isinstance(raw, dict):
@@ -617,7 +619,7 @@ def load_schedule(path: str | Path) -> FaultSchedule:
 
 def schedule_to_yaml(schedule: FaultSchedule) -> str:
     """The schedule as a scenario's ``faults:`` YAML (what ``explore`` prints)."""
-    return msgspec.yaml.encode({"faults": msgspec.to_builtins(schedule)["entries"]}).decode()
+    return yaml_input.dump({"faults": msgspec.to_builtins(schedule)["entries"]})
 
 
 def check_supported(schedule: FaultSchedule, supported: frozenset[str], backend: str) -> None:

@@ -384,7 +384,7 @@ def load(path: str | Path) -> Scenario:
 
 
 def dumps(scenario: Scenario) -> str:
-    return msgspec.yaml.encode(msgspec.to_builtins(scenario)).decode()
+    return yaml_input.dump(msgspec.to_builtins(scenario))
 
 
 # --- resolving ------------------------------------------------------------------------------

@@ -276,3 +276,31 @@ def load(data: str | bytes, source: str, max_bytes: int) -> Any:
     """Decode, check and construct a YAML document; ``None`` when it is empty."""
     root = compose(decode_text(data, source, max_bytes), source)
     return None if root is None else construct(root, source)
+
+
+_BASE_DUMPER: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_STR = "tag:yaml.org,2002:str"
+
+
+class Dumper(_BASE_DUMPER):  # type: ignore[misc, valid-type]
+    """Writes YAML that :class:`Loader` and a YAML 1.1 reader read back alike: a string
+    either schema would take for something else (``1e5``, ``yes``, ``012``) is quoted."""
+
+    def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+        older = super().resolve(kind, value, implicit)  # YAML 1.1's reading
+        if kind is yaml.ScalarNode and implicit and implicit[0] and older == _STR:
+            return _resolve_plain(value)
+        return older
+
+
+def _resolve_plain(value: str) -> str:
+    """The tag :class:`Loader` gives the plain scalar ``value``."""
+    for tag, pattern in Loader.yaml_implicit_resolvers.get(value[:1], []):
+        if pattern.match(value):
+            return tag
+    return _STR
+
+
+def dump(data: Any) -> str:
+    """``data`` (plain Python values) as YAML that :func:`load` reads back unchanged."""
+    return yaml.dump(data, Dumper=Dumper, allow_unicode=True, sort_keys=False)
