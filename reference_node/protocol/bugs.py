@@ -74,6 +74,16 @@ BUGS: dict[str, KnownBug] = {
                 "different values in one step and two values commit"
             ),
         ),
+        KnownBug(
+            name="no-vote-floor",
+            breaks="S1",
+            core="node_core",
+            description=(
+                "the acceptor prunes old records without writing a durable vote floor, so "
+                "a node restored to a state behind its pruned records votes again on steps "
+                "it helped decide and a second value commits (the behaviour before 49f9838)"
+            ),
+        ),
     )
 }
 

@@ -79,6 +79,9 @@ class FixedInterval:
             return [WriteCheckpoint(step=event.step, reason=f"every {self.every_steps} steps")]
         return []
 
+    def check_valid(self) -> None:
+        assert self.every_steps >= 1
+
     def snapshot(self) -> tuple:
         return (self.every_steps, self._clock.last)
 
@@ -159,6 +162,14 @@ class YoungDaly:
             return None
         step_s = sum(self.step_durations) / len(self.step_durations)
         return max(1, round(self.interval_s(now) / max(step_s, 1e-9)))
+
+    def check_valid(self) -> None:
+        """Invariants: the interval stays inside its clamp, memory stays bounded."""
+        now = max(self._clock.last, self.start_s)
+        assert self.min_interval_s <= self.interval_s(now) <= self.max_interval_s
+        assert len(self.failures) <= FAILURES_KEPT_MAX
+        assert len(self.step_durations) <= STEP_TIMES_KEPT
+        assert self.last_checkpoint_s >= self.start_s
 
     def snapshot(self) -> tuple:
         return (

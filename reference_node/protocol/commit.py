@@ -538,6 +538,26 @@ class StepCommit:
             accepted_value=acceptor.accepted_value,
         )
 
+    def check_valid(self) -> None:
+        """The core's invariants, checked after every rule of its stateful tests: a
+        well-formed configuration, no acceptor accepted above its promise, bounded
+        buffers, and no proposal on a step at or below the vote floor."""
+        assert self.voters == tuple(sorted(self.voters)) and self.voters
+        assert not set(self.voters) & set(self.learners)
+        assert self.node in self.voters or self.node in self.learners
+        for step, acceptor in self._acceptors.items():
+            if acceptor.accepted_ballot is not None:
+                assert acceptor.promised is not None, step
+                assert acceptor.accepted_ballot <= acceptor.promised, step
+                assert acceptor.accepted_value is not None, step
+        assert len(self._buffer) <= self.config.buffered_messages_max
+        for step in self._held:
+            assert step <= self.step + self.config.steps_ahead_max, step
+        proposer = self._proposer
+        if proposer.phase != "idle" and proposer.phase != "decided":
+            assert self.step > self.vote_floor, "a proposal at or below the vote floor"
+        assert self.reply_latency_s >= 0.0
+
     @property
     def phase(self) -> Phase:
         return self._proposer.phase

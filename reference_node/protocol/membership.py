@@ -214,6 +214,15 @@ class Membership:
             self.pending.popleft()  # no longer applicable (e.g. another node's copy won)
         return None
 
+    def check_valid(self) -> None:
+        """Invariants: >= 1 voter, voters and learners disjoint and sorted, a bounded
+        queue of pending changes, no duplicate pending change."""
+        assert self.voters and self.voters == tuple(sorted(self.voters))
+        assert self.learners == tuple(sorted(self.learners))
+        assert not set(self.voters) & set(self.learners)
+        assert len(self.pending) <= PENDING_CHANGES_MAX
+        assert len(set(self.pending)) == len(self.pending)
+
     def snapshot(self) -> tuple:
         return (
             self.node,

@@ -260,6 +260,19 @@ class Rejoin:
     def next_deadline(self, now: float | None = None) -> float | None:
         return self.deadline if self.phase == "fetching" else None
 
+    def check_valid(self) -> None:
+        """Invariants: a deadline only while fetching, a source only among the
+        candidates, at most ``sources_max`` of them, an accepted offer only from the
+        source being asked and never below the vote floor."""
+        assert len(self.candidates) <= self.config.sources_max
+        assert self.node not in self.candidates
+        if self.phase == "fetching":
+            assert self.source in self.candidates and self.deadline is not None
+            assert self.attempt < len(self.candidates)
+        if self.offer is not None:
+            assert self.offer.source == self.source
+            assert self.offer.step < 0 or self.offer.step >= self.vote_floor
+
     def snapshot(self) -> tuple:
         return (
             self.phase,

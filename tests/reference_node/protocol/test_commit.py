@@ -265,6 +265,11 @@ class CommitMachine(RuleBasedStateMachine):
         self.net.restart(sorted(self.net.down)[0])
 
     @invariant()
+    def every_core_is_valid(self):
+        for core in self.net.cores.values():
+            core.check_valid()
+
+    @invariant()
     def acceptors_never_accept_above_their_promise(self):
         for node, core in self.net.cores.items():
             for step in range(core.step + 2):

@@ -99,6 +99,10 @@ class MembershipMachine(RuleBasedStateMachine):
         self._feed(MB.ConfigCommitted(step=self.step, change=change))
 
     @invariant()
+    def core_is_valid(self):
+        self.members.check_valid()
+
+    @invariant()
     def configuration_is_well_formed_and_changes_one_node_at_a_time(self):
         voters, learners = set(self.members.voters), set(self.members.learners)
         assert voters and not voters & learners

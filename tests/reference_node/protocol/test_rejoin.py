@@ -180,6 +180,10 @@ class RejoinMachine(RuleBasedStateMachine):
         self._apply(self.core.handle(R.Tick(), self.now))
 
     @invariant()
+    def core_is_valid(self):
+        self.core.check_valid()
+
+    @invariant()
     def only_verified_state_is_installed(self):
         assert len(self.done) <= 1
         for done in self.done:
@@ -270,3 +274,42 @@ def test_silent_sources_cost_the_offer_timeout_and_genesis_is_the_last_fallback(
     old.handle(R.Begin(live_peers=("n1",)), 0.0)
     [failed] = old.handle(R.Tick(), offer_timeout)
     assert isinstance(failed, R.RejoinFailed)
+
+
+class YoungDalyMachine(RuleBasedStateMachine):
+    """Commits, failures and measured costs in any order: the interval stays inside
+    its clamp and the policy's memory stays bounded (``check_valid``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.core = CP.YoungDaly(min_interval_s=5.0, max_interval_s=600.0, prior_mtbf_s=900.0)
+        self.now = 0.0
+        self.step = 0
+        self.writes: list[CP.WriteCheckpoint] = []
+
+    @rule(dt=st.floats(0.0, 60.0))
+    def commit(self, dt):
+        self.now += dt
+        self.writes += self.core.handle(CP.StepCommitted(step=self.step), self.now)
+        self.step += 1
+
+    @rule(dt=st.floats(0.0, 60.0))
+    def failure(self, dt):
+        self.now += dt
+        self.core.handle(CP.FailureObserved(), self.now)
+
+    @rule(seconds=st.floats(0.0, 100.0))
+    def cost(self, seconds):
+        self.core.handle(CP.CheckpointCost(seconds=seconds), self.now)
+
+    @invariant()
+    def core_is_valid(self):
+        self.core.check_valid()
+
+    @invariant()
+    def writes_are_at_least_the_minimum_interval_apart(self):
+        assert [w.step for w in self.writes] == sorted({w.step for w in self.writes})
+
+
+TestYoungDalyMachine = YoungDalyMachine.TestCase
+TestYoungDalyMachine.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)

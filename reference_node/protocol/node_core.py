@@ -1,0 +1,584 @@
+"""The node core: the decisions a training node makes around its protocol cores.
+
+The detector, membership, step-commit, rejoin and checkpoint-policy cores each own
+one protocol.  What a node does *between* them -- when its gradient is ready, who
+proposes a step and when, whether an acceptor rebuilds an aggregate or fetches it,
+which acceptor records it keeps and how far down it may vote again, what a restarted
+node rejoins from, and which history event every core action is logged as -- used to
+be written twice, once in the runtime's ``step_driver`` and once in the simulator's
+``NodeApp``, and the two drifted (issue 12).  It lives here, once, and both drivers
+call it: the simulator runs the decisions of the node that ships.
+
+Pure like every core (h11 style): typed events plus ``now`` in, typed actions out,
+no clock, no randomness, no I/O.  The pieces:
+
+- ``NodeConfig``: every timing knob and bound of these decisions, with its reason.
+  The runtime's ``StepSection`` and the simulator take their defaults from here.
+- ``StepLeader``: who proposes step ``s`` and when.  Its transitions are the table
+  in ``StepLeader.handle`` (one method per event, listed in ``_LEADER_HANDLERS``).
+- ``prune_records``: which acceptor records a node keeps and its durable vote floor
+  (the ``no-vote-floor`` bug lives here: records pruned, floor never raised).
+- ``plan_aggregate``: rebuild an aggregate from held contributions, or wait for the
+  proposer's push and then fetch it, and from whom.
+- ``change_to_propose``: the membership change a proposal carries, if the commit
+  core's configuration agrees it applies.
+- ``rejoin_sources``: the peers a rejoin asks, in order.
+- ``history_of``: the one mapping from a core's action to the history event logged
+  for it (DESIGN: a node logs a vote before sending it).
+
+Where what comes next goes.  DESIGN's relaxed mode (averaging in random groups)
+replaces *who contributes to whom and who proposes*: it becomes a second leader
+beside ``StepLeader`` (a ``GroupLeader`` drawing the step's group from the seed and
+the view) chosen by ``NodeConfig.mode``, with the same events and a
+``BuildProposal`` over the group's contributors.  Pipeline mode (stages with
+replicas) adds a stage index to ``StepBegan`` and a ``SendActivations`` action:
+the leader then waits for the stage's replicas rather than for all voters, and
+``plan_aggregate`` picks sources among the stage's replicas.  Both stay decisions
+of this module; the drivers only move bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from swarmshake.reference_node.protocol import commit as cm
+from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import membership as mb
+from swarmshake.reference_node.protocol import rejoin as rj
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError
+from swarmshake.reference_node.protocol.messages import ConfigChangeRequest, StepValue
+from swarmshake.reference_node.protocol.structs import (
+    Clock,
+    CoreAction,
+    CoreEvent,
+    check_count,
+    check_name,
+    check_names,
+    check_positive,
+)
+
+_COMMIT_DEFAULTS = cm.CommitConfig()
+
+
+class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The node's decision knobs, defined once (the drivers re-declare none of them).
+
+    Proposal timing is the simulator's former rule, kept because it is the better of
+    the two: the runtime waited a fixed ``contribution_wait_s`` (2 s) for every voter
+    and let everyone else take over one ``round_timeout_s`` later, so one straggler
+    cost 2 s a step and a slow but alive coordinator caused a duel of all nodes at
+    once; this rule ends the wait as soon as a majority is in plus a short grace,
+    and takes over in rank order (one backup first, then the rest staggered)."""
+
+    # The acting coordinator waits this long after its own gradient for a voter that
+    # is alive in its view but late.  A 40 MB contribution takes ~0.45 s on a
+    # 100 MB/s link, so this must be longer; a crashed contributor costs no more than
+    # its detection, since the view change ends the wait.
+    collect_s: float = 1.0
+    # ... and this long after a majority of the voters' contributions arrived: healthy
+    # contributions land within ~0.1 s of each other, so one this far behind its
+    # peers is a straggler and the step goes on without it.
+    straggler_grace_s: float = 0.25
+    # The next live voter (rank 1) takes over a step still undecided this long after
+    # its own gradient: a healthy step decides ~0.6 s after it, so this catches a
+    # coordinator that is alive but slow without duelling a healthy one.
+    backup_delay_s: float = 1.0
+    # Everyone else (rank r >= 2) after fallback_delay_s + r * fallback_rank_step_s:
+    # staggered, so the ranks do not pre-empt each other's phase-1 rounds.
+    fallback_delay_s: float = 3.0
+    fallback_rank_step_s: float = 0.5
+    # An acceptor that cannot rebuild an aggregate waits this long for the proposer's
+    # push (it leaves with the accept request, ~0.45 s for 40 MB) before pulling.
+    push_grace_s: float = 0.5
+    # One pull attempt; the sources are tried round-robin this many rounds, then the
+    # fetch is dropped (a later decision or a rejoin decides): bounded retries.
+    fetch_timeout_s: float = 1.0
+    fetch_rounds_max: int = 3
+    # Acceptor records kept on disk: the commit core's retained window, one number.
+    # A node rolled back further than this catches up by state transfer anyway (the
+    # core answers laggards from the same window), and the vote floor below it keeps
+    # it from voting again on a step whose record is gone (49f9838).
+    records_kept: int = _COMMIT_DEFAULTS.retained_steps
+    # Contributions and aggregate announcements are kept this far ahead of the
+    # current step: the commit core's own look-ahead window.
+    steps_ahead_max: int = _COMMIT_DEFAULTS.steps_ahead_max
+    # A rejoin that found no source is tried again this much later (one request a
+    # second is nothing next to heartbeats); a joiner's request and a leaver's notice
+    # are repeated as often.
+    rejoin_retry_s: float = 1.0
+    join_retry_s: float = 1.0
+    leave_retry_s: float = 1.0
+    # A restarted node lets its detector see a view before it asks for state.
+    rejoin_delay_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in (
+            "collect_s",
+            "straggler_grace_s",
+            "backup_delay_s",
+            "fallback_delay_s",
+            "fallback_rank_step_s",
+            "push_grace_s",
+            "fetch_timeout_s",
+            "rejoin_retry_s",
+            "join_retry_s",
+            "leave_retry_s",
+            "rejoin_delay_s",
+        ):
+            check_positive(getattr(self, name), f"NodeConfig.{name}")
+        for name in ("fetch_rounds_max", "records_kept", "steps_ahead_max"):
+            check_count(getattr(self, name), f"NodeConfig.{name}")
+        if self.records_kept < 1 or self.fetch_rounds_max < 1:
+            raise LocalProtocolError("NodeConfig.records_kept and fetch_rounds_max must be >= 1")
+
+
+NODE_DEFAULTS = NodeConfig()
+
+
+# --- StepLeader: who proposes and when ----------------------------------------------------
+
+
+class StepBegan(CoreEvent, frozen=True, kw_only=True):
+    """The commit core moved to ``step`` (a commit, a rejoin, a start).
+
+    ``stored`` is the value this node's acceptor record of ``step`` holds, if any,
+    and ``held`` the aggregates whose bytes it holds for ``step``: a node restarted
+    from an older state re-proposes a stored value at once (a retry adopts the
+    highest accepted value anyway), one round per step instead of a gradient round."""
+
+    step: int
+    voters: tuple[str, ...]
+    members: tuple[str, ...]
+    stored: StepValue | None = None
+    held: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "StepBegan.step")
+        check_names(self.voters, "StepBegan.voters")
+        check_names(self.members, "StepBegan.members")
+        if not set(self.voters) <= set(self.members):
+            raise LocalProtocolError("StepBegan.voters must be members")
+
+
+class OwnContribution(CoreEvent, frozen=True, kw_only=True):
+    """This node's gradient of ``step`` is ready (and sent to the other members)."""
+
+    step: int
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "OwnContribution.step")
+
+
+class ContributionArrived(CoreEvent, frozen=True, kw_only=True):
+    step: int
+    sender: str
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "ContributionArrived.step")
+        check_name(self.sender, "ContributionArrived.sender")
+
+
+class ViewChanged(CoreEvent, frozen=True, kw_only=True):
+    """The detector's alive view (``ViewChanged.alive``)."""
+
+    alive: tuple[str, ...]
+
+
+class BuildFailed(CoreEvent, frozen=True, kw_only=True):
+    """The worker could not build the asked aggregate: propose later."""
+
+    step: int
+
+
+class Tick(CoreEvent, frozen=True, kw_only=True):
+    pass
+
+
+LeaderEvent = StepBegan | OwnContribution | ContributionArrived | ViewChanged | BuildFailed | Tick
+
+
+class BuildProposal(CoreAction, frozen=True, kw_only=True):
+    """Aggregate exactly ``contributors``' gradients of ``step`` and propose the result
+    (``ProposeValue`` to the commit core, with ``change_to_propose``'s change)."""
+
+    step: int
+    contributors: tuple[str, ...]
+
+
+class ProposeStored(CoreAction, frozen=True, kw_only=True):
+    """Propose ``value`` (this acceptor's stored accepted value) for ``step`` now."""
+
+    step: int
+    value: StepValue
+
+
+LeaderAction = BuildProposal | ProposeStored
+
+
+class StepLeader:
+    """One node's proposal timing for its current step.
+
+    Per step: rank 0 (the acting coordinator: the first voter in rotation order from
+    ``step % len(voters)`` that is in this node's view) proposes once every voter in
+    its view contributed, ``straggler_grace_s`` after a majority did, or at
+    ``collect_s`` after its own gradient; a view change that makes it rank 0 (the
+    coordinator or a missing contributor was declared dead) proposes at once if that
+    bound passed.  Rank 1 proposes ``backup_delay_s`` after its own gradient, rank
+    r >= 2 (learners rank last) ``fallback_delay_s + r * fallback_rank_step_s`` after
+    it, if the step has not moved on.  At most one proposal per step."""
+
+    def __init__(self, *, node: str, config: NodeConfig = NODE_DEFAULTS):
+        check_name(node, "node")
+        self.node = node
+        self.config = config
+        self.step = -1
+        self.voters: tuple[str, ...] = ()
+        self.members: tuple[str, ...] = ()
+        self.alive: frozenset[str] = frozenset()
+        self.arrived: dict[int, set[str]] = {}
+        self.computed_at: float | None = None  # when this node's gradient was ready
+        self.deadline: float | None = None  # the earliest armed proposal time
+        self.majority_armed = False  # the straggler bound is armed once per step
+        self.proposed = False
+        self._clock = Clock()
+
+    # -- public API -------------------------------------------------------------------------
+
+    def handle(self, event: LeaderEvent, now: float) -> list[LeaderAction]:
+        self._clock.check(now)
+        handler = _LEADER_HANDLERS.get(type(event))
+        if handler is None:
+            raise LocalProtocolError(f"StepLeader cannot handle {type(event).__name__}")
+        actions: list[LeaderAction] = []
+        handler(self, event, now, actions)
+        self._clock.last = now
+        return actions
+
+    def next_deadline(self) -> float | None:
+        return None if self.proposed else self.deadline
+
+    def rank(self) -> int:
+        """0 for the acting coordinator, 1 for the next live voter, and so on in
+        rotation order over the voters in this node's view (learners last)."""
+        voters = self.voters
+        if self.node not in voters:
+            return len(voters)
+        alive = self.alive | {self.node}
+        first = self.step % len(voters)
+        order = [voters[(first + k) % len(voters)] for k in range(len(voters))]
+        return [v for v in order if v in alive].index(self.node)
+
+    def check_valid(self) -> None:
+        """The leader's invariants (called after every rule of its stateful test)."""
+        assert self.voters == tuple(sorted(self.voters))
+        assert set(self.voters) <= set(self.members)
+        for step in self.arrived:
+            assert self.step <= step <= self.step + self.config.steps_ahead_max, step
+        if self.computed_at is not None:
+            assert self.node in self.arrived.get(self.step, ()), "own gradient not counted"
+            assert self.deadline is not None or self.proposed, "a computed step with no timer"
+        else:
+            assert self.deadline is None and not self.majority_armed
+
+    # -- transitions (the whole table) ------------------------------------------------------
+
+    def _on_step_began(self, event: StepBegan, now: float, actions: list) -> None:
+        self.step = event.step
+        self.voters = tuple(sorted(event.voters))
+        self.members = tuple(sorted(event.members))
+        window = self.config.steps_ahead_max
+        self.arrived = {
+            s: c for s, c in self.arrived.items() if event.step <= s <= event.step + window
+        }
+        self.computed_at = None
+        self.deadline = None
+        self.majority_armed = False
+        self.proposed = False
+        stored = event.stored
+        if stored is not None and stored.agg_fp in event.held and self.node in self.voters:
+            self.proposed = True
+            actions.append(ProposeStored(step=event.step, value=stored))
+
+    def _on_own(self, event: OwnContribution, now: float, actions: list) -> None:
+        if event.step != self.step or self.computed_at is not None:
+            return  # a gradient of a step this node has left
+        self.computed_at = now
+        self.arrived.setdefault(self.step, set()).add(self.node)
+        rank = self.rank()
+        config = self.config
+        if rank == 0:
+            self._arm(now + config.collect_s)
+            self._maybe_early(now, actions)
+        elif rank == 1:
+            self._arm(now + config.backup_delay_s)
+        else:
+            self._arm(now + config.fallback_delay_s + config.fallback_rank_step_s * rank)
+
+    def _on_arrived(self, event: ContributionArrived, now: float, actions: list) -> None:
+        if not self.step <= event.step <= self.step + self.config.steps_ahead_max:
+            return  # bounded: a contribution of a past step, or too far ahead
+        self.arrived.setdefault(event.step, set()).add(event.sender)
+        if event.step == self.step and self.computed_at is not None and self.rank() == 0:
+            self._maybe_early(now, actions)
+
+    def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
+        self.alive = frozenset(event.alive)
+        if self.computed_at is None or self.proposed or self.rank() != 0:
+            return
+        # Either the contributor waited for was declared dead, or the node that led
+        # this step was: lead it now (or at the collect bound).
+        if not self._maybe_early(now, actions):
+            bound = self.computed_at + self.config.collect_s
+            if now >= bound:
+                self._build(actions)
+            else:
+                self._arm(bound)
+
+    def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
+        if event.step == self.step and self.proposed:
+            self.proposed = False  # propose again with what arrives next
+            self._arm(now + self.config.straggler_grace_s)
+
+    def _on_tick(self, event: Tick, now: float, actions: list) -> None:
+        if self.deadline is not None and now >= self.deadline and not self.proposed:
+            self.deadline = None
+            self._build(actions)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _arm(self, at: float) -> None:
+        self.deadline = at if self.deadline is None else min(self.deadline, at)
+
+    def _maybe_early(self, now: float, actions: list) -> bool:
+        """Propose if every voter in the view contributed; whether it proposed."""
+        if self.proposed:
+            return False
+        got = self.arrived.get(self.step, set())
+        voters = set(self.voters)
+        if all(v in got for v in (self.alive | {self.node}) & voters):
+            self._build(actions)
+            return self.proposed
+        if not self.majority_armed and len(got & voters) > len(voters) // 2:
+            self.majority_armed = True
+            self._arm(now + self.config.straggler_grace_s)
+        return False
+
+    def _build(self, actions: list) -> None:
+        # Only members may contribute (the commit core rejects other values): a node
+        # removed meanwhile may still have sent a gradient.
+        contributors = tuple(sorted(set(self.arrived.get(self.step, ())) & set(self.members)))
+        if not contributors or self.proposed or self.computed_at is None:
+            return
+        self.proposed = True
+        actions.append(BuildProposal(step=self.step, contributors=contributors))
+
+
+_LEADER_HANDLERS = {
+    StepBegan: StepLeader._on_step_began,
+    OwnContribution: StepLeader._on_own,
+    ContributionArrived: StepLeader._on_arrived,
+    ViewChanged: StepLeader._on_view,
+    BuildFailed: StepLeader._on_build_failed,
+    Tick: StepLeader._on_tick,
+}
+
+
+# --- acceptor records and the vote floor ---------------------------------------------------
+
+
+class Pruning(msgspec.Struct, frozen=True, kw_only=True):
+    """Delete ``steps``' records, after writing ``floor`` durably if it rose."""
+
+    steps: tuple[int, ...]
+    floor: int
+
+
+def prune_records(
+    steps: Iterable[int], floor: int, *, config: NodeConfig = NODE_DEFAULTS, bugs: BugSet = NO_BUGS
+) -> Pruning:
+    """Keep the ``records_kept`` newest acceptor records; the floor (the highest
+    pruned step) goes to disk before the records do, so a node whose state later
+    rolls back below it does not vote on those steps again (StepCommit's and
+    Rejoin's ``vote_floor``).  ``no-vote-floor``: prune, but never raise the floor."""
+    ordered = sorted(steps)
+    pruned = tuple(ordered[: max(0, len(ordered) - config.records_kept)])
+    if not pruned or "no-vote-floor" in bugs:
+        return Pruning(steps=pruned, floor=floor)
+    return Pruning(steps=pruned, floor=max(floor, pruned[-1]))
+
+
+# --- aggregates: rebuild or fetch ------------------------------------------------------------
+
+
+class AggregatePlan(msgspec.Struct, frozen=True, kw_only=True):
+    rebuild: bool  # build it from the contributions held (same inputs, same bits)
+    wait_s: float  # else: wait this long for a push before the first pull
+    sources: tuple[str, ...]  # ... then pull from these, in this order
+
+
+def plan_aggregate(
+    node: str,
+    action: cm.FetchAggregate,
+    contributors: Iterable[str] | None,
+    arrived: Iterable[str],
+    alive: Iterable[str],
+    config: NodeConfig = NODE_DEFAULTS,
+) -> AggregatePlan:
+    """An acceptor or learner that lacks a value's bytes: rebuild it if it holds every
+    contributor's gradient (``contributors``: the value's, if known), else wait for the
+    proposer's push (not when this node's own round adopted the value: no push comes)
+    and pull from the live sources first."""
+    others = tuple(s for s in action.sources if s != node)
+    live = set(alive)
+    ordered = tuple(s for s in others if s in live) + tuple(s for s in others if s not in live)
+    if contributors is not None and set(contributors) <= set(arrived):
+        return AggregatePlan(rebuild=True, wait_s=0.0, sources=ordered)
+    own = bool(action.sources) and action.sources[0] == node
+    return AggregatePlan(rebuild=False, wait_s=0.0 if own else config.push_grace_s, sources=ordered)
+
+
+# --- membership and rejoin decisions ----------------------------------------------------------
+
+
+def change_to_propose(
+    change: ConfigChangeRequest | None, core: cm.StepCommit
+) -> ConfigChangeRequest | None:
+    """The membership core's next change, if the commit core's configuration (the one
+    the value is validated against) agrees it applies."""
+    if change is None:
+        return None
+    if change.change == "add" and change.peer not in core.members:
+        return change
+    if change.change == "promote" and change.peer in core.learners:
+        return change
+    if change.change == "remove" and change.peer in core.members and core.voters != (change.peer,):
+        return change
+    return None
+
+
+def rejoin_sources(
+    node: str,
+    alive: Iterable[str],
+    members: Iterable[str],
+    peer_steps: Mapping[str, int],
+    own_step: int,
+    evidence: str | None,
+) -> tuple[str, ...]:
+    """Who a rejoin asks.  ``evidence``: the peer whose message showed this node is
+    behind (None: the node is starting, and every live member may serve).  Peers known
+    to be ahead come first; the evidence peer is alive whatever this node's detector
+    believes (after a partition each side may think the other dead)."""
+    member_set = set(members)
+    live = tuple(p for p in alive if p != node and p in member_set)
+    if evidence is None:
+        return live
+    ahead = tuple(p for p in live if peer_steps.get(p, -1) > own_step)
+    if ahead:
+        return ahead
+    return (evidence,) if evidence != node else live
+
+
+# --- history: one mapping from core actions to events --------------------------------------
+
+
+def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict[str, Any]] | None:
+    """The history event logged for a core's action, as (event class, fields), or None
+    for an action that is not logged.  ``step`` is the node's current step (logged
+    with a rejoin's begin)."""
+    match action:
+        case cm.Proposed():
+            return history.Propose, {
+                "step": action.step,
+                "ballot": list(action.ballot),
+                "value_fp": action.value.agg_fp,
+                "contributors": list(action.value.contributors),
+            }
+        case cm.Promised():
+            return history.Promise, {
+                "step": action.step,
+                "ballot": list(action.ballot),
+                "to": action.to,
+            }
+        case cm.AcceptedValue():
+            return history.Accept, {
+                "step": action.step,
+                "ballot": list(action.ballot),
+                "value_fp": action.value.agg_fp,
+                "contributors": list(action.value.contributors),
+                "to": action.to,
+                "holds_bytes": action.holds_bytes,
+            }
+        case cm.Committed():
+            return history.Commit, {
+                "step": action.step,
+                "value_fp": action.value.agg_fp,
+                "contributors": list(action.value.contributors),
+                "param_fp": action.param_fp,
+                "voters": list(action.voters),
+                "quorum": list(action.quorum),
+            }
+        case rj.RequestState():
+            return history.RejoinBegin, {
+                "step": step,
+                "source": action.source,
+                "from_step": action.from_step,
+            }
+        case rj.LoadCheckpoint():
+            return history.RejoinBegin, {
+                "step": step,
+                "source": "checkpoint",
+                "from_step": action.step,
+            }
+        case rj.RejoinDone():
+            return history.RejoinDone, {
+                "step": action.step,
+                "source": action.source,
+                "param_fp": action.param_fp,
+                "nbytes": action.nbytes,
+                "verified": action.verified,
+            }
+        case mb.ConfigChanged():
+            return history.ConfigChange, {
+                "step": action.step,
+                "change": action.change,
+                "peer": action.peer,
+                "voters": list(action.voters),
+                "learners": list(action.learners),
+            }
+        case det.Suspected():
+            return history.Suspect, {
+                "peer": action.peer,
+                "peer_incarnation": action.peer_incarnation,
+                "reason": action.reason,
+            }
+        case det.DeclaredDead():
+            return history.DeclareDead, {
+                "peer": action.peer,
+                "peer_incarnation": action.peer_incarnation,
+                "suspicions": action.suspicions,
+                "reason": action.reason,
+            }
+        case det.DeclaredAlive():
+            return history.DeclareAlive, {
+                "peer": action.peer,
+                "peer_incarnation": action.peer_incarnation,
+            }
+        case det.Refuted():
+            return history.Refute, {
+                "incarnation": action.incarnation,
+                "suspected_by": action.suspected_by,
+            }
+        case det.SelfDeclaredDead():
+            return history.DeclareDead, {
+                "peer": node,
+                "peer_incarnation": action.incarnation,
+                "reason": f"declared dead by {action.declared_by}",
+            }
+        case det.ViewChanged():
+            return history.ViewChange, {"epoch": action.epoch, "alive": list(action.alive)}
+    return None

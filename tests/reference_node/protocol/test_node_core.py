@@ -1,0 +1,253 @@
+"""The node core's decisions: who proposes and when, which acceptor records are kept
+with which vote floor, rebuild or fetch, and the one action -> history mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from swarmshake.reference_node.protocol import commit as cm
+from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import node_core as nc
+from swarmshake.reference_node.protocol import rejoin as rj
+from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.errors import LocalProtocolError
+from swarmshake.reference_node.protocol.messages import StepValue
+
+VOTERS = ("n0", "n1", "n2")
+CONFIG = nc.NODE_DEFAULTS
+
+
+def leader(node: str, step: int = 0, alive=VOTERS) -> nc.StepLeader:
+    core = nc.StepLeader(node=node)
+    core.handle(nc.ViewChanged(alive=alive), 0.0)
+    core.handle(nc.StepBegan(step=step, voters=VOTERS, members=VOTERS), 0.0)
+    return core
+
+
+def test_the_coordinator_proposes_once_every_voter_in_its_view_contributed():
+    core = leader("n0")
+    assert core.handle(nc.OwnContribution(step=0), 1.0) == []
+    assert core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.1) == []
+    # A majority is in: the straggler bound is armed, not a proposal yet.
+    assert core.next_deadline() == pytest.approx(1.1 + CONFIG.straggler_grace_s)
+    actions = core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.2)
+    assert actions == [nc.BuildProposal(step=0, contributors=VOTERS)]
+    assert core.next_deadline() is None  # one proposal a step
+    assert core.handle(nc.Tick(), 5.0) == []
+
+
+def test_a_straggler_costs_the_grace_after_a_majority_not_the_collect_bound():
+    core = leader("n0")
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.1)
+    assert core.handle(nc.Tick(), 1.1 + CONFIG.straggler_grace_s - 0.01) == []
+    actions = core.handle(nc.Tick(), 1.1 + CONFIG.straggler_grace_s)
+    assert actions == [nc.BuildProposal(step=0, contributors=("n0", "n1"))]
+
+
+def test_alone_the_coordinator_proposes_at_the_collect_bound():
+    core = leader("n0")
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s - 0.01) == []
+    assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s) == [
+        nc.BuildProposal(step=0, contributors=("n0",))
+    ]
+
+
+def test_backups_take_over_in_rank_order():
+    # Step 0's coordinator is n0: n1 ranks 1, n2 ranks 2.
+    backup, fallback = leader("n1"), leader("n2")
+    backup.handle(nc.OwnContribution(step=0), 1.0)
+    fallback.handle(nc.OwnContribution(step=0), 1.0)
+    assert backup.next_deadline() == pytest.approx(1.0 + CONFIG.backup_delay_s)
+    assert fallback.next_deadline() == pytest.approx(
+        1.0 + CONFIG.fallback_delay_s + 2 * CONFIG.fallback_rank_step_s
+    )
+    assert backup.handle(nc.Tick(), 1.0 + CONFIG.backup_delay_s) == [
+        nc.BuildProposal(step=0, contributors=("n1",))
+    ]
+
+
+def test_a_dead_coordinator_is_replaced_at_its_declaration():
+    core = leader("n1")
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.05)
+    # n0 declared dead after the collect bound: n1 is rank 0 now and proposes at once.
+    actions = core.handle(nc.ViewChanged(alive=("n1", "n2")), 1.0 + CONFIG.collect_s + 0.5)
+    assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2"))]
+
+
+def test_a_restarted_acceptor_reproposes_its_stored_value_when_it_holds_the_bytes():
+    value = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1"])
+    core = nc.StepLeader(node="n2")
+    began = nc.StepBegan(step=4, voters=VOTERS, members=VOTERS, stored=value, held=(value.agg_fp,))
+    assert core.handle(began, 0.0) == [nc.ProposeStored(step=4, value=value)]
+    core.handle(nc.OwnContribution(step=4), 1.0)
+    assert core.handle(nc.Tick(), 100.0) == []  # the stored value was this step's proposal
+    without_bytes = nc.StepBegan(step=5, voters=VOTERS, members=VOTERS, stored=value, held=())
+    assert core.handle(without_bytes, 100.0) == []
+
+
+def test_a_failed_build_is_retried_with_what_arrives_next():
+    core = leader("n0")
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.Tick(), 1.0 + CONFIG.collect_s)
+    core.handle(nc.BuildFailed(step=0), 2.5)
+    assert core.handle(nc.Tick(), 2.5 + CONFIG.straggler_grace_s) == [
+        nc.BuildProposal(step=0, contributors=("n0",))
+    ]
+
+
+def test_events_are_validated_and_time_never_goes_back():
+    with pytest.raises(LocalProtocolError):
+        nc.StepBegan(step=0, voters=("n0", "x y"), members=VOTERS)
+    with pytest.raises(LocalProtocolError):
+        nc.StepBegan(step=0, voters=("n0", "n3"), members=VOTERS)
+    core = leader("n0")
+    core.handle(nc.Tick(), 2.0)
+    with pytest.raises(LocalProtocolError):
+        core.handle(nc.Tick(), 1.0)
+    with pytest.raises(LocalProtocolError):
+        nc.NodeConfig(collect_s=0.0)
+
+
+class LeaderMachine(RuleBasedStateMachine):
+    """Any interleaving of steps, gradients, arrivals, view changes and timers: at most
+    one proposal per step, over members only, with this node's own gradient in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.core = nc.StepLeader(node="n1")
+        self.now = 0.0
+        self.proposed: dict[tuple[int, int], int] = {}  # (epoch of StepBegan, step) -> count
+        self.epoch = 0
+
+    def _feed(self, event) -> None:
+        for action in self.core.handle(event, self.now):
+            key = (self.epoch, action.step)
+            self.proposed[key] = self.proposed.get(key, 0) + 1
+            if isinstance(action, nc.BuildProposal):
+                assert action.step == self.core.step
+                assert set(action.contributors) <= set(self.core.members)
+                assert "n1" in action.contributors
+                assert action.contributors == tuple(sorted(action.contributors))
+
+    @rule(step=st.integers(0, 20), learner=st.booleans())
+    def begin(self, step, learner):
+        voters = ("n0", "n2") if learner else VOTERS
+        self.epoch += 1
+        self._feed(nc.StepBegan(step=step, voters=voters, members=VOTERS))
+
+    @precondition(lambda self: self.core.step >= 0)
+    @rule()
+    def own(self):
+        self._feed(nc.OwnContribution(step=self.core.step))
+
+    @precondition(lambda self: self.core.step >= 0)
+    @rule(sender=st.sampled_from(VOTERS), ahead=st.integers(-2, 10))
+    def arrive(self, sender, ahead):
+        self._feed(nc.ContributionArrived(step=max(0, self.core.step + ahead), sender=sender))
+
+    @rule(alive=st.sets(st.sampled_from(VOTERS)))
+    def view(self, alive):
+        self._feed(nc.ViewChanged(alive=tuple(sorted(alive))))
+
+    @rule(seconds=st.floats(0.0, 5.0))
+    def tick(self, seconds):
+        self.now += seconds
+        self._feed(nc.Tick())
+
+    @invariant()
+    def valid(self):
+        self.core.check_valid()
+
+    @invariant()
+    def one_proposal_per_step(self):
+        assert all(count == 1 for count in self.proposed.values()), self.proposed
+
+
+TestLeaderMachine = LeaderMachine.TestCase
+
+
+# --- acceptor records and the vote floor ------------------------------------------------------
+
+
+def test_records_beyond_the_kept_window_are_pruned_and_the_floor_rises():
+    kept = CONFIG.records_kept
+    steps = range(kept + 5)
+    pruning = nc.prune_records(steps, -1)
+    assert pruning.steps == tuple(range(5))
+    assert pruning.floor == 4
+    assert nc.prune_records(range(5, kept + 6), 4).floor == 5
+    assert nc.prune_records(range(kept), 7) == nc.Pruning(steps=(), floor=7)  # never falls
+
+
+def test_no_vote_floor_prunes_the_same_records_but_never_raises_the_floor():
+    bugs = BugSet.parse(["no-vote-floor"])
+    pruning = nc.prune_records(range(CONFIG.records_kept + 5), -1, bugs=bugs)
+    assert pruning.steps == tuple(range(5)) and pruning.floor == -1
+
+
+def test_one_records_kept_number_the_commit_cores_window():
+    assert CONFIG.records_kept == cm.CommitConfig().retained_steps
+
+
+# --- aggregates, membership, rejoin ------------------------------------------------------------
+
+
+def test_rebuild_when_every_contribution_is_held_else_wait_for_the_push_then_pull_live_first():
+    fetch = cm.FetchAggregate(step=3, value_fp="ab" * 8, sources=("n0", "n2", "n1"))
+    plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1", "n2"}, VOTERS)
+    assert plan.rebuild
+    plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1"}, ("n1", "n2"))
+    assert not plan.rebuild and plan.wait_s == CONFIG.push_grace_s
+    assert plan.sources == ("n2", "n0")  # live first, never itself
+    own = cm.FetchAggregate(step=3, value_fp="ab" * 8, sources=("n1", "n0"))
+    assert nc.plan_aggregate("n1", own, None, (), VOTERS).wait_s == 0.0  # no push is coming
+
+
+def test_rejoin_sources_prefer_peers_known_to_be_ahead():
+    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {}, 5, None) == ("n0", "n2")
+    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {"n2": 9, "n0": 3}, 5, "n0") == ("n2",)
+    assert nc.rejoin_sources("n1", ("n1",), VOTERS, {}, 5, "n0") == ("n0",)
+
+
+# --- history ---------------------------------------------------------------------------------------
+
+
+VALUE = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1"])
+LOGGED = [
+    cm.Proposed(step=1, ballot=(0, 0), value=VALUE),
+    cm.Promised(step=1, ballot=(0, 0), to="n0"),
+    cm.AcceptedValue(step=1, ballot=(0, 0), value=VALUE, to="n0", holds_bytes=True),
+    cm.Committed(
+        step=1, value=VALUE, param_fp="cd" * 8, voters=VOTERS, learners=(), quorum=("n0", "n1")
+    ),
+    rj.RequestState(source="n0", attempt=0, deadline=3.0, from_step=-1),
+    rj.LoadCheckpoint(path="c/step-9", step=9, param_fp="cd" * 8),
+    rj.RejoinDone(source="n0", step=9, param_fp="cd" * 8, nbytes=10, verified=True),
+    det.Suspected(peer="n0", peer_incarnation=0, reason="gap", at=1.0),
+    det.DeclaredDead(peer="n0", peer_incarnation=0, suspicions=1, reason="gap", at=1.0),
+    det.DeclaredAlive(peer="n0", peer_incarnation=1, at=1.0),
+    det.Refuted(incarnation=2, suspected_by="n0", at=1.0),
+    det.SelfDeclaredDead(incarnation=2, declared_by="n0", at=1.0),
+    det.ViewChanged(epoch=3, alive=("n1",), at=1.0),
+]
+
+
+@pytest.mark.parametrize("action", LOGGED, ids=lambda a: type(a).__name__)
+def test_every_logged_action_maps_to_a_valid_history_event(action):
+    mapped = nc.history_of(action, node="n1", step=7)
+    assert mapped is not None
+    cls, fields = mapped
+    fields.setdefault("step", -1)
+    event = cls(t_wall=0.0, t_mono=0.0, node="n1", **fields)
+    assert history.decode_event(history.encode_event(event)) == event
+
+
+def test_sends_and_timers_are_not_history():
+    assert nc.history_of(cm.Tick(), node="n1") is None
+    assert nc.history_of(nc.Tick(), node="n1") is None
