@@ -51,10 +51,12 @@ bench-gpu:
 	$(PYTEST) tests/kernels -q
 	$(SWARMSHAKE) bench kernels
 
+# ruff, then DESIGN.md's import table (.importlinter, through import-linter).
 lint:
 	scripts/setup.sh venv
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	scripts/lint_imports.sh
 
 format:
 	.venv/bin/ruff format .

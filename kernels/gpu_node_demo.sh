@@ -28,4 +28,4 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -m gpu tests/reference_node/training -p no:cacheprovider 2>&1 \
     | tee "$OUT/pytest_training_gpu.log" | tail -30
 fi
-python3 -m swarmshake.kernels.gpu_node_demo "$@" 2>&1 | tee "$OUT/gpu_node_demo.log"
+python3 -m swarmshake.chaos.bench.gpu_node_demo "$@" 2>&1 | tee "$OUT/gpu_node_demo.log"

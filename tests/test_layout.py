@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -67,3 +69,78 @@ def test_python_dash_m_and_the_console_script_agree():
         check=False,
     )
     assert bad.returncode == 64 and "unknown command" in bad.stderr
+
+
+# DESIGN.md's import table, one contract per row (.importlinter).
+CONTRACT_SOURCES = {
+    "swarmshake.reference_node.protocol",
+    "swarmshake.reference_node.runtime",
+    "swarmshake.reference_node.training",
+    "swarmshake.reference_node",
+    "swarmshake.kernels",
+    "swarmshake.verify",
+    "swarmshake.reports",
+    "swarmshake.chaos",
+}
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / "scripts" / "lint_imports.sh"), str(root)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_import_table_is_a_contract_per_row_and_holds():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    sources = {
+        module.strip()
+        for name in config.sections()
+        if name.startswith("importlinter:contract:")
+        for module in config[name]["source_modules"].split()
+    }
+    assert CONTRACT_SOURCES <= sources
+    result = _lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_the_import_contracts_catch_a_node_that_imports_the_harness(tmp_path):
+    # A copy of the checkout, so the probes never appear in the shared tree.
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in (*PARTS, "swarmshake"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=skip)
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    (tmp_path / "reference_node" / "runtime" / "_probe.py").write_text(
+        "from swarmshake.chaos.backends import session\n"
+    )
+    (tmp_path / "reference_node" / "protocol" / "_probe.py").write_text("import torch\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "reference_node imports only kernels among the other parts BROKEN" in out
+    assert "reference_node/protocol imports nothing outside the stdlib and msgspec BROKEN" in out
+    assert "swarmshake.reference_node.runtime._probe -> swarmshake.chaos" in out
+    assert "Contracts: 7 kept, 2 broken." in out
+
+
+def test_protocol_imports_only_the_stdlib_and_msgspec():
+    # Exact, with no package list to keep: every import statement, nested ones too.
+    allowed = set(sys.stdlib_module_names) | {"msgspec"}
+    offenders = []
+    for path in sorted((ROOT / "reference_node" / "protocol").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue  # a relative import stays inside protocol (ruff bans parents)
+            for name in names:
+                inside = name.startswith("swarmshake.reference_node.protocol")
+                if not inside and name.split(".")[0] not in allowed:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert offenders == []

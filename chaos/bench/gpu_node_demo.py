@@ -1,7 +1,7 @@
 """End to end on one GPU: two training nodes whose S1 checks use the fingerprint kernel
 and whose aggregation runs the robust-aggregation kernel.
 
-``python -m swarmshake.kernels.gpu_node_demo [--steps 8] [--params 1M] [--out DIR]``
+``python -m swarmshake.chaos.bench.gpu_node_demo [--steps 8] [--params 1M] [--out DIR]``
 (on the GPU machine: ``bash kernels/gpu_run.sh`` sets up the path; see
 ``kernels/gpu_node_demo.sh``).  Two parts, one table each, exit 0 only if every
 check holds:
@@ -22,9 +22,10 @@ check holds:
    in-process run's (the same bits, computed in other processes); each worker
    process holds GPU memory (``nvidia-smi``) and has mapped the kernels extension.
 
-This script composes every part (it is a demo, not a library module): nothing in
-``swarmshake.kernels`` imports it, and its imports of ``reference_node`` and
-``verify`` are made inside functions.
+This script composes every part (it is a demo, not a library module), so it lives
+with the harness's benchmarks, which may import everything, not in ``kernels/``
+(which imports torch only); its imports of ``reference_node`` and ``verify`` are
+made inside functions, so ``--help`` stays light.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def real_nodes(training: dict, steps: int, expected: list[str], checks: Checks, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swarmshake.kernels.gpu_node_demo")
+    parser = argparse.ArgumentParser(prog="python -m swarmshake.chaos.bench.gpu_node_demo")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--params", default="1M", help="model size (default 1M)")
     parser.add_argument("--device", default="cuda")
