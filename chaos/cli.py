@@ -3,14 +3,20 @@
 Routes ``swarmshake COMMAND ...`` to ``swarmshake.chaos.commands.<module>.main``.
 Exit codes, for CI: 0 valid, 1 a property was violated, 2 unknown, 64 bad usage.
 ``--json`` prints one JSON document on stdout; human progress goes to stderr.
+
+Only a command's own verdict may exit 1.  Bad input that a command lets escape
+(a scenario or fault-schedule error) still exits 64 with its message, and any other
+exception is a crash of the harness: exit 2 (unknown: nothing was decided) with the
+traceback, never Python's default 1, which CI would read as "a property was violated".
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
-from swarmshake.chaos.commands._args import EXIT_USAGE, UsageError
+from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_USAGE, UsageError
 
 # command -> (module under swarmshake.chaos.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "check a run directory's history against the properties"),
     "report": ("report", "regenerate or compare reports of a run directory"),
     "specs": ("specs", "check the TLA+ specs, their mutants, or a run's trace with TLC"),
-    "bench": ("bench", "benchmarks: recovery, rejoin, kernels, overhead"),
+    "bench": ("bench", "benchmarks: recovery, overhead, load, rejoin, harness, kernels"),
     "up": ("cluster", "start a long-lived cluster for exploring by hand"),
     "down": ("cluster", "stop a cluster (--all: everything swarmshake ever started)"),
     "status": ("cluster", "show the long-lived cluster"),
@@ -45,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"swarmshake: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
-    module = importlib.import_module(f"swarmshake.chaos.commands.{COMMANDS[command][0]}")
     try:
+        module = importlib.import_module(f"swarmshake.chaos.commands.{COMMANDS[command][0]}")
         return int(
             module.main([command, *rest])
             if module.__name__.endswith("cluster")
@@ -58,6 +64,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"swarmshake {command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # the last line of defence: exit 64 or 2, never 1
+        if _is_input_error(error):
+            print(f"swarmshake {command}: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        traceback.print_exc()
+        print(
+            f"swarmshake {command}: internal error ({type(error).__name__}: {error}); this is a "
+            "bug in swarmshake, not a verdict on the system under test: exit 2 (unknown). "
+            "Please report it with the traceback above.",
+            file=sys.stderr,
+        )
+        return EXIT_UNKNOWN
+
+
+def _is_input_error(error: Exception) -> bool:
+    """A scenario or schedule error escaped a command: still bad input (64)."""
+    from swarmshake.chaos.faults import FaultSpecError
+    from swarmshake.chaos.scenario import ScenarioError
+    from swarmshake.chaos.yaml_input import YamlInputError
+
+    return isinstance(error, ScenarioError | FaultSpecError | YamlInputError)
 
 
 if __name__ == "__main__":

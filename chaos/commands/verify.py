@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from swarmshake.chaos import yaml_input
 from swarmshake.chaos.commands._args import (
     EXIT_INVALID,
     EXIT_UNKNOWN,
@@ -23,15 +24,20 @@ from swarmshake.chaos.commands._args import (
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.verify.checkers import Bounds, Verdict, check_history
 
+MAX_BOUNDS_BYTES = 64 * 1024  # a dozen numbers; anything larger is not a bounds file
 EXIT_BY_STATUS = {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_UNKNOWN}
 
 
 def load_bounds(path: Path) -> Bounds:
-    try:
-        return msgspec.yaml.decode(path.read_bytes(), type=Bounds)
+    try:  # the scenario reader: YAML 1.2 numbers, bounded, no duplicate keys
+        return msgspec.convert(
+            yaml_input.load(path.read_bytes(), str(path), MAX_BOUNDS_BYTES), type=Bounds
+        )
     except OSError as error:
         raise UsageError(f"{path}: cannot read bounds: {error.strerror}") from None
-    except msgspec.DecodeError as error:  # includes ValidationError
+    except yaml_input.YamlInputError as error:
+        raise UsageError(str(error)) from None
+    except msgspec.ValidationError as error:
         raise UsageError(
             f"{path}: bad bounds: {error}; fields: {', '.join(Bounds.__struct_fields__)}"
         ) from None
