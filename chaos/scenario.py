@@ -340,7 +340,8 @@ def _explain(message: str, root: yaml.Node, source: str, data: Any) -> ScenarioE
         )
     line = node.start_mark.line + 1
     where = path[2:] if path.startswith("$.") else (field or "(top level)")
-    return ScenarioError(f"{source}:{line}: {where or field}: {problem}; fix: {fix}")
+    message = f"{source}:{line}: {where or field}: {problem}; fix: {fix}"
+    return ScenarioError(yaml_input.one_line(message))
 
 
 def loads(text: str | bytes, source: str = "<scenario>") -> Scenario:

@@ -43,6 +43,9 @@ _MERGE = "tag:yaml.org,2002:merge"
 class YamlInputError(ValueError):
     """A YAML file that cannot be read; ``str()`` names the file, the line and the fix."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
 
 class Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
     """PyYAML's safe loader with the YAML 1.2 core schema's implicit types."""
@@ -105,6 +108,15 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
 
 Loader.add_constructor(_INT, _construct_int)
 Loader.add_constructor(_FLOAT, _construct_float)
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped: a key or value quoted in an error
+    message must not break the message's one line."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def _line(node: yaml.Node) -> int:
