@@ -1,18 +1,31 @@
 """Runs a Mosquitto broker as a child process on loopback for a run or a test.
 
 Mosquitto is the Debian package's binary; the config is written per run (listen
-address, persistence off, optional password file) so nothing touches the
-system's broker configuration.
+address, persistence off, password file, ACL) so nothing touches the system's broker
+configuration.
+
+Nothing connects anonymously (DESIGN.md, "MQTT"): ``BrokerAuth`` makes per-run
+credentials, one user per node (named as the node) and one for the harness, and an
+ACL in which a node publishes only its own announcement (its last will is that topic
+too) and telemetry, and reads only its own commands and address book, the broadcast
+command topic and the announcements; only the harness publishes commands and address
+books.  The password file is hashed by the Debian package's ``mosquitto_passwd -U``
+(PBKDF2-SHA512) from a plaintext file written 0600, so no secret is on a command line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from swarmshake.chaos.child_process import stop_child
@@ -38,8 +51,131 @@ def mosquitto_version() -> str:
     return first[0].strip() if first else "unknown"
 
 
+# Longer than any node id (frames.NODE_ID_PATTERN allows 16), so no node can be it.
+HARNESS_USER = "swarmshake-harness"
+PASSWD_DEADLINE_S = 30.0  # mosquitto_passwd hashes a few dozen entries in milliseconds
+
+
+def mosquitto_passwd_binary() -> Path:
+    found = shutil.which("mosquitto_passwd") or (
+        "/usr/bin/mosquitto_passwd" if os.path.exists("/usr/bin/mosquitto_passwd") else None
+    )
+    if not found:
+        raise FileNotFoundError(
+            "mosquitto_passwd not found: run `make setup` (apt-get install mosquitto)"
+        )
+    return Path(found)
+
+
+def node_password(broker_secret_hex: str, user: str) -> str:
+    """A user's broker password, derived from the run's broker secret (held by the
+    harness only; a node gets just its own password), so the harness and the node
+    config writer agree without passing passwords around."""
+    secret = bytes.fromhex(broker_secret_hex)
+    return hmac.new(
+        secret, b"swarmshake/mqtt-password/v1/" + user.encode(), hashlib.sha256
+    ).hexdigest()
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """Write ``text`` to a file only its owner can read (0600 from creation on)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)  # an existing file keeps its mode through O_CREAT
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+    return path
+
+
+@dataclass(frozen=True)
+class BrokerAuth:
+    """One run's broker users: ``passwords[user]``; nodes are users named as the node."""
+
+    topic_prefix: str
+    passwords: dict[str, str]
+
+    @classmethod
+    def create(
+        cls,
+        topic_prefix: str,
+        nodes: tuple[str, ...] | list[str] = (),
+        broker_secret_hex: str | None = None,
+    ) -> BrokerAuth:
+        """Users for the harness and ``nodes``; passwords derived from the run's broker
+        secret (``ClusterSpec.broker_secret_hex``), or a fresh one."""
+        secret = broker_secret_hex or secrets.token_hex(32)
+        users = (HARNESS_USER, *nodes)
+        return cls(topic_prefix.rstrip("/"), {user: node_password(secret, user) for user in users})
+
+    @property
+    def harness_password(self) -> str:
+        return self.passwords[HARNESS_USER]
+
+    def acl(self) -> str:
+        prefix = self.topic_prefix
+        return "\n".join(
+            [
+                "# Written per run by swarmshake (chaos/mosquitto.py); %u is the user name.",
+                f"user {HARNESS_USER}",
+                f"topic readwrite {prefix}/#",
+                "",
+                # Patterns apply to every user; a node's user name is its node id.
+                f"pattern write {prefix}/nodes/%u/announce",
+                f"pattern write {prefix}/nodes/%u/telemetry",
+                f"pattern read {prefix}/nodes/%u/command",
+                f"pattern read {prefix}/nodes/%u/addressbook",
+                f"pattern read {prefix}/nodes/+/announce",
+                f"pattern read {prefix}/command",
+                "",
+            ]
+        )
+
+    def write_broker_files(self, folder: Path) -> tuple[Path, Path]:
+        """``passwd`` (hashed) and ``acl`` in ``folder``, both 0600."""
+        passwd = write_secret(
+            folder / "passwd", "".join(f"{u}:{p}\n" for u, p in self.passwords.items())
+        )
+        completed = subprocess.run(
+            [str(mosquitto_passwd_binary()), "-U", str(passwd)],
+            capture_output=True,
+            text=True,
+            timeout=PASSWD_DEADLINE_S,
+            check=False,
+        )
+        if completed.returncode != 0:
+            passwd.unlink(missing_ok=True)  # never leave the plaintext behind
+            raise RuntimeError(f"mosquitto_passwd -U failed: {completed.stderr.strip()}")
+        passwd.chmod(0o600)
+        return passwd, write_secret(folder / "acl", self.acl())
+
+    def write_harness_file(self, path: Path) -> Path:
+        """The harness's own credentials (0600), for a person driving ``swarmshake up``."""
+        return write_secret(
+            path,
+            json.dumps({"username": HARNESS_USER, "password": self.harness_password}) + "\n",
+        )
+
+
+def auth_config_lines(folder: str) -> list[str]:
+    """Config lines for the password file and ACL found in ``folder`` (as the broker
+    sees it: a host path, or the mount point in a container)."""
+    lines = ["allow_anonymous false", f"password_file {folder}/passwd", f"acl_file {folder}/acl"]
+    if os.geteuid() == 0:
+        # As root, mosquitto drops to user "mosquitto", who cannot read the 0600
+        # files root wrote; stay root (the broker only listens on loopback or a
+        # project network).
+        lines.append("user root")
+    return lines
+
+
 class MosquittoBroker:
-    """``async with MosquittoBroker() as broker: broker.port``."""
+    """``async with MosquittoBroker() as broker: broker.port``.
+
+    Clients log in: ``broker.auth`` holds the users (``auth`` given, or one made for
+    ``topic_prefix`` with only the harness user).
+    """
 
     def __init__(
         self,
@@ -48,12 +184,15 @@ class MosquittoBroker:
         port: int | None = None,
         workdir: Path | None = None,
         pid_dir: Path | None = None,
+        auth: BrokerAuth | None = None,
+        topic_prefix: str = "swarmshake",
     ):
         self.host = host
         self.port = port or free_port(host)
         self.pid_dir = pid_dir
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="swarmshake-mosquitto-"))
+        self.auth = auth or BrokerAuth.create(topic_prefix)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,11 +201,12 @@ class MosquittoBroker:
 
     def _write_config(self) -> Path:
         config = self.workdir / "mosquitto.conf"
+        self.auth.write_broker_files(self.workdir)
         config.write_text(
             "\n".join(
                 [
                     f"listener {self.port} {self.host}",
-                    "allow_anonymous true",
+                    *auth_config_lines(str(self.workdir)),
                     "persistence false",
                     # A harness restarts nodes quickly: keep the will delay at zero and
                     # let a reconnecting client take over its session immediately.

@@ -19,7 +19,8 @@ Minimal file::
     control_port = 7201
     bulk_port = 7202
 
-Optional tables: ``[mqtt]`` (MqttSettings; absent: no broker), ``[training]``
+Optional tables: ``[mqtt]`` (MqttSettings; absent: no broker; the harness gives
+``username`` and ``password_file``, a 0600 file beside the config), ``[training]``
 (TrainingConfig), ``[detector]`` (DetectorConfig), ``[links]`` (LinkTimeouts),
 ``[clock]`` (offset_s, drift_ppm), ``[worker]`` (nice), ``[step]`` (step timing).
 Command-line flags override single fields (``__main__.py``).
@@ -217,6 +218,8 @@ def validate(config: NodeConfig, path: str = "<config>") -> NodeConfig:
         BugSet.parse(node.bugs)
     except UnknownBugError as error:
         raise _fail(path, f"[node] bugs: {error}") from None
+    if config.mqtt is not None and config.mqtt.password and config.mqtt.password_file:
+        raise _fail(path, "[mqtt] give password or password_file, not both")
     if not config.network.run_key_hex and not config.network.run_key_file:
         raise _fail(path, "[network] needs run_key_hex or run_key_file (the harness issues it)")
     if config.network.run_key_hex:
@@ -291,7 +294,24 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfi
     for dotted, value in (overrides or {}).items():
         section, _, field = dotted.partition(".")
         raw.setdefault(section, {})[field] = value
-    return from_dict(raw, str(path))
+    return _read_mqtt_password(from_dict(raw, str(path)), path)
+
+
+def _read_mqtt_password(config: NodeConfig, path: Path) -> NodeConfig:
+    """``[mqtt] password_file`` (relative to the config's folder) read into ``password``."""
+    mqtt = config.mqtt
+    if mqtt is None or not mqtt.password_file:
+        return config
+    secret = Path(mqtt.password_file)
+    if not secret.is_absolute():
+        secret = path.parent / secret
+    try:
+        password = secret.read_text().strip()
+    except OSError as error:
+        raise _fail(str(path), f"[mqtt] password_file {secret}: {error.strerror}") from None
+    if not password:
+        raise _fail(str(path), f"[mqtt] password_file {secret} is empty")
+    return msgspec.structs.replace(config, mqtt=msgspec.structs.replace(mqtt, password=password))
 
 
 def from_dict(raw: dict[str, Any], path: str = "<config>") -> NodeConfig:

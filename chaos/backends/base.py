@@ -50,6 +50,9 @@ class ClusterSpec:
     bugs: tuple[str, ...] = ()
     node_program: str = NODE_MODULE
     run_key_hex: str = field(default_factory=lambda: secrets.token_hex(32))
+    # The broker passwords are derived from this (chaos/mosquitto.py); only the
+    # harness holds it, a node gets its own password only.
+    broker_secret_hex: str = field(default_factory=lambda: secrets.token_hex(32))
     # Nodes dial each other's listeners directly, without a proxy per link: no link
     # faults, but no proxy hop either (what a cluster costs without the harness, for
     # ``bench overhead``).  The local backend only.
@@ -176,12 +179,33 @@ class Backend(abc.ABC):
 
     async def send_command(self, node: str, command: Command) -> None:
         """Publish a harness command to one node over MQTT (clock skew, Byzantine …)."""
-        from swarmshake.chaos.backends.mqtt_commands import publish_command
-
         if self.broker.lost:
             raise BackendError(f"cannot command {node}: the broker is down (broker_loss)")
+        await self.harness_mqtt().command(node, command)
+
+    def broker_auth(self) -> Any:
+        """The run's broker users and ACL (``chaos.mosquitto.BrokerAuth``)."""
+        from swarmshake.chaos.mosquitto import BrokerAuth
+
+        spec = self.spec
+        return BrokerAuth.create(spec.topic_prefix, spec.nodes, spec.broker_secret_hex)
+
+    def harness_mqtt(self) -> Any:
+        """The harness's signed publisher (``mqtt_commands.HarnessMqtt``) for this run."""
+        from swarmshake.chaos.backends.mqtt_commands import HarnessMqtt, HarnessSequence
+        from swarmshake.chaos.mosquitto import HARNESS_USER
+
         host, port = self.broker_address()
-        await publish_command(host, port, self.spec.topic_prefix, node, command)
+        spec = self.spec
+        return HarnessMqtt(
+            host=host,
+            port=port,
+            username=HARNESS_USER,
+            password=self.broker_auth().harness_password,
+            topic_prefix=spec.topic_prefix,
+            run_key=bytes.fromhex(spec.run_key_hex),
+            sequence=HarnessSequence(spec.run_dir / "harness" / "mqtt.seq"),
+        )
 
     async def reset_links(self) -> None:
         """Enable every proxy and remove every toxic (heal of every network fault)."""

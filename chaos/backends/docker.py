@@ -52,7 +52,7 @@ from swarmshake.chaos.backends.base import (
 )
 from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
 from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
-from swarmshake.chaos.mosquitto import mosquitto_binary
+from swarmshake.chaos.mosquitto import auth_config_lines, mosquitto_binary
 from swarmshake.chaos.toxiproxy import (
     ChannelSplit,
     Toxic,
@@ -354,10 +354,16 @@ class DockerBackend(Backend):
         holders = await asyncio.gather(*(self._holder(alias) for alias in aliases))
         broker_holder = holders[0]
         node_holders = dict(zip(spec.nodes, holders[1:-1], strict=True))
+        # Logins and ACL as on the local backend (chaos/mosquitto.py); the folder is
+        # mounted at /broker, and the broker runs as this user so it reads the 0600 files.
+        auth = self.broker_auth()
+        auth.write_broker_files(spec.run_dir / "broker")
+        auth.write_harness_file(spec.run_dir / "harness" / "mqtt-credentials.json")
         config = spec.run_dir / "broker" / "mosquitto.conf"
         config.write_text(
-            f"listener {BROKER_PORT} 0.0.0.0\nallow_anonymous true\npersistence false\n"
-        )
+            "\n".join([f"listener {BROKER_PORT} 0.0.0.0", *auth_config_lines("/broker"),
+                       "persistence false", ""])
+        )  # fmt: skip
         # Toxiproxy and the broker start together (each container start is ~0.5 s).
         # Two Toxiproxy servers, control (+ broker) and bulk (chaos/toxiproxy/split.py
         # says why), each its own container in the "toxiproxy" holder's namespace: one
@@ -377,7 +383,7 @@ class DockerBackend(Backend):
             self._run(
                 base, "broker", "broker", netns=broker_holder,
                 entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
-                environment={"LD_LIBRARY_PATH": "/hostlib"},
+                environment={"LD_LIBRARY_PATH": "/hostlib"}, user=f"{os.getuid()}:{os.getgid()}",
                 volumes={
                     str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
                     HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},

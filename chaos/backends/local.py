@@ -368,7 +368,12 @@ class LocalBroker(BrokerHandle):
     async def start(self) -> None:
         workdir = self.backend.spec.run_dir / "broker"
         workdir.mkdir(parents=True, exist_ok=True)
-        self.process = MosquittoBroker(host=HOST, port=self.port, workdir=workdir)
+        self.process = MosquittoBroker(
+            host=HOST, port=self.port, workdir=workdir, auth=self.backend.broker_auth()
+        )
+        self.backend.broker_auth().write_harness_file(
+            self.backend.spec.run_dir / "harness" / "mqtt-credentials.json"
+        )
         await self.process.start()
         if self.backend.registry and self.process.pid:
             self.backend.registry.add_process("mosquitto", self.process.pid)

@@ -51,6 +51,15 @@ class NodeCollector:
         mqtt = GaugeMetricFamily("swarmshake_mqtt_connected", "Connected to the broker")
         mqtt.add_metric([], 1 if status.get("mqtt", {}).get("connected") else 0)
         yield mqtt
+        mqtt_drops = CounterMetricFamily(
+            "swarmshake_mqtt_dropped",
+            "Inbound MQTT payloads dropped (forged, unsigned, replayed, malformed)",
+            labels=["topic", "reason"],
+        )
+        for key, count in status.get("mqtt", {}).get("bad_payloads", {}).items():
+            topic, _, reason = key.partition(":")
+            mqtt_drops.add_metric([topic, reason], count)
+        yield mqtt_drops
         step_time = GaugeMetricFamily("swarmshake_step_seconds", "Last local gradient computation")
         step_time.add_metric([], status.get("worker", {}).get("last_step_s", 0.0))
         yield step_time

@@ -185,6 +185,9 @@ class ControlProcess:
                 on_command=self.on_command,
                 on_address_book=self.on_address_book,
                 on_announcement=self.on_announcement,
+                run_key=self.run_key,
+                on_drop=self.on_mqtt_drop,
+                state_dir=config.data_dir,
                 seed=config.node.seed,
             )
         self.worker_channel: ipc.IpcChannel | None = None
@@ -390,6 +393,11 @@ class ControlProcess:
             case Leave():
                 self.leave(f"leave: {command.reason}")
 
+    def on_mqtt_drop(self, topic_kind: str, reason: str) -> None:
+        """A command or address book refused (forged, unsigned, replayed, malformed):
+        in the history, so a run's report shows someone tried to steer the node."""
+        self.events.log(history.FrameDrop, peer="mqtt", reason=f"{topic_kind}:{reason}")
+
     def leave(self, reason: str) -> None:
         """A clean leave: removed from the configuration through a committed step
         (DESIGN), then stop.  Before the node is ready it just stops."""
@@ -464,6 +472,8 @@ class ControlProcess:
                 "configured": self.mqtt is not None,
                 "connected": bool(self.mqtt and self.mqtt.connected),
                 "bad_payloads": dict(self.mqtt.stats.bad_payloads) if self.mqtt else {},
+                "commands": self.mqtt.stats.commands if self.mqtt else 0,
+                "address_books": self.mqtt.stats.address_books if self.mqtt else 0,
             },
             "worker": {
                 "last_step_s": report.last_step_s if report else 0.0,

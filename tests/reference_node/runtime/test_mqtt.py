@@ -20,10 +20,19 @@ from swarmshake.reference_node.runtime.mqtt_messages import (
     Topics,
     decode_announcement,
     encode,
+    harness_key,
+    sign,
 )
 
 PREFIX = "swarmshake/test"
 MQTT_USER, MQTT_PASSWORD = "node", "s3cret-test"  # the broker fixture's credentials
+RUN_KEY = bytes(range(32))
+_seqs = iter(range(1, 1 << 30))
+
+
+def signed(topic: str, body: bytes) -> bytes:
+    """``body`` as the harness sends it on ``topic``: MACed, with a fresh sequence number."""
+    return sign(harness_key(RUN_KEY), topic, next(_seqs), body)
 
 
 def settings_for(port: int, **kw) -> MqttSettings:
@@ -53,6 +62,7 @@ def make_agent(node: str, port: int, **callbacks) -> tuple[MqttAgent, list]:
         on_command=got.append,
         on_address_book=got.append,
         on_announcement=got.append,
+        run_key=RUN_KEY,
         **callbacks,
     )
     return agent, got
@@ -91,21 +101,37 @@ def test_discovery_commands_and_bad_payloads(broker):
                 b'{"command": "set_clock", "offset_s": 1e9}',
                 b"[" * 70_000,
             ]
+            # Correctly signed, but not a command: each is counted by what is wrong.
             for payload in bad:
-                await harness_publish(broker.port, topics.command(), payload)
-            await harness_publish(
-                broker.port,
-                topics.command(),
-                b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip"}}',
-            )
-            await harness_publish(
-                broker.port, topics.broadcast_command(), b'{"command": "force_checkpoint"}'
-            )
+                await harness_publish(
+                    broker.port, topics.command(), signed(topics.command(), payload)
+                )
+            byzantine = b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip"}}'
+            good = signed(topics.command(), byzantine)
+            await harness_publish(broker.port, topics.command(), good)
+            # Unsigned (what an anonymous client sent in issue 16), a MAC under another
+            # key, the good one again (a replay), and a's command sent to b.
+            await harness_publish(broker.port, topics.command(), byzantine)
+            forged = sign(harness_key(b"not the run key!"), topics.command(), 10**6, byzantine)
+            await harness_publish(broker.port, topics.command(), forged)
+            await harness_publish(broker.port, topics.command(), good)
+            await harness_publish(broker.port, Topics(PREFIX, "b").command(), good)
+            broadcast = topics.broadcast_command()
+            checkpoint = signed(broadcast, b'{"command": "force_checkpoint"}')
+            await harness_publish(broker.port, broadcast, checkpoint)
             await wait_for(lambda: any(isinstance(m, ForceCheckpoint) for m in got_a))
             await wait_for(lambda: any(isinstance(m, ForceCheckpoint) for m in got_b))
             assert [m.behaviour.mode for m in got_a if isinstance(m, SetByzantine)] == ["sign_flip"]
-            assert sum(a.stats.bad_payloads.values()) == len(bad)
-            assert a.stats.bad_payloads == {"command:malformed": 5, "command:oversized": 1}
+            assert not any(isinstance(m, SetByzantine) for m in got_b)
+            assert a.stats.bad_payloads == {
+                "command:malformed": 5,
+                "command:oversized": 1,
+                "command:unsigned": 1,
+                "command:bad_mac": 1,
+                "command:replay": 1,
+            }
+            assert b.stats.bad_payloads == {"command:bad_mac": 1}
+            assert (a.stats.commands, b.stats.commands) == (2, 1)
             for task in tasks:
                 task.cancel()
 
@@ -143,7 +169,8 @@ def test_last_will_marks_a_killed_node_offline(broker, tmp_path):
         agent = MqttAgent(
             MqttSettings(host="127.0.0.1", port={broker.port}, username="{MQTT_USER}",
                          password="{MQTT_PASSWORD}", topic_prefix="{PREFIX}", keepalive_s=1),
-            node_id="k", announcement=Announcement(node="k", incarnation=3), on_command=print)
+            node_id="k", announcement=Announcement(node="k", incarnation=3), on_command=print,
+            run_key=bytes(16))
         async def main():
             task = asyncio.create_task(agent.run())
             while not agent.connected:
@@ -208,8 +235,9 @@ def test_last_will_marks_a_killed_node_offline(broker, tmp_path):
             },
         ).map(encode),
     ),
+    st.booleans(),
 )
-def test_fuzzed_payloads_never_crash_and_are_counted(kind, payload):
+def test_fuzzed_payloads_never_crash_and_are_counted(kind, payload, wrap_signed):
     agent, got = make_agent("a", 1)
     topics = agent.topics
     topic = {
@@ -218,6 +246,13 @@ def test_fuzzed_payloads_never_crash_and_are_counted(kind, payload):
         "addressbook": topics.address_book(),
         "announce": topics.announce("b"),
     }[kind]
+    if wrap_signed and kind != "announce" and payload:
+        # Past the MAC and the sequence check, so the body's own validation is fuzzed.
+        try:
+            payload.decode()  # a body travels as a JSON string: UTF-8 only
+            payload = signed(topic, payload)
+        except UnicodeDecodeError:
+            pass
     agent.handle_message(topic, payload)
     bad = sum(agent.stats.bad_payloads.values())
     # Each message is delivered to a callback or counted as bad, never raised; an

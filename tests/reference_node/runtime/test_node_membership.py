@@ -18,6 +18,7 @@ import pytest
 from swarmshake.reference_node.config import to_toml
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime.launcher import LocalCluster
+from swarmshake.reference_node.runtime.mqtt_messages import Leave, harness_key, sign
 
 pytestmark = pytest.mark.slow
 TRAINING = {"hidden": [64, 64]}  # small: the protocol is under test, not the model
@@ -126,7 +127,10 @@ def test_join_as_learner_promote_then_clean_leave(tmp_path, broker):
         assert all(len(fps) == 1 for fps in by_step.values()), by_step
 
         # A clean leave: n2 is removed through a committed step, then stops by itself.
-        asyncio.run(publish(broker, f"{PREFIX}/nodes/n2/command", b'{"command": "leave"}'))
+        # Signed as the harness signs (MAC under the run key, a sequence number).
+        topic = f"{PREFIX}/nodes/n2/command"
+        leave = sign(harness_key(bytes.fromhex(cluster.run_key_hex)), topic, 1, Leave())
+        asyncio.run(publish(broker, topic, leave))
         assert cluster.processes["n2"].wait(timeout=60) == 0
         removed = [
             e
