@@ -63,20 +63,15 @@ from swarmshake.reference_node.protocol.detector import (
     SelfDeclaredDead,
     SendGossip,
     Started,
-    Suspected,
     Tick,
     ViewChanged,
 )
 from swarmshake.reference_node.protocol.history import (
-    DeclareAlive,
-    DeclareDead,
     EventBase,
-    Refute,
     Start,
-    Suspect,
 )
-from swarmshake.reference_node.protocol.history import ViewChange as ViewChangeEvent
 from swarmshake.reference_node.protocol.messages import Gossip
+from swarmshake.reference_node.protocol.node_core import history_of
 
 LOOK, MESSAGE, CALL, TIMER = range(4)
 # A livelock guard: 1,000 nodes may legitimately act at one instant a few times each.
@@ -560,64 +555,35 @@ class Simulation:
             if isinstance(action, SendGossip):
                 for peer in action.to:
                     self.send(proc, t, peer, action.message)
-            elif isinstance(action, Suspected):
-                self.log(
-                    Suspect,
-                    proc,
-                    when,
-                    peer=action.peer,
-                    peer_incarnation=action.peer_incarnation,
-                    reason=action.reason,
+                continue
+            if isinstance(action, Refuted | SelfDeclaredDead):
+                # The process's incarnation rises before the event is stamped with it.
+                if isinstance(action, Refuted):
+                    proc.incarnation = action.incarnation
+                self.max_incarnation[proc.name] = max(
+                    self.max_incarnation.get(proc.name, 0), action.incarnation
                 )
-            elif isinstance(action, DeclaredDead):
-                self.log(
-                    DeclareDead,
-                    proc,
-                    when,
-                    peer=action.peer,
-                    peer_incarnation=action.peer_incarnation,
-                    suspicions=action.suspicions,
-                    reason=action.reason,
-                )
-                if proc.app is not None:
+            mapped = history_of(action, node=proc.name)
+            if mapped is not None:
+                cls, fields = mapped
+                if isinstance(action, ViewChanged):
+                    # One list object per distinct view, shared by every event that
+                    # logs it (a 1000-name list per event was most of a run's memory).
+                    alive = self._alive_lists.get(action.alive)
+                    if alive is None:
+                        if len(self._alive_lists) >= ALIVE_LISTS_MAX:
+                            self._alive_lists.clear()
+                        alive = self._alive_lists[action.alive] = fields["alive"]
+                    fields["alive"] = alive
+                self.log(cls, proc, when, **fields)
+            if proc.app is not None:
+                if isinstance(action, DeclaredDead):
                     proc.app.peer_dead(t, action.peer)
-            elif isinstance(action, DeclaredAlive):
-                self.log(
-                    DeclareAlive,
-                    proc,
-                    when,
-                    peer=action.peer,
-                    peer_incarnation=action.peer_incarnation,
-                )
-                if proc.app is not None:
+                elif isinstance(action, DeclaredAlive):
                     proc.app.peer_alive(t, action.peer)
-            elif isinstance(action, Refuted):
-                proc.incarnation = action.incarnation
-                self.max_incarnation[proc.name] = max(
-                    self.max_incarnation.get(proc.name, 0), action.incarnation
-                )
-                self.log(Refute, proc, when, suspected_by=action.suspected_by)
-            elif isinstance(action, ViewChanged):
-                alive = self._alive_lists.get(action.alive)
-                if alive is None:
-                    if len(self._alive_lists) >= ALIVE_LISTS_MAX:
-                        self._alive_lists.clear()
-                    alive = self._alive_lists[action.alive] = list(action.alive)
-                self.log(ViewChangeEvent, proc, when, epoch=action.epoch, alive=alive)
-                if proc.app is not None:
+                elif isinstance(action, ViewChanged):
                     proc.app.view_changed(t, action.alive)
-            elif isinstance(action, SelfDeclaredDead):
-                self.log(
-                    DeclareDead,
-                    proc,
-                    when,
-                    peer=proc.name,
-                    peer_incarnation=action.incarnation,
-                    reason=f"declared dead by {action.declared_by}: rejoining",
-                )
-                self.max_incarnation[proc.name] = max(
-                    self.max_incarnation.get(proc.name, 0), action.incarnation
-                )
+            if isinstance(action, SelfDeclaredDead):
                 # DESIGN: a node declared dead must rejoin with a new incarnation.
                 name = proc.name
                 self.call_at(t, lambda name=name, t=t: self._self_restart(name, t))

@@ -26,8 +26,11 @@ the two other nodes off from each other (the step's coordinator bridges them, so
 each misses the other's gradient and cannot rebuild), and crash the coordinator as
 it commits, before its pushed bytes arrive.  Correct acceptors accepted only once
 the push arrived and hold the value; ones that voted without it hold nothing
-(``ack-before-apply`` breaks S2).  Shrinking removes a block whole or simplifies its
-parts, like any other entry.
+(``ack-before-apply`` breaks S2).  ``stale_source`` is the trap for an acceptor that
+prunes its records without a vote floor: a node restarted while its only reachable
+source is one far behind its pruned records (``no-vote-floor`` breaks S1; see
+``stale_source``).  Shrinking removes a block whole or simplifies its parts, like
+any other entry.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ from hypothesis import strategies as st
 
 from swarmshake.chaos import faults
 from swarmshake.chaos.sim import hypothesis_provider
+from swarmshake.chaos.sim.app import AppSettings
 from swarmshake.chaos.sim.run import SimConfig, SimRun, run_simulation
+from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS
 
 TRIGGER_KINDS = ("agg_send", "propose", "accept", "commit", "rejoin_done")
 SAFETY_AND_DETECTOR = ("S1", "S2", "S3", "S4")
@@ -143,7 +148,11 @@ def schedules(
     single = st.one_of(
         crash, triggered_crash, pause, partition, isolate, blackhole, latency, skew
     ).map(lambda one: [one])
-    blocks = st.one_of(single, lost_vote(nodes), lost_bytes(nodes)) if len(nodes) >= 3 else single
+    blocks = (
+        st.one_of(single, lost_vote(nodes), lost_bytes(nodes), stale_source(nodes))
+        if len(nodes) >= 3
+        else single
+    )
     return st.lists(blocks, min_size=1, max_size=max_entries).map(
         lambda drawn: faults.FaultSchedule(entries=[e for block in drawn for e in block])
     )
@@ -240,6 +249,50 @@ def lost_bytes(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]
             other_two(k),
             st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts the push
         )
+    )
+
+
+def stale_source(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]]:
+    """The ``stale_source`` compound entry of the module docstring.
+
+    Node ``b`` crashes just after its first checkpoint (step ``k``) and stays down
+    while the others commit more steps than an acceptor keeps records of
+    (``records_kept``), so ``a``'s oldest records are pruned.  When ``a`` commits step
+    ``k + gap``, ``c`` is cut off, ``b`` restarts (it finds no live source and loads
+    its old checkpoint), and ``a`` crashes and restarts ``restart_s`` later: its only
+    reachable source is ``b``, far behind ``a``'s pruned records.  A correct node
+    refuses that state (its vote floor) and loads its own checkpoint; one without the
+    floor installs it and votes again on steps it helped decide (``no-vote-floor``
+    breaks S1)."""
+    first_checkpoint = AppSettings().checkpoint_every_steps
+    records_kept = NODE_DEFAULTS.records_kept
+
+    def block(
+        roles: tuple[str, ...], k: int, gap: int, restart_s: float, cut_s: float
+    ) -> list[faults.ScheduleEntry]:
+        a, b, c = roles[:3]
+        trigger = faults.OnEvent(node=a, kind="commit", step_at_least=k + gap)
+        return [
+            faults.ScheduleEntry(
+                op=faults.Crash(nodes=[b]),
+                when=faults.OnEvent(node=b, kind="commit", step_at_least=k),
+            ),
+            faults.ScheduleEntry(
+                op=faults.Partition(grouping="isolate", nodes=[c]), when=trigger, heal_after_s=cut_s
+            ),
+            faults.ScheduleEntry(op=faults.Restart(nodes=[b]), when=trigger),
+            faults.ScheduleEntry(op=faults.Crash(nodes=[a]), when=trigger, heal_after_s=restart_s),
+        ]
+
+    return st.builds(
+        block,
+        st.permutations(sorted(nodes)),
+        st.integers(first_checkpoint + 1, first_checkpoint + 3),
+        st.integers(records_kept + 1, records_kept + 5),
+        # b's rejoin gives up on its two silent sources (1 s offer timeout each) and
+        # loads its checkpoint within ~2.2 s: a restarts after that.
+        _seconds(230, 300),
+        _seconds(500, 800),  # the cut outlasts a's rejoin
     )
 
 

@@ -5,7 +5,8 @@ Every bug is searched with seed 1 and the command's default budget (``DEFAULT_BU
 so: eager-dead 1, no-quorum 2, no-refute 2, stale-rejoin 2, ack-before-apply 3,
 forget-vote 3 (the ``lost_vote`` block: cut the step's coordinator off from one voter,
 crash the other 10 ms after its accept and restart it 0.1 s later; seeds 0-9 all find
-it within 25 runs).
+it within 25 runs), no-vote-floor 6 (the ``stale_source`` block: four entries, two of
+them with a timed heal, none of which can go: found at run 21 of seed 1).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from swarmshake.reports import load_run_dir
 
 FOUND = sorted(BUGS)
 SHRUNK_SIZE_MAX = 4
+# A compound block that needs all of its parts: a stale source (a crash), its restart,
+# the cut of the up-to-date peer (healed) and the restarted node (a crash, healed).
+SHRUNK_SIZE_MAX_OF = {"no-vote-floor": 6}
 
 
 @pytest.mark.slow
@@ -36,7 +40,8 @@ def test_explore_finds_and_shrinks_each_bug_to_a_small_schedule(bug):
     assert found is not None, f"{bug}: no {BUGS[bug].breaks} violation in {DEFAULT_BUDGET} runs"
     schedule, run = found
     assert BUGS[bug].breaks in run.verdict.violated()
-    assert schedule.size() <= SHRUNK_SIZE_MAX, faults.schedule_to_yaml(schedule)
+    limit = SHRUNK_SIZE_MAX_OF.get(bug, SHRUNK_SIZE_MAX)
+    assert schedule.size() <= limit, faults.schedule_to_yaml(schedule)
     # The printed scenario replays: same seed, same schedule, same violation.
     replayed = run_simulation(config, faults.decode_schedule(faults.schedule_to_yaml(schedule)))
     assert replayed.result.digest == run.result.digest
@@ -151,6 +156,43 @@ def test_lost_vote_block_breaks_s1_only_with_forget_vote():
     assert healthy.verdict.violated() == []
     buggy = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1, bugs=("forget-vote",)), block)
     assert "S1" in buggy.verdict.violated()
+
+
+STALE_SOURCE = """
+- {op: {op: crash, nodes: [n2]}, when: {node: n2, kind: commit, step_at_least: 11}}
+- op: {op: partition, grouping: isolate, nodes: [n0]}
+  when: {node: n1, kind: commit, step_at_least: 28}
+  heal_after_s: 5.0
+- {op: {op: restart, nodes: [n2]}, when: {node: n1, kind: commit, step_at_least: 28}}
+- op: {op: crash, nodes: [n1]}
+  when: {node: n1, kind: commit, step_at_least: 28}
+  heal_after_s: 2.3
+"""
+
+
+def test_stale_source_block_breaks_s1_only_without_the_vote_floor():
+    """n1's only reachable source after its restart is n2, restarted from its step-10
+    checkpoint after n1 pruned its records of steps up to 12: with the floor n1 refuses
+    that state and loads its own checkpoint; without it n1 installs it and n1 and n2
+    commit a second value for step 12 (S1)."""
+    block = _entries(STALE_SOURCE)
+    healthy = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), block)
+    assert healthy.verdict.violated() == [], [v.message for v in healthy.result.violations]
+    buggy = run_simulation(
+        SimConfig(nodes=3, duration_s=40, seed=1, bugs=("no-vote-floor",)), block
+    )
+    assert "S1" in buggy.verdict.violated()
+
+
+def test_stale_source_block_is_aimed_past_the_records_an_acceptor_keeps():
+    from swarmshake.chaos.sim.explore import stale_source
+    from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS
+
+    crash, cut, restart, crash_a = find(stale_source(["n0", "n1", "n2"]), lambda e: True)
+    assert crash.op.nodes == restart.op.nodes and crash.when.node == crash.op.nodes[0]
+    gap = cut.when.step_at_least - crash.when.step_at_least
+    assert gap > NODE_DEFAULTS.records_kept
+    assert cut.when == restart.when == crash_a.when and crash_a.op.nodes == [cut.when.node]
 
 
 def test_explore_without_a_bug_keeps_safety_under_crashes_and_pauses():
