@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import json
 import math
 import os
 import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -48,12 +50,31 @@ FIELDS = [
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="swarmshake bench kernels", description=__doc__.splitlines()[0]
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 64 (DESIGN's exit codes; argparse's 2 means "unknown" there)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(64, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --quick and --json as every benchmark has them (chaos/commands/_args.bench_flags;
+    # kernels may not import the harness, so they are declared here, held equal by a test).
+    p = _Parser(
+        prog="swarmshake bench kernels",
+        description=__doc__.splitlines()[0],
+        epilog="--quick: fewer shapes and repetitions (a smoke run)",
     )
     p.add_argument(
-        "--quick", action="store_true", help="fewer shapes and repetitions (a smoke run)"
+        "--quick",
+        action="store_true",
+        help="the CI size: fewer trials, smaller models, shorter runs (the benchmark's help says which)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document on stdout (human progress goes to stderr)",
     )
     p.add_argument(
         "--d", type=int, default=None, help="elements per peer tensor (default 32M, quick 4M)"
@@ -79,7 +100,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default="runs/bench-kernels",
         help="directory of the CSV (default runs/bench-kernels)",
     )
-    return p.parse_args(argv)
+    return p
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _time(fn: Callable[[], object], reps: int, warmup: int = 2) -> list[float]:
@@ -374,7 +399,7 @@ def _run(args: argparse.Namespace) -> int:
             jobs.append(Job("dequant", "", n, dn, "block=256", qbytes, make_dequant))
 
     b.run(jobs)
-    _print_table(b.rows)
+    _print_table(b.rows, to_stderr=args.json)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu_tag = "".join(c if c.isalnum() else "_" for c in b.gpu).strip("_")
@@ -384,16 +409,18 @@ def _run(args: argparse.Namespace) -> int:
         w.writeheader()
         w.writerows(b.rows)
     print(f"wrote {path} ({len(b.rows)} rows); host {platform.node()}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"csv": str(path), "rows": b.rows}))
     return 1 if any(r["check"] == "MISMATCH" for r in b.rows) else 0
 
 
-def _print_table(rows: list[dict]) -> None:
+def _print_table(rows: list[dict], to_stderr: bool = False) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:  # pragma: no cover - rich is a dependency, but keep the CSV path alive
         for r in rows:
-            print(r)
+            print(r, file=sys.stderr if to_stderr else sys.stdout)
         return
     t = Table(
         title=f"swarmshake kernels on {rows[0]['gpu'] if rows else '?'} (torch {torch.__version__})"
@@ -430,7 +457,7 @@ def _print_table(rows: list[dict]) -> None:
             str(r["speedup_vs_torch"]),
             r["check"],
         )
-    Console(width=160).print(t)
+    Console(width=160, stderr=to_stderr).print(t)
 
 
 def main(argv: list[str] | None = None) -> int:

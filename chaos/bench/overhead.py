@@ -42,7 +42,13 @@ from typing import Any
 import msgspec
 
 from swarmshake.chaos.bench.cpu_usage import CpuSampler
-from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_VALID, ArgumentParser, UsageError
+from swarmshake.chaos.commands._args import (
+    EXIT_UNKNOWN,
+    EXIT_VALID,
+    ArgumentParser,
+    UsageError,
+    bench_flags,
+)
 from swarmshake.reference_node.config import WorkerSection
 from swarmshake.reference_node.training.config import (
     TrainingConfig,
@@ -182,8 +188,13 @@ def swarmshake_steady_rate(
     }
 
 
-def main(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="swarmshake bench overhead", description=__doc__.splitlines()[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="swarmshake bench overhead",
+        description=__doc__.splitlines()[0],
+        epilog=f"--quick: {QUICK_PARAMS} params, 50 steps, a 10 s run",
+        parents=[bench_flags()],
+    )
     parser.add_argument("--world", type=int, default=4, help="processes / nodes (default 4)")
     parser.add_argument(
         "--params",
@@ -191,9 +202,6 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--model", choices=sorted(MODEL_HIDDEN), help="a scenario model size instead of --params"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"CI size: {QUICK_PARAMS} params, 50 steps, a 10 s run"
     )
     parser.add_argument("--steps", type=int, help="timed baseline steps (default 40, 50 quick)")
     parser.add_argument(
@@ -208,8 +216,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--baseline-only", action="store_true", help="skip the swarmshake run")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if args.steps is None:
         # 10M-parameter steps take ~10x a 1M one: fewer timed steps, a longer run,
         # so both sides time a few dozen steps.

@@ -40,7 +40,13 @@ from typing import Any
 
 import torch
 
-from swarmshake.chaos.commands._args import EXIT_UNKNOWN, EXIT_VALID, ArgumentParser, UsageError
+from swarmshake.chaos.commands._args import (
+    EXIT_UNKNOWN,
+    EXIT_VALID,
+    ArgumentParser,
+    UsageError,
+    bench_flags,
+)
 from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.runtime.bulk import (
     BulkChunk,
@@ -358,20 +364,30 @@ def run(
     }
 
 
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="swarmshake bench rejoin",
+        description=__doc__.splitlines()[0],
+        epilog="--quick: 1M parameters, one repeat",
+        parents=[bench_flags()],
+    )
+    parser.add_argument("--params", help="parameter count, e.g. 100M (default 10M, quick 1M)")
+    parser.add_argument("--optimizer", choices=sorted(BUFFER_NAMES), default="sgd")
+    parser.add_argument("--repeats", type=int, help="transfers timed (default 3, quick 1)")
+    parser.add_argument(
+        "--hashed", action="store_true", help="hash the payload too (checkpoint format path)"
+    )
+    return parser
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--sender":
         port, params, optimizer, seed, mode = argv[1:6]
         return asyncio.run(_sender(int(port), int(params), optimizer, int(seed), mode == "hashed"))
-    parser = ArgumentParser(prog="swarmshake bench rejoin", description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="10M", help="parameter count, e.g. 100M (default 10M)")
-    parser.add_argument("--optimizer", choices=sorted(BUFFER_NAMES), default="sgd")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--hashed", action="store_true", help="hash the payload too (checkpoint format path)"
-    )
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    params = parse_count(args.params)
+    args = build_parser().parse_args(argv)
+    params = parse_count(args.params or ("1M" if args.quick else "10M"))
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
     if not 1 <= args.repeats <= MAX_REPEATS:
         raise UsageError(f"--repeats {args.repeats}: must lie in [1, {MAX_REPEATS}]")
     try:

@@ -43,3 +43,20 @@ def parse_duration_s(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a duration cannot be negative")
     return value
+
+
+QUICK_HELP = (
+    "the CI size: fewer trials, smaller models, shorter runs (the benchmark's help says which)"
+)
+JSON_HELP = "print one JSON document on stdout (human progress goes to stderr)"
+
+
+def bench_flags() -> argparse.ArgumentParser:
+    """``--quick`` and ``--json``, the same on every benchmark: a parent parser
+    (``ArgumentParser(parents=[bench_flags()])``).  ``kernels/bench.py`` may not import
+    the harness (DESIGN's import table) and declares the same two flags itself; a test
+    holds every benchmark's parser to these."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    parent.add_argument("--json", action="store_true", help=JSON_HELP)
+    return parent

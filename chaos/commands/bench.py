@@ -1,21 +1,27 @@
-"""``swarmshake bench recovery|overhead|load|rejoin|kernels ...``: the benchmarks.
+"""``swarmshake bench recovery|overhead|load|rejoin|harness|kernels [--quick] [--json] ...``.
 
-- ``recovery [--quick] [--backend sim|local|docker] [--faults A,B] [--sizes 4,8]
-  [--trials N] [--seed S] [--out DIR] [--json]``: the recovery matrix; writes
-  ``bench.json``, ``report.html``, ``junit.xml`` and ``summary.md`` into ``--out``;
-  ``--json`` prints the results keyed by fault type.  ``--quick`` runs 3 trials per
-  cell on the simulator and 1 on real backends (each real trial is a cluster brought
-  up, faulted and torn down: ~25 s here, so 11 fault types x 1 trial is the few
-  minutes CI affords).
-- ``overhead [--world 4] [--steps N] [--json]``: steady-state cost of fault tolerance
-  against a plain ``torch.distributed`` gloo all-reduce of the same model.
+Every benchmark takes the same two flags (``_args.bench_flags``): ``--quick`` runs
+its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
+
+- ``recovery [--backend sim|local|docker] [--faults A,B] [--sizes 4,8] [--trials N]
+  [--seed S] [--out DIR]``: the recovery matrix; writes ``bench.json``,
+  ``report.html``, ``junit.xml`` and ``summary.md`` into ``--out``; ``--json`` prints
+  the results keyed by fault type.  ``--quick`` runs 3 trials per cell on the
+  simulator and 1 on real backends (each real trial is a cluster brought up, faulted
+  and torn down: ~25 s here, so 11 fault types x 1 trial is the few minutes CI affords).
+- ``overhead [--world 4] [--steps N]``: steady-state cost of fault tolerance against
+  a plain ``torch.distributed`` gloo all-reduce of the same model (``--quick``: 1M
+  parameters, a 10 s run).
 - ``load --target URL ... [--users N] [--duration 30s] [--out RUN_DIR]``: Locust
-  users posting ``/infer``; per-fault-window availability and latency into the run.
-- ``rejoin``: the node runtime's state-transfer benchmark, when the runtime has one.
+  users posting ``/infer``; per-fault-window availability and latency into the run
+  (``--quick``: 2 users for 10 s unless given).
+- ``rejoin [--params 100M]``: the node's state transfer (``--quick``: 1M, one repeat).
 - ``harness [--backend local|docker] [--nodes 8] [--trials 3] [--capacity 4,8,12]
-  [--model tiny|small|medium|node-default] [--json]``: the harness's own numbers: up to steady state, fault call → effect,
-  and how many real nodes the machine holds (``swarmshake.chaos.bench.harness``).
-- ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``).
+  [--model tiny|small|medium|node-default]``: the harness's own numbers: up to
+  steady state, fault call → effect, and how many real nodes the machine holds
+  (``--quick``: 4 nodes, one trial, no capacity ramp unless given).
+- ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``; ``--quick``:
+  fewer shapes and repetitions).
 
 Exit codes: 0 done, 2 could not measure (a backend missing, every trial failed),
 64 bad usage.
@@ -23,6 +29,7 @@ Exit codes: 0 done, 2 could not measure (a backend missing, every trial failed),
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import shlex
@@ -34,6 +41,7 @@ from swarmshake.chaos.commands._args import (
     EXIT_VALID,
     ArgumentParser,
     UsageError,
+    bench_flags,
     parse_duration_s,
 )
 
@@ -50,15 +58,15 @@ def _csv_ints(text: str) -> list[int]:
     return values
 
 
-def recovery_main(argv: list[str]) -> int:
-    from swarmshake.chaos.bench import matrix, recovery
-    from swarmshake.chaos.bench.trials import BACKENDS, BackendUnavailable
+def recovery_parser() -> ArgumentParser:
+    from swarmshake.chaos.bench import matrix
 
-    parser = ArgumentParser(prog="swarmshake bench recovery", description="the recovery matrix")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="CI size: few sizes, short runs, 3 trials (sim) or 1 (real)",
+    parser = ArgumentParser(
+        prog="swarmshake bench recovery",
+        description="the recovery matrix",
+        epilog="--quick: few sizes, short runs, 3 trials (sim) or 1 (real); --json: the "
+        "results keyed by fault type",
+        parents=[bench_flags()],
     )
     parser.add_argument(
         "--backend", default="sim", help="sim, local or docker; several comma-separated"
@@ -72,8 +80,14 @@ def recovery_main(argv: list[str]) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench-recovery"))
-    parser.add_argument("--json", action="store_true", help="print the results keyed by fault type")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def recovery_main(argv: list[str]) -> int:
+    from swarmshake.chaos.bench import matrix, recovery
+    from swarmshake.chaos.bench.trials import BACKENDS, BackendUnavailable
+
+    args = recovery_parser().parse_args(argv)
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
@@ -124,26 +138,46 @@ def recovery_main(argv: list[str]) -> int:
     return EXIT_VALID if measured else EXIT_UNKNOWN
 
 
+def overhead_parser() -> ArgumentParser:
+    from swarmshake.chaos.bench import overhead
+
+    return overhead.build_parser()
+
+
 def overhead_main(argv: list[str]) -> int:
     from swarmshake.chaos.bench import overhead
 
     return overhead.main(argv)
 
 
-def load_main(argv: list[str]) -> int:
-    from swarmshake.chaos.bench import load
-
-    parser = ArgumentParser(prog="swarmshake bench load", description="Locust users on /infer")
+def load_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="swarmshake bench load",
+        description="Locust users on /infer",
+        epilog="--quick: 2 users for 10 s (unless --users/--duration say otherwise)",
+        parents=[bench_flags()],
+    )
     parser.add_argument(
         "--target", action="append", required=True, help="a node's HTTP base URL (repeat)"
     )
-    parser.add_argument("--users", type=int, default=8)
-    parser.add_argument("--duration", type=parse_duration_s, default=30.0)
+    parser.add_argument("--users", type=int, help="Locust users (default 8, quick 2)")
+    parser.add_argument(
+        "--duration", type=parse_duration_s, help="how long, e.g. 30s (default 30s, quick 10s)"
+    )
     parser.add_argument(
         "--out", type=Path, required=True, help="the run directory to add load.json to"
     )
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def load_main(argv: list[str]) -> int:
+    from swarmshake.chaos.bench import load
+
+    args = load_parser().parse_args(argv)
+    if args.users is None:
+        args.users = 2 if args.quick else 8
+    if args.duration is None:
+        args.duration = 10.0 if args.quick else 30.0
     try:
         results = load.run_load(
             args.target, users=args.users, duration_s=args.duration, run_dir=args.out
@@ -165,38 +199,34 @@ def load_main(argv: list[str]) -> int:
     return EXIT_VALID
 
 
+def rejoin_parser() -> ArgumentParser:
+    from swarmshake.chaos.bench import rejoin
+
+    return rejoin.build_parser()
+
+
 def rejoin_main(argv: list[str]) -> int:
-    for module_name in (
-        "swarmshake.reference_node.runtime.rejoin_bench",
-        "swarmshake.chaos.bench.rejoin",
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
-        return int(module.main(argv))
-    print(
-        "swarmshake bench rejoin: no state-transfer benchmark in this checkout "
-        "(reference_node/runtime/rejoin_bench.py is the node runtime's)",
-        file=sys.stderr,
-    )
-    return EXIT_UNKNOWN
+    from swarmshake.chaos.bench import rejoin
+
+    return int(rejoin.main(argv))
 
 
-def harness_main(argv: list[str]) -> int:
-    from swarmshake.chaos.backends.base import BackendError
-    from swarmshake.chaos.bench import harness
+def harness_parser() -> ArgumentParser:
     from swarmshake.chaos.scenario import MODEL_SIZES
 
     parser = ArgumentParser(
         prog="swarmshake bench harness",
         description="up to steady state, fault call-to-effect latency, node capacity",
+        epilog="--quick: 4 nodes, one trial, no capacity ramp (unless given)",
+        parents=[bench_flags()],
     )
     parser.add_argument("--backend", choices=("local", "docker"), default="local")
-    parser.add_argument("--nodes", type=int, default=8, help="cluster size for start-up and faults")
-    parser.add_argument("--trials", type=int, default=3, help="start-ups, and injections per op")
+    parser.add_argument(
+        "--nodes", type=int, help="cluster size for start-up and faults (default 8, quick 4)"
+    )
+    parser.add_argument(
+        "--trials", type=int, help="start-ups, and injections per op (default 3, quick 1)"
+    )
     parser.add_argument(
         "--capacity",
         default="",
@@ -209,8 +239,19 @@ def harness_main(argv: list[str]) -> int:
         help="the nodes' model: a scenario size, or the node's default (~0.8M parameters)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def harness_main(argv: list[str]) -> int:
+    from swarmshake.chaos.backends.base import BackendError
+    from swarmshake.chaos.bench import harness
+    from swarmshake.chaos.scenario import MODEL_SIZES
+
+    args = harness_parser().parse_args(argv)
+    if args.nodes is None:
+        args.nodes = 4 if args.quick else 8
+    if args.trials is None:
+        args.trials = 1 if args.quick else 3
     if not 2 <= args.nodes <= 64:
         raise UsageError(f"--nodes {args.nodes}: must lie in [2, 64]")
     if not 1 <= args.trials <= 50:
@@ -226,9 +267,25 @@ def harness_main(argv: list[str]) -> int:
     return EXIT_VALID
 
 
+def kernels_parser() -> argparse.ArgumentParser:
+    return importlib.import_module("swarmshake.kernels.bench").build_parser()
+
+
 def kernels_main(argv: list[str]) -> int:
     module = importlib.import_module("swarmshake.kernels.bench")
     return int(module.main(argv))
+
+
+# Each benchmark's parser, for ``--help`` and for the test that holds them all to the
+# same --quick and --json.
+PARSERS = {
+    "recovery": recovery_parser,
+    "overhead": overhead_parser,
+    "load": load_parser,
+    "rejoin": rejoin_parser,
+    "harness": harness_parser,
+    "kernels": kernels_parser,
+}
 
 
 def main(argv: list[str]) -> int:
