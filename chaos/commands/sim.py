@@ -14,6 +14,9 @@ the simulator cannot inject).
 
 from __future__ import annotations
 
+import hashlib
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,10 +80,72 @@ def load_faults(path: Path | None) -> faults.FaultSchedule | None:
     return schedule
 
 
+def git_commit() -> str:
+    """The checkout's commit (``-dirty`` with local edits), or ``unknown``: a seed
+    replays bit for bit on its commit."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True,
+            timeout=5, cwd=Path(__file__).resolve().parent, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):  # no git, or a hung one: the run goes on
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def _non_default(value: msgspec.Struct, prefix: str) -> list[str]:
+    default = type(value)()
+    return [
+        f"{prefix}.{name}={getattr(value, name)}"
+        for name in value.__struct_fields__
+        if getattr(value, name) != getattr(default, name)
+    ] or [f"{prefix}=defaults"]
+
+
+def knobs(config: SimConfig, faults_path: Path | None) -> str:
+    """Every setting the run depends on, beside its seed (TigerBeetle's habit): with the
+    commit, this line is enough to repeat the run bit for bit."""
+    faults_text = "none"
+    if faults_path is not None:
+        digest = hashlib.sha256(faults_path.read_bytes()).hexdigest()[:12]
+        faults_text = f"{faults_path}@sha256:{digest}"
+    parts = [
+        f"seed={config.seed}",
+        f"nodes={config.nodes}",
+        f"duration_s={config.duration_s:g}",
+        f"training={'on' if config.training else 'off'}",
+        f"bugs={','.join(config.bugs) or 'none'}",
+        f"faults={faults_text}",
+        f"delay_ms={config.delay_ms:g}",
+        f"jitter_ms={config.jitter_ms:g}",
+        f"lazy={'on' if config.lazy else 'off'}",
+        *_non_default(config.app, "app"),
+        *_non_default(config.bounds, "bounds"),
+        f"commit={git_commit()}",
+    ]
+    return " ".join(parts)
+
+
+def reproduce(config: SimConfig, faults_path: Path | None) -> str:
+    """The command line that repeats this run."""
+    words = ["swarmshake", "sim", "--seed", str(config.seed), "--nodes", str(config.nodes)]
+    words += ["--duration", f"{config.duration_s:g}s"]
+    if faults_path is not None:
+        words += ["--faults", str(faults_path)]
+    for bug in config.bugs:
+        words += ["--bug", bug]
+    if not config.training:
+        words.append("--no-training")
+    return shlex.join(words)
+
+
 def main(argv: list[str]) -> int:
     args = build_parser("swarmshake sim").parse_args(argv)
     config = config_from(args)
     schedule = load_faults(args.faults)
+    if not args.json:  # before the run: a hung or crashed run still shows how to repeat it
+        print(f"sim: {knobs(config, args.faults)}", file=sys.stderr)
+        print(f"reproduce: {reproduce(config, args.faults)}", file=sys.stderr)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -92,7 +157,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
     else:
         print(
-            f"sim: {result.nodes} nodes, {result.sim_seconds:.0f}s virtual in "
+            f"sim: seed={config.seed} {result.nodes} nodes, {result.sim_seconds:.0f}s virtual in "
             f"{result.wall_seconds:.2f}s wall, {result.events} events, {result.commits} commits, "
             f"detection p50/p99/max {result.detection_ms.p50}/{result.detection_ms.p99}/"
             f"{result.detection_ms.max} ms, {result.false_positives} false positives, "
