@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from swarmshake.reference_node.protocol import node_core
 from swarmshake.reference_node.protocol.bugs import BugSet, UnknownBugError
 from swarmshake.reference_node.protocol.detector import DetectorConfig
 from swarmshake.reference_node.runtime.frames import NODE_ID_PATTERN
@@ -103,11 +104,10 @@ class WorkerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
 
 class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    # How long the proposer waits for contributions after its own is ready before
-    # proposing with those that arrived (a crashed peer must not stall a step).
-    contribution_wait_s: float = 2.0
-    # A proposal round that gets no quorum is retried with a higher ballot after this.
-    round_timeout_s: float = 1.0
+    # The node core's decision knobs (protocol/node_core.NodeConfig): who proposes a
+    # step and when, fetch retries, acceptor records kept, join/leave/rejoin retries.
+    # Defined there once; the simulator runs the same ones.
+    node: node_core.NodeConfig = node_core.NODE_DEFAULTS
     # Stop after this many committed steps (0 = run until stopped).
     max_steps: int = 0
     # When to checkpoint (protocol/checkpoint_policy.py): "fixed" every

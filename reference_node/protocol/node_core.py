@@ -428,18 +428,22 @@ def plan_aggregate(
     arrived: Iterable[str],
     alive: Iterable[str],
     config: NodeConfig = NODE_DEFAULTS,
+    pushes: bool = True,
 ) -> AggregatePlan:
     """An acceptor or learner that lacks a value's bytes: rebuild it if it holds every
     contributor's gradient (``contributors``: the value's, if known), else wait for the
     proposer's push (not when this node's own round adopted the value: no push comes)
-    and pull from the live sources first."""
+    and pull from the live sources first.  ``pushes``: whether the driver's proposers
+    push an accepted value's bytes (the simulator's do; the runtime's worker does
+    not yet, so its acceptors pull at once)."""
     others = tuple(s for s in action.sources if s != node)
     live = set(alive)
     ordered = tuple(s for s in others if s in live) + tuple(s for s in others if s not in live)
     if contributors is not None and set(contributors) <= set(arrived):
         return AggregatePlan(rebuild=True, wait_s=0.0, sources=ordered)
     own = bool(action.sources) and action.sources[0] == node
-    return AggregatePlan(rebuild=False, wait_s=0.0 if own else config.push_grace_s, sources=ordered)
+    wait_s = config.push_grace_s if pushes and not own else 0.0
+    return AggregatePlan(rebuild=False, wait_s=wait_s, sources=ordered)
 
 
 # --- membership and rejoin decisions ----------------------------------------------------------
@@ -468,11 +472,15 @@ def rejoin_sources(
     peer_steps: Mapping[str, int],
     own_step: int,
     evidence: str | None,
+    joining: bool = False,
 ) -> tuple[str, ...]:
     """Who a rejoin asks.  ``evidence``: the peer whose message showed this node is
     behind (None: the node is starting, and every live member may serve).  Peers known
     to be ahead come first; the evidence peer is alive whatever this node's detector
-    believes (after a partition each side may think the other dead)."""
+    believes (after a partition each side may think the other dead).  A joiner asks
+    the member that showed it was added first: that one has committed the add."""
+    if joining and evidence is not None:
+        return (evidence,)
     member_set = set(members)
     live = tuple(p for p in alive if p != node and p in member_set)
     if evidence is None:

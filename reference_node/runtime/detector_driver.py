@@ -17,8 +17,8 @@ import contextlib
 from collections.abc import Callable
 
 from swarmshake.reference_node.protocol import detector as det
-from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol.messages import Gossip, Heartbeat
+from swarmshake.reference_node.protocol.node_core import history_of
 from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.events import EventLog
 
@@ -122,43 +122,10 @@ class DetectorDriver:
                 case det.SendGossip():
                     for peer in action.to:
                         self._send(peer, action.message)
-                case det.Suspected():
-                    self.events.log(
-                        history.Suspect,
-                        peer=action.peer,
-                        peer_incarnation=action.peer_incarnation,
-                        reason=action.reason,
-                    )
-                case det.DeclaredDead():
-                    self.events.log(
-                        history.DeclareDead,
-                        peer=action.peer,
-                        peer_incarnation=action.peer_incarnation,
-                        suspicions=action.suspicions,
-                        reason=action.reason,
-                    )
-                case det.DeclaredAlive():
-                    self.events.log(
-                        history.DeclareAlive,
-                        peer=action.peer,
-                        peer_incarnation=action.peer_incarnation,
-                    )
-                case det.Refuted():
-                    self.events.log(
-                        history.Refute,
-                        incarnation=action.incarnation,
-                        suspected_by=action.suspected_by,
-                    )
-                case det.SelfDeclaredDead():
-                    self.events.log(
-                        history.DeclareDead,
-                        peer=self.core.node,
-                        peer_incarnation=action.incarnation,
-                        reason=f"declared dead by {action.declared_by}",
-                    )
-                case det.ViewChanged():
-                    self.events.epoch = action.epoch
-                    self.events.log(history.ViewChange, alive=list(action.alive))
+                case _:
+                    mapped = history_of(action, node=self.core.node)
+                    if mapped is not None:
+                        self.events.log(mapped[0], **mapped[1])
             if self._on_action is not None:
                 self._on_action(action)
         self._wake.set()

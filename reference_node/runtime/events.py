@@ -28,9 +28,13 @@ class EventLog:
         cls: type[history.EventBase],
         step: int = -1,
         incarnation: int | None = None,
+        epoch: int | None = None,
         **fields: object,
     ) -> None:
-        """``incarnation`` defaults to the process's; a ``refute`` records the raised one."""
+        """``incarnation`` defaults to the process's; a ``refute`` records the raised one.
+        ``epoch``: a ``view_change`` starts a new view epoch, stamped from then on."""
+        if epoch is not None:
+            self.epoch = epoch
         self.lamport += 1
         event = cls(
             t_wall=time.time(),

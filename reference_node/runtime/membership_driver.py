@@ -25,10 +25,10 @@ from pathlib import Path
 
 import msgspec
 
-from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.node_core import history_of
 from swarmshake.reference_node.runtime.events import EventLog
 
 FILE_NAME = "membership.json"
@@ -200,14 +200,8 @@ class MembershipDriver:
                         step=action.step, voters=action.voters, learners=action.learners
                     )
                     # DESIGN: log before acting (the history shows every change).
-                    self.events.log(
-                        history.ConfigChange,
-                        step=action.step,
-                        change=action.change,
-                        peer=action.peer,
-                        voters=list(action.voters),
-                        learners=list(action.learners),
-                    )
+                    cls, fields = history_of(action, node=self.node)  # type: ignore[misc]
+                    self.events.log(cls, **fields)
                     self.configs.record(entry)
                     if self.node in entry.members:
                         self._members_changed(entry.members)

@@ -4,14 +4,11 @@ One training step ``s`` on this node, as the driver runs it:
 
 1. ``Contribute(s)``: the worker computes this node's gradient and streams it to
    every other member on the bulk channel (it logs ``agg_send`` before each send).
-2. Contributions arrive (``ContributionArrived``).  The step's coordinator proposes
-   once every member in its detector view has contributed, or ``contribution_wait_s``
-   after its own contribution with whatever arrived: it asks the worker to
-   aggregate that set and feeds ``ProposeValue`` with the aggregate's fingerprint.
-   Once the coordinator is out of the detector view, the core's acting coordinator
-   (the next voter in rotation order in the view) does the same at once; the others
-   propose only if the step is still undecided ``takeover_s`` later, so the fast
-   path has one proposer (the core's retries with backoff handle the rest).
+2. Contributions arrive (``ContributionArrived``).  Who proposes and when is the
+   node core's ``StepLeader`` (protocol/node_core.py, the same code the simulator
+   runs): its ``BuildProposal`` asks the worker to aggregate exactly that set, and
+   the aggregate's fingerprint is fed as ``ProposeValue``; its ``ProposeStored``
+   re-proposes the value this node's acceptor accepted before a restart.
 3. The core's actions are performed in order: events logged *before* the sends they
    describe, acceptor records persisted (fsync) before any later action.  An
    acceptor that must hold a value's bytes first rebuilds the aggregate from the
@@ -47,7 +44,6 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +51,11 @@ import msgspec
 
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
-from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin as rj
+from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
@@ -69,17 +66,10 @@ if TYPE_CHECKING:
     from swarmshake.reference_node.runtime.node import ControlProcess
 
 IDLE_RECHECK_S = 0.5  # bound on any wait; every input that matters also wakes the loop
-FETCH_RETRY_S = 1.0  # a fetch that got no answer is retried from the next source
-RECORDS_KEPT = 32  # acceptor records kept on disk (the core retains 16 steps)
 # Action batches that may wait on one acceptor fsync: inbound messages arrive at most
 # a few hundred per second, so this many means the disk hung for minutes; the node
 # stops rather than grow without bound.
 MAX_DEFERRED_BATCHES = 100_000
-# A joiner asks again this often until a member treats it as one, and a leaver
-# repeats its notice: a lost request costs at most this much, and a few small
-# messages a second are nothing next to heartbeats.
-JOIN_RETRY_S = 1.0
-LEAVE_RETRY_S = 1.0
 # Aggregates the worker reported holding, remembered to tell a new commit core after
 # a rejoin (DRIVERS.md): a few per step for the commit core's look-ahead window.
 HELD_AGGREGATES_KEPT = 64
@@ -102,8 +92,12 @@ def _record_step(path: Path) -> int:
 class AcceptorStore:
     """Durable acceptor records, one small file per step, written atomically with fsync."""
 
-    def __init__(self, folder: Path):
+    def __init__(
+        self, folder: Path, config: nc.NodeConfig = nc.NODE_DEFAULTS, bugs: BugSet = NO_BUGS
+    ):
         self.folder = folder
+        self.config = config
+        self.bugs = bugs
         folder.mkdir(parents=True, exist_ok=True)
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(cm.AcceptorRecord)
@@ -113,17 +107,14 @@ class AcceptorStore:
 
     def write(self, record: cm.AcceptorRecord) -> None:
         write_atomically(self.folder, f"step-{record.step:012d}.json", self._encoder.encode(record))
-        pruned = sorted(self.folder.glob("step-*.json"))[:-RECORDS_KEPT]
-        if pruned:
-            # The floor goes to disk before the records do: a node whose state later
-            # rolls back below it (a restart from an old checkpoint or a behind peer)
-            # must not vote on those steps again (StepCommit's vote_floor).
-            floor = max(self._floor, *(_record_step(path) for path in pruned))
-            if floor > self._floor:
-                write_atomically(self.folder, FLOOR_FILE, str(floor).encode())
-                self._floor = floor
-            for old in pruned:
-                old.unlink(missing_ok=True)
+        paths = {_record_step(path): path for path in self.folder.glob("step-*.json")}
+        pruning = nc.prune_records(paths, self._floor, config=self.config, bugs=self.bugs)
+        if pruning.floor > self._floor:
+            # The floor goes to disk before the records do (node_core.prune_records).
+            write_atomically(self.folder, FLOOR_FILE, str(pruning.floor).encode())
+            self._floor = pruning.floor
+        for step in pruning.steps:
+            paths[step].unlink(missing_ok=True)
 
     def pruned_through(self) -> int:
         """The highest step whose record was pruned (-1: none)."""
@@ -156,7 +147,10 @@ class StepDriver:
         self.config = node.config
         self.name = node.node
         self.membership = node.membership
-        self.store = AcceptorStore(node.config.data_dir / "acceptor")
+        self.decisions = node.config.step.node  # the node core's knobs
+        self.store = AcceptorStore(
+            node.config.data_dir / "acceptor", self.decisions, node.config.bug_set
+        )
         self.persisted = self.store.load()
         ready = node.worker_ready
         assert ready is not None
@@ -174,7 +168,7 @@ class StepDriver:
             self.membership.configs.after(self.step - 1), from_peer=False, tell_detector=False
         )
         self.joining = not self.membership.is_member()
-        self.join_started = time.monotonic()
+        self.join_started = node.clock.now()
         self.next_join_request = 0.0
         self.join_evidence: str | None = None  # a member that treats this node as one
         self.leaving: str | None = None  # the reason of a clean leave in progress
@@ -202,6 +196,9 @@ class StepDriver:
         self.core = self._new_core(self.step)
         self.committed = 0
         self._wake = asyncio.Event()
+        # Who proposes and when: the node core's leader, told every input it needs.
+        self.leader = nc.StepLeader(node=self.name, config=self.decisions)
+        self.leader.handle(nc.ViewChanged(alive=self._alive()), node.clock.now())
         # Per-step bookkeeping for the current step (reset when the step advances).
         self.contributed_at: float | None = None
         self.requested_contribution = -1
@@ -217,8 +214,8 @@ class StepDriver:
         self.rejoin: rj.Rejoin | None = None
         self.rejoin_started = 0.0
         self.rejoin_durations: list[float] = []
-        self.started_at = time.monotonic()
-        self.step_started_at = time.monotonic()
+        self.started_at = node.clock.now()
+        self.step_started_at = node.clock.now()
         self.step_durations: list[float] = []
         self.peer_steps: dict[str, int] = {}
         self.errors: dict[str, int] = {}
@@ -297,7 +294,7 @@ class StepDriver:
         match action:
             case det.ViewChanged():
                 self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
-                self.wake()
+                self.lead(nc.ViewChanged(alive=tuple(action.alive)))
             case det.DeclaredDead():
                 self.schedule.failure(now)  # Young-Daly's input: the observed failures
                 self.membership.feed(
@@ -314,8 +311,10 @@ class StepDriver:
                 if message.step == self.step:
                     self.contributed_at = self.node.clock.now()
                     self.arrived.setdefault(message.step, set()).add(self.name)
+                    self.lead(nc.OwnContribution(step=message.step))
             case ipc.ContributionArrived():
                 self.arrived.setdefault(message.step, set()).add(message.sender)
+                self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the
                     # committed state of the step before, i.e. it has caught up.
@@ -423,72 +422,56 @@ class StepDriver:
         self.wake()
 
     def _perform_one(self, action: object) -> None:
-        events = self.node.events
+        self._history(action)  # logged before the action it describes
         match action:
-            case cm.Proposed():
-                events.log(
-                    history.Propose,
-                    step=action.step,
-                    ballot=list(action.ballot),
-                    value_fp=action.value.agg_fp,
-                    contributors=list(action.value.contributors),
-                )
-            case cm.Promised():
-                events.log(
-                    history.Promise, step=action.step, ballot=list(action.ballot), to=action.to
-                )
-            case cm.AcceptedValue():
-                events.log(
-                    history.Accept,
-                    step=action.step,
-                    ballot=list(action.ballot),
-                    value_fp=action.value.agg_fp,
-                    contributors=list(action.value.contributors),
-                    to=action.to,
-                    holds_bytes=action.holds_bytes,
-                )
             case cm.Send():
                 for peer in action.to:
                     self.node.send_message(peer, action.message)
             case cm.FetchAggregate():
-                self._fetch(action.step, action.value_fp, action.sources)
+                self._fetch(action)
             case cm.ApplyStep():
                 self.pending_apply = (action.step, action.value.agg_fp)
                 self.values[(action.step, action.value.agg_fp)] = action.value
                 self._maybe_apply()
             case cm.Committed():
-                events.log(
-                    history.Commit,
-                    step=action.step,
-                    value_fp=action.value.agg_fp,
-                    contributors=list(action.value.contributors),
-                    param_fp=action.param_fp,
-                    voters=list(action.voters),
-                    quorum=list(action.quorum),
-                )
                 if action.value.config_change is not None:
                     self._config_committed(action.step, action.value.config_change)
                 self._maybe_checkpoint(action.step)
             case cm.Behind():
                 self._start_rejoin(action.peer)
 
+    def _history(self, action: object) -> None:
+        mapped = nc.history_of(action, node=self.name, step=self.step)
+        if mapped is not None:
+            self.node.events.log(mapped[0], **mapped[1])
+
     # -- aggregates ------------------------------------------------------------------------------
 
-    def _fetch(self, step: int, agg_fp: str, sources: tuple[str, ...]) -> None:
-        key = (step, agg_fp)
+    def _fetch(self, action: cm.FetchAggregate) -> None:
+        key = (action.step, action.value_fp)
         if key in self.fetching:
             return  # already on its way
         value = self.values.get(key)
-        held = self.arrived.get(step, set())
-        if value is not None and set(value.contributors) <= held:
-            # Rebuild locally from the contributions we hold (same inputs, same bits);
-            # fetch over the network only if the fingerprint differs.
+        plan = nc.plan_aggregate(
+            self.name,
+            action,
+            value.contributors if value is not None else None,
+            self.arrived.get(action.step, ()),
+            self._alive(),
+            self.decisions,
+            pushes=False,  # this worker never pushes an aggregate: pull at once
+        )
+        if plan.rebuild:
+            # Rebuild from the contributions we hold (same inputs, same bits); fetch
+            # over the network only if the fingerprint differs.
             contributors = tuple(sorted(value.contributors))
-            self.rebuilds.setdefault((step, contributors), set()).add(agg_fp)
-            self.fetching[key] = (sources, 0, self.node.clock.now())
-            self.node.to_worker(ipc.BuildAggregate(step=step, contributors=list(contributors)))
+            self.rebuilds.setdefault((action.step, contributors), set()).add(action.value_fp)
+            self.fetching[key] = (plan.sources, 0, self.node.clock.now())
+            self.node.to_worker(
+                ipc.BuildAggregate(step=action.step, contributors=list(contributors))
+            )
             return
-        self._fetch_from(key, sources, 0)
+        self._fetch_from(key, plan.sources, 0)
 
     def _fetch_from(self, key: tuple[int, str], sources: tuple[str, ...], index: int) -> None:
         alive = self.node.detector.core.alive_view()
@@ -513,7 +496,9 @@ class StepDriver:
                     value = msgs.StepValue(
                         agg_fp=message.agg_fp,
                         contributors=list(contributors),
-                        config_change=self._change_to_propose(),
+                        config_change=nc.change_to_propose(
+                            self.membership.core.change_for_next_step(), self.core
+                        ),
                     )
                     self.values[key] = value
                     self.feed(cm.ProposeValue(step=message.step, value=value))
@@ -533,6 +518,7 @@ class StepDriver:
         if not message.agg_fp:  # a BuildAggregate that could not run
             if self.building is not None and self.building[0] == message.step:
                 self.building = None  # propose later with what arrives next
+                self.lead(nc.BuildFailed(step=message.step))
             self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
             return
         key = (message.step, message.agg_fp)
@@ -589,18 +575,16 @@ class StepDriver:
             bugs=self.config.bug_set,
             vote_floor=self.store.pruned_through(),
         )
-        self.rejoin_started = time.monotonic()
-        if peer is None:  # starting: every live member may serve
-            alive = self.node.detector.core.alive_view()
-            live = tuple(p for p in alive if p != self.name and p in self.core.members)
-        elif self.joining:  # the member that showed we were added serves first
-            live = (peer,)
-        else:
-            alive = self.node.detector.core.alive_view()
-            ahead = tuple(
-                p for p in alive if p != self.name and self.peer_steps.get(p, -1) > self.step
-            )
-            live = ahead or (peer,)
+        self.rejoin_started = self.node.clock.now()
+        live = nc.rejoin_sources(
+            self.name,
+            self._alive(),
+            self.core.members,
+            self.peer_steps,
+            self.step,
+            peer,
+            joining=self.joining,
+        )
         self.feed_rejoin(rj.Begin(live_peers=live))
 
     def feed_rejoin(self, event: object) -> None:
@@ -611,38 +595,18 @@ class StepDriver:
         except RemoteProtocolError as error:
             self.node.drops.drop(f"rejoin_{error.reason}", getattr(event, "source", ""))
             return
-        events = self.node.events
         for action in actions:
+            self._history(action)  # logged before the action it describes
             match action:
                 case rj.RequestState():
-                    events.log(
-                        history.RejoinBegin,
-                        step=self.step,
-                        source=action.source,
-                        from_step=action.from_step,
-                    )
                     self.node.to_worker(ipc.ExpectState(source=action.source))
                     self.node.send_message(
                         action.source,
                         msgs.StateRequest(sender=self.name, incarnation=self.node.incarnation),
                     )
                 case rj.LoadCheckpoint():
-                    events.log(
-                        history.RejoinBegin,
-                        step=self.step,
-                        source="checkpoint",
-                        from_step=action.step,
-                    )
                     self.node.to_worker(ipc.LoadCheckpointFile(path=action.path))
                 case rj.RejoinDone():
-                    events.log(
-                        history.RejoinDone,
-                        step=action.step,
-                        source=action.source,
-                        param_fp=action.param_fp,
-                        nbytes=action.nbytes,
-                        verified=action.verified,
-                    )
                     self.install_config = self._config_of(action)
                     if action.step == msgs.GENESIS_STEP:
                         # The initial parameters, which this node still holds (the
@@ -675,7 +639,7 @@ class StepDriver:
         self._generation += 1
         self._deferred.clear()
         self.rejoin = None
-        self.rejoin_durations.append(time.monotonic() - self.rejoin_started)
+        self.rejoin_durations.append(self.node.clock.now() - self.rejoin_started)
         configuration = self.install_config or self.membership.configs.after(next_step - 1)
         self.install_config = None
         self.offered_configs = {}
@@ -694,9 +658,10 @@ class StepDriver:
         self.pending_apply = None
         self.applying = False
         self.peer_steps = {}
-        self._advance_to(next_step)
-        self.feed(cm.ViewUpdated(alive=tuple(self.node.detector.core.alive_view())))
+        self.leader.handle(nc.ViewChanged(alive=self._alive()), self.node.clock.now())
+        self.feed(cm.ViewUpdated(alive=self._alive()))
         self._announce_held()
+        self._advance_to(next_step)
 
     def _remember_held(self, step: int, agg_fp: str) -> None:
         self.held_aggregates.setdefault(step, set()).add(agg_fp)
@@ -763,25 +728,6 @@ class StepDriver:
 
     # -- membership ---------------------------------------------------------------------------------
 
-    def _change_to_propose(self) -> msgs.ConfigChangeRequest | None:
-        """The membership core's next change, if the commit core's configuration (the
-        one the value is validated against) agrees it applies."""
-        change = self.membership.core.change_for_next_step()
-        if change is None:
-            return None
-        core = self.core
-        if change.change == "add" and change.peer not in core.members:
-            return change
-        if change.change == "promote" and change.peer in core.learners:
-            return change
-        if (
-            change.change == "remove"
-            and change.peer in core.members
-            and core.voters != (change.peer,)
-        ):
-            return change
-        return None
-
     def _config_committed(self, step: int, change: msgs.ConfigChangeRequest) -> None:
         self.membership.committed(step, change)
         if change.change == "remove" and change.peer == self.name:
@@ -797,7 +743,7 @@ class StepDriver:
             return
         if self.leaving is None:
             self.leaving = reason
-            self.leave_started = time.monotonic()
+            self.leave_started = self.node.clock.now()
             self.next_leave_notice = 0.0
         self.membership.feed(
             mb.LeaveRequested(peer=self.name, incarnation=self.node.events.incarnation)
@@ -805,7 +751,7 @@ class StepDriver:
         self.wake()
 
     def _leave_progress(self) -> None:
-        host_now = time.monotonic()
+        host_now = self.node.clock.now()
         if host_now - self.leave_started > self.config.node.leave_timeout_s:
             self.node.request_stop(
                 f"{self.leaving}: removal not committed within "
@@ -813,13 +759,13 @@ class StepDriver:
             )
             return
         if host_now >= self.next_leave_notice:
-            self.next_leave_notice = host_now + LEAVE_RETRY_S
+            self.next_leave_notice = host_now + self.decisions.leave_retry_s
             notice = msgs.LeaveNotice(sender=self.name, incarnation=self.node.events.incarnation)
             for voter in self.core.voters:
                 self.node.send_message(voter, notice)
 
     def _join_progress(self) -> None:
-        host_now = time.monotonic()
+        host_now = self.node.clock.now()
         if host_now - self.join_started > self.config.node.join_timeout_s:
             self.node.request_stop(
                 f"join: not added within {self.config.node.join_timeout_s}s",
@@ -831,7 +777,7 @@ class StepDriver:
             self._start_rejoin(peer)
             return
         if host_now >= self.next_join_request:
-            self.next_join_request = host_now + JOIN_RETRY_S
+            self.next_join_request = host_now + self.decisions.join_retry_s
             request = msgs.JoinRequest(sender=self.name, incarnation=self.node.events.incarnation)
             for voter in self.membership.configs.latest().voters:
                 self.node.send_message(voter, request)
@@ -864,7 +810,7 @@ class StepDriver:
     # -- the step loop ------------------------------------------------------------------------------
 
     def _advance_to(self, step: int) -> None:
-        now = time.monotonic()
+        now = self.node.clock.now()
         if step != self.step:
             self.step_durations.append(now - self.step_started_at)
             if len(self.step_durations) > 1000:  # bounded: the recent window is what matters
@@ -878,6 +824,18 @@ class StepDriver:
         self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
         self.fetching = {k: v for k, v in self.fetching.items() if k[0] >= step}
         self.rebuilds = {k: v for k, v in self.rebuilds.items() if k[0] >= step}
+        core = self.core
+        if self.name in core.members:
+            record = core.acceptor_record(step)
+            self.lead(
+                nc.StepBegan(
+                    step=step,
+                    voters=core.voters,
+                    members=core.members,
+                    stored=record.accepted_value if record is not None else None,
+                    held=tuple(sorted(self.held_aggregates.get(step, ()))),
+                )
+            )
 
     def _done(self) -> bool:
         limit = self.config.step.max_steps
@@ -920,51 +878,44 @@ class StepDriver:
             others = [m for m in self.core.members if m != self.name]
             self.node.to_worker(ipc.Contribute(step=step, to=others))
             return None
-        if self.contributed_at is None or self.proposed or self.building is not None:
-            return None
-        arrived = self.arrived.get(step, set())
-        # Wait for the voters only: a learner still catching up must not slow the
-        # cluster down; its gradient counts if it arrived in time.
-        view = set(self.node.detector.core.alive_view()) & set(self.core.voters)
-        # The acting coordinator leads: the coordinator, or once the detector dropped it
-        # the next voter in rotation order in our view (the core's choice, so one node
-        # takes over at once while the others keep to the stuck-step timeout below:
-        # every node proposing at once would run phase-1 rounds that pre-empt each other).
-        coordinator = self.core.acting_coordinator(step)
-        wait_s = self.config.step.contribution_wait_s
-        if self.name == coordinator:
-            due = self.contributed_at + wait_s
-            if view <= arrived or now >= due:
-                self._build(arrived)
-                return None
-            return due
-        # Takeover: the coordinator is gone from our view, or the step is stuck.
-        due = self.contributed_at + wait_s + self.config.step.round_timeout_s
-        if coordinator not in view and (view <= arrived or now >= self.contributed_at + wait_s):
-            self._build(arrived)
-            return None
-        if now >= due:
-            self._build(arrived)
-            return None
+        due = self.leader.next_deadline()  # who proposes and when: the node core's
+        if due is not None and due <= now:
+            self.lead(nc.Tick())
+            due = self.leader.next_deadline()
         return due
 
     def _join_progress_timeout_only(self) -> None:
-        if time.monotonic() - self.join_started > self.config.node.join_timeout_s:
+        if self.node.clock.now() - self.join_started > self.config.node.join_timeout_s:
             self.node.request_stop(
                 f"join: not added within {self.config.node.join_timeout_s}s",
                 code=EXIT_JOIN_FAILED,
             )
 
-    def _build(self, arrived: set[str]) -> None:
-        # Only members may contribute (the commit core rejects other values): a node
-        # removed meanwhile may still have sent a gradient.
-        contributors = tuple(sorted(set(arrived) & set(self.core.members)))
-        self.building = (self.step, contributors)
-        self.node.to_worker(ipc.BuildAggregate(step=self.step, contributors=list(contributors)))
+    def lead(self, event: object) -> None:
+        """Feed the node core's leader; perform its actions."""
+        for action in self.leader.handle(event, self.node.clock.now()):  # type: ignore[arg-type]
+            match action:
+                case nc.BuildProposal():
+                    if action.step == self.step and not self.proposed:
+                        self.building = (action.step, action.contributors)
+                        self.node.to_worker(
+                            ipc.BuildAggregate(
+                                step=action.step, contributors=list(action.contributors)
+                            )
+                        )
+                case nc.ProposeStored():
+                    if action.step == self.core.step and not self.proposed:
+                        self.proposed = True
+                        self.values[(action.step, action.value.agg_fp)] = action.value
+                        self.feed(cm.ProposeValue(step=action.step, value=action.value))
+        self.wake()
+
+    def _alive(self) -> tuple[str, ...]:
+        return tuple(self.node.detector.core.alive_view())
 
     def _retry_stale_fetches(self, now: float) -> None:
         for key, (sources, index, since) in list(self.fetching.items()):
-            if now - since > FETCH_RETRY_S:
+            if now - since > self.decisions.fetch_timeout_s:
                 self._fetch_from(key, sources, index)
 
     async def run(self, group: asyncio.TaskGroup) -> None:

@@ -122,9 +122,12 @@ def test_acceptor_records_and_incarnations_survive_restart(tmp_path):
 
 
 def test_pruned_acceptor_records_leave_a_durable_vote_floor(tmp_path):
-    """Only the newest RECORDS_KEPT records stay on disk; the highest pruned step is
-    kept, so a restarted node whose state rolled back never votes on those steps."""
-    from swarmshake.reference_node.runtime.step_driver import RECORDS_KEPT
+    """Only the newest ``records_kept`` records stay on disk (the node core's one
+    number); the highest pruned step is kept, so a restarted node whose state rolled
+    back never votes on those steps."""
+    from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS
+
+    RECORDS_KEPT = NODE_DEFAULTS.records_kept
 
     store = AcceptorStore(tmp_path / "acceptor")
     assert store.pruned_through() == -1
@@ -136,3 +139,15 @@ def test_pruned_acceptor_records_leave_a_durable_vote_floor(tmp_path):
     # A record written after a rollback (a low step) never lowers the floor.
     reopened.write(AcceptorRecord(step=2, promised=(1, 0)))
     assert reopened.pruned_through() == 4
+
+
+def test_no_vote_floor_prunes_the_records_but_leaves_no_floor_on_disk(tmp_path):
+    from swarmshake.reference_node.protocol.bugs import BugSet
+    from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS
+
+    store = AcceptorStore(tmp_path / "acceptor", NODE_DEFAULTS, BugSet.parse(["no-vote-floor"]))
+    for step in range(NODE_DEFAULTS.records_kept + 5):
+        store.write(AcceptorRecord(step=step, promised=(0, 0)))
+    reopened = AcceptorStore(tmp_path / "acceptor")
+    assert len(reopened.load()) == NODE_DEFAULTS.records_kept
+    assert reopened.pruned_through() == -1
