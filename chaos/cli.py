@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim", "run the deterministic simulator"),
     "verify": ("verify", "check a run directory's history against the properties"),
     "report": ("report", "regenerate or compare reports of a run directory"),
+    "faults": ("faults", "the fault catalog: every op, its fields, its heal, where it runs"),
     "specs": ("specs", "check the TLA+ specs, their mutants, or a run's trace with TLC"),
     "bench": ("bench", "benchmarks: recovery, overhead, load, rejoin, harness, kernels"),
     "up": ("cluster", "start a long-lived cluster for exploring by hand"),

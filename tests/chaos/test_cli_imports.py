@@ -36,6 +36,7 @@ HARNESS_MODULES = [
         f"swarmshake.chaos.commands.{name}"
         for name in (
             "run", "explore", "sim", "verify", "report", "specs", "bench", "cluster", "doctor",
+            "faults",
         )
     ),
 ]  # fmt: skip
