@@ -22,7 +22,8 @@ no clock, no randomness, no I/O.  The pieces:
   proposer's push and then fetch it, and from whom.
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
-- ``rejoin_sources``: the peers a rejoin asks, in order.
+- ``rejoin_sources``: the peers a rejoin asks, in order; ``replica_peers``: the
+  peers that keep this node's checkpoint replicas.
 - ``history_of``: the one mapping from a core's action to the history event logged
   for it (DESIGN: a node logs a vote before sending it).
 
@@ -489,6 +490,20 @@ def rejoin_sources(
     if ahead:
         return ahead
     return (evidence,) if evidence != node else live
+
+
+def replica_peers(
+    seed: int, node: str, voters: Iterable[str], members: Iterable[str], wanted: int
+) -> tuple[str, ...]:
+    """The peers that hold this node's checkpoint replicas: chosen by rendezvous
+    hashing over the other members, so the same peers keep receiving them (each keeps
+    the newest) and different nodes spread over different holders.  ``wanted`` < 0:
+    (voters - 1) // 2, the most crashes a majority quorum tolerates, so the node plus
+    its replicas are f + 1 copies and some copy outlives any f crashes."""
+    if wanted < 0:
+        wanted = (len(tuple(voters)) - 1) // 2
+    others = tuple(m for m in members if m != node)
+    return rj.rendezvous_order(seed, node, 0, others)[:wanted]
 
 
 # --- history: one mapping from core actions to events --------------------------------------

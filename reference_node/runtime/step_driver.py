@@ -796,16 +796,10 @@ class StepDriver:
         self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
 
     def replica_peers(self) -> list[str]:
-        """The peers that hold this node's checkpoint replicas: chosen by rendezvous
-        hashing over the other members, so the same peers keep receiving them (each
-        keeps the newest) and different nodes spread over different holders."""
+        core = self.core
         wanted = self.config.step.checkpoint_replicas
-        voters = self.core.voters
-        if wanted < 0:
-            wanted = (len(voters) - 1) // 2
-        others = tuple(m for m in self.core.members if m != self.name)
-        ranked = rj.rendezvous_order(self.config.node.seed, self.name, 0, others)
-        return list(ranked[:wanted])
+        seed = self.config.node.seed
+        return list(nc.replica_peers(seed, self.name, core.voters, core.members, wanted))
 
     # -- the step loop ------------------------------------------------------------------------------
 
@@ -953,7 +947,7 @@ class StepDriver:
         return {
             "core_step": self.core.step,
             "phase": self.core.phase,
-            "coordinator": self.core.coordinator(self.core.step),
+            "leader_rank": self.leader.rank(),
             "rejoining": self.rejoin.phase if self.rejoin else "",
             "rejoin_durations_s": [round(d, 3) for d in self.rejoin_durations[-10:]],
             "step_time_s_mean_recent": sum(recent) / len(recent) if recent else 0.0,

@@ -1,0 +1,108 @@
+"""The node's two shells (the runtime's drivers, the simulator's NodeApp) re-declare
+none of the node core's knobs and make none of its decisions (issue 12).
+
+An AST scan, so a shell that grows its own ``COLLECT_S = 1.0`` or asks the commit
+core who leads a step fails here, not in a drift found months later."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from swarmshake.reference_node.protocol import node_core
+
+ROOT = Path(__file__).resolve().parents[3]
+SHELLS = (
+    "chaos/sim/app.py",
+    "chaos/sim/engine.py",
+    "reference_node/runtime/step_driver.py",
+    "reference_node/runtime/detector_driver.py",
+    "reference_node/runtime/membership_driver.py",
+)
+KNOBS = set(node_core.NodeConfig.__struct_fields__)
+# Names the shells used before the node core owned them (each one a past drift).
+RETIRED = {
+    "records_kept",
+    "retained_steps",
+    "fetch_rounds_max",
+    "ahead_steps_max",
+    "rejoin_retry_s",
+    "join_retry_s",
+    "leave_retry_s",
+    "fetch_retry_s",
+    "contribution_wait_s",
+    "round_timeout_s",
+    "takeover_s",
+}
+# Calls that decide who proposes, which records go, or whom to rejoin from: only the
+# node core may make them.
+DECIDING_CALLS = {"acting_coordinator", "coordinator", "rendezvous_order", "_proposer_rank"}
+
+
+def _tree(path: str) -> ast.Module:
+    return ast.parse((ROOT / path).read_text(), filename=path)
+
+
+def _numeric(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float)
+
+
+def _declared_numbers(tree: ast.Module) -> list[tuple[str, int]]:
+    """Module-level and class-level names bound to a number literal."""
+    found = []
+    bodies = [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]
+    for body in bodies:
+        for statement in body:
+            if isinstance(statement, ast.Assign) and _numeric(statement.value):
+                names = [t.id for t in statement.targets if isinstance(t, ast.Name)]
+            elif isinstance(statement, ast.AnnAssign) and _numeric(statement.value):
+                names = [statement.target.id] if isinstance(statement.target, ast.Name) else []
+            else:
+                continue
+            found += [(name, statement.lineno) for name in names]
+    return found
+
+
+@pytest.mark.parametrize("path", SHELLS)
+def test_a_shell_declares_none_of_the_node_cores_knobs(path):
+    clashes = [
+        f"{path}:{line} {name}"
+        for name, line in _declared_numbers(_tree(path))
+        if name.lower() in KNOBS | RETIRED
+    ]
+    assert not clashes, f"defined in protocol/node_core.NodeConfig, not here: {clashes}"
+
+
+@pytest.mark.parametrize("path", SHELLS)
+def test_a_shell_makes_none_of_the_node_cores_decisions(path):
+    calls = [
+        f"{path}:{node.lineno} {node.func.attr}"
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in DECIDING_CALLS
+    ]
+    assert not calls, f"a decision of protocol/node_core.py, made in a shell: {calls}"
+
+
+@pytest.mark.parametrize("path", SHELLS)
+def test_every_commit_and_rejoin_core_a_shell_builds_gets_the_vote_floor(path):
+    missing = [
+        f"{path}:{node.lineno}"
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("StepCommit", "Rejoin")
+        and "vote_floor" not in {k.arg for k in node.keywords}
+    ]
+    assert not missing, f"a commit or rejoin core built without the durable floor: {missing}"
+
+
+def test_the_scan_sees_a_re_declared_knob():
+    """The scan itself can fail: a shell that re-declares a knob is caught."""
+    tree = ast.parse("COLLECT_S = 1.0\nclass A:\n    fetch_timeout_s: float = 0.5\n")
+    names = {name.lower() for name, _ in _declared_numbers(tree)}
+    assert {"collect_s", "fetch_timeout_s"} <= names & KNOBS
