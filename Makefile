@@ -36,9 +36,17 @@ test-fast:
 	scripts/setup.sh venv toxiproxy
 	$(PYTEST) -m "not slow and not docker and not gpu and not long" -q -x
 
-# What CI does not run: long soaks, deep TLC profiles, large simulations.
+# What CI does not run (hours, on two cores): the long-marked tests, namely the
+# one-hour soak of the smoke faults with memory and leak checks
+# (tests/chaos/test_soak.py; SWARMSHAKE_SOAK_S=120 for a two-minute version), the
+# 1,000-node simulation (tests/chaos/sim/test_sim_long.py) and the page-fault count;
+# then every spec's deep TLC profile (specs/*.deep.cfg).  Both halves run; the target
+# fails if either did.
 test-long: setup image
-	$(PYTEST) -m "long" -q
+	@status=0; \
+	  $(PYTEST) -m "long" -q -s --durations=10 || status=1; \
+	  $(SWARMSHAKE) specs check --profile deep || status=1; \
+	  exit $$status
 
 bench: setup
 	$(SWARMSHAKE) bench harness --backend local --nodes 8 --trials 3 --capacity 4,8,12,16
