@@ -117,6 +117,16 @@ class Registry:
         data["mounts"] = [m for m in data.get("mounts", []) if m != str(path)]
         self._write(data)
 
+    def add_netns(self, name: str) -> None:
+        data = self._read()
+        data.setdefault("netns", []).append(name)
+        self._write(data)
+
+    def remove_netns(self, name: str) -> None:
+        data = self._read()
+        data["netns"] = [n for n in data.get("netns", []) if n != name]
+        self._write(data)
+
     def uses_docker(self) -> None:
         data = self._read()
         data["docker"] = True
@@ -162,12 +172,17 @@ def reap_record(record_path: Path) -> dict[str, int]:
     except (FileNotFoundError, json.JSONDecodeError):
         record_path.unlink(missing_ok=True)
         return {}
-    removed = {"processes": 0, "mounts": 0, "containers": 0, "networks": 0}
+    removed = {"processes": 0, "mounts": 0, "containers": 0, "networks": 0, "netns": 0}
     for mount in data.get("mounts", []):
         unmount(mount)
         removed["mounts"] += 1
     for entry in data.get("processes", {}).values():
         removed["processes"] += int(_kill(entry))
+    if data.get("netns"):
+        # After the processes: a namespace whose processes live on outlives its name.
+        from swarmshake.chaos.netns import remove_namespaces
+
+        removed["netns"] += remove_namespaces(list(data["netns"]))
     if data.get("docker"):
         counts = remove_docker_objects(run_id=data.get("run_id"))
         removed["containers"] += counts["containers"]

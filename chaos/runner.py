@@ -55,6 +55,7 @@ from swarmshake.chaos.backends.base import (
 from swarmshake.chaos.nemesis import FaultNotApplicable, Nemesis
 from swarmshake.chaos.progress import Progress, live_allowed
 from swarmshake.chaos.scenario import Scenario, dumps
+from swarmshake.chaos.systems import load_system
 from swarmshake.reference_node.protocol.history import HARNESS, EventBase, EventWriter, RunMark
 from swarmshake.verify.checkers import Verdict
 
@@ -220,6 +221,10 @@ class Harness:
             "run_id": self.run_id,
             "scenario": self.scenario.name,
             "backend": self.scenario.cluster.backend,
+            "system": self.scenario.system,
+            "produces": sorted(
+                load_system(self.scenario.system, self.scenario.system_options).produces
+            ),
             "nodes": self.scenario.node_names,
             "bugs": self.scenario.cluster.bugs,
             "environment": environment_record(self.scenario),
@@ -248,6 +253,7 @@ class Harness:
             bugs=tuple(scenario.cluster.bugs),
             node_program=self.options.node_program,
             direct_links=scenario.cluster.links == "direct",
+            system=load_system(scenario.system, scenario.system_options),
         )
         backend = make_backend(scenario.cluster.backend, spec, self.registry)
         self.nemesis = Nemesis(backend, self.writer, seed=scenario.seed)
@@ -267,7 +273,7 @@ class Harness:
         while True:
             backend.events.poll()
             self.progress.update(backend.events)
-            if backend.events.steady(steady.min_commit_step):
+            if backend.system.steady(backend.events, steady.min_commit_step):
                 return
             if not any(backend.node(n).is_running() for n in backend.spec.nodes):
                 log = self.run_dir / "logs" / f"{backend.spec.nodes[0]}.log"
@@ -563,6 +569,18 @@ class Harness:
         from swarmshake.reference_node.protocol.history import History
         from swarmshake.reference_node.training.config import TrainingConfig
 
+        if self.scenario.system != "reference":
+            # Both re-run the reference node's training; another system's own
+            # training loop is not reproduced here, so neither can decide.
+            reason = (
+                f"system {self.scenario.system}: convergence and replay re-run the reference "
+                "node's training, which this system does not run"
+            )
+            for name in ("convergence", "replay"):
+                (self.run_dir / f"{name}.json").write_bytes(
+                    msgspec.json.encode({"status": "unknown", "message": reason})
+                )
+            return
         history = History.load(self.run_dir)
         checks: dict[str, Callable[[], Any]] = {}
         try:

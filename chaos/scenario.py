@@ -172,6 +172,10 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     generator: Generator | None = None
     bounds: Bounds = Bounds()
     load: Load | None = None  # off by default (see Load)
+    # The system under test (chaos/systems/): a registered name or pkg.module:Class,
+    # and the options its class accepts.
+    system: str = "reference"
+    system_options: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
@@ -204,6 +208,32 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
             TrainingConfig(**self.cluster.training_section(self.seed))
         except (TrainingConfigError, TypeError, ValueError) as error:
             raise ValueError(f"cluster.training: {error}") from None
+        self._check_system()
+
+    def _check_system(self) -> None:
+        """The system exists, takes these options, and can take every fault asked for."""
+        from swarmshake.chaos.systems import SystemConfigError, load_system
+
+        try:
+            system = load_system(self.system, self.system_options)
+        except SystemConfigError as error:
+            raise ValueError(str(error)) from None
+        if self.system != "reference" and (self.cluster.bugs or self.load is not None):
+            raise ValueError(
+                f"system: {self.system} takes no cluster.bugs and no load (reference node only)"
+            )
+        ops = system.supported_ops()
+        for index, entry in enumerate(self.faults):
+            names = {entry.op.name}
+            heal = entry.op.heal()
+            if isinstance(heal, F.Heal) and heal.scope not in ("all", "partition", "churn"):
+                names.add(heal.scope)
+            missing = sorted(names - ops)
+            if missing:
+                raise ValueError(f"faults[{index}]: {system.unsupported_reason(missing[0])}")
+        missing = sorted(set(self.generator.ops) - ops) if self.generator else []
+        if missing:
+            raise ValueError(f"generator.ops: {system.unsupported_reason(missing[0])}")
 
     def _check_no_link_faults(self) -> None:
         for index, entry in enumerate(self.faults):
@@ -398,6 +428,7 @@ def resolve(
     nodes: int | None = None,
     backend: str | None = None,
     bugs: list[str] | None = None,
+    system: str | None = None,
 ) -> Scenario:
     """Apply overrides and write the generator's draws out as schedule entries."""
     data = msgspec.to_builtins(scenario)
@@ -409,6 +440,8 @@ def resolve(
         data["cluster"]["bugs"] = sorted(set(scenario.cluster.bugs) | set(bugs))
     if seed is not None:
         data["seed"] = seed
+    if system is not None:
+        data["system"] = system
     try:
         resolved = msgspec.convert(data, Scenario)
     except msgspec.ValidationError as error:

@@ -57,6 +57,9 @@ class ClusterSpec:
     # faults, but no proxy hop either (what a cluster costs without the harness, for
     # ``bench overhead``).  The local backend only.
     direct_links: bool = False
+    # The system under test (``chaos/systems/``): what a node is and how it starts.
+    # None means the reference node, built on first use (``Backend.system``).
+    system: Any = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.nodes) <= MAX_NODES:
@@ -126,6 +129,20 @@ class BrokerHandle(abc.ABC):
     def lost(self) -> bool: ...
 
 
+class NoBroker(BrokerHandle):
+    """The broker of a cluster whose system talks to none: never lost, cannot be lost."""
+
+    async def lose(self) -> None:
+        raise UnsupportedFault("broker_loss: this cluster's system uses no MQTT broker")
+
+    async def restore(self) -> None:
+        return None
+
+    @property
+    def lost(self) -> bool:
+        return False
+
+
 class Backend(abc.ABC):
     """``await backend.up()`` … ``backend.node("n1")``, ``backend.link("n1", "n2")`` …
     ``await backend.down()``.  ``down`` is idempotent and safe after a failed ``up``."""
@@ -137,6 +154,12 @@ class Backend(abc.ABC):
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
         self.events = EventTail(spec.events_dir(), spec.nodes)
+        if spec.system is None:
+            from swarmshake.chaos.systems.reference import ReferenceSystem
+
+            self.system: Any = ReferenceSystem()
+        else:
+            self.system = spec.system
         # Filled by ``up``; the lookups below are the same on every backend.
         self.toxiproxy: Any = None  # the backend's Toxiproxy (process or container)
         self._nodes: dict[str, Any] = {}
@@ -155,6 +178,19 @@ class Backend(abc.ABC):
         except KeyError:
             raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
 
+    def ops(self) -> frozenset[str]:
+        """The fault ops this cluster can take: the backend's and its system's."""
+        return self.supported_ops & self.system.supported_ops()
+
+    def unsupported_reason(self, op: str) -> str:
+        """Why ``op`` cannot be injected here (the backend or the system lacks it)."""
+        if op not in self.supported_ops:
+            return (
+                f"fault op {op!r} is unsupported on the {self.name} backend "
+                f"(supported: {', '.join(sorted(self.supported_ops))})"
+            )
+        return self.system.unsupported_reason(op)
+
     def link(self, src: str, dst: str) -> Link:
         """The directed link ``src → dst`` (both of its channels)."""
         if self.spec.direct_links:
@@ -170,6 +206,8 @@ class Backend(abc.ABC):
     @property
     def broker(self) -> BrokerHandle:
         if self._broker is None:
+            if not self.system.needs_broker:
+                return NoBroker()
             raise BackendError("the cluster is not up")
         return self._broker
 

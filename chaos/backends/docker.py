@@ -335,6 +335,13 @@ class DockerBackend(Backend):
 
         started = time.monotonic()
         spec = self.spec
+        if self.system.name != "reference":
+            # Containers run the reference node's image and config; another system's
+            # command in a holder container is not built yet.
+            raise BackendError(
+                f"system {self.system.name} runs on the local backend only for now; "
+                "use --backend local"
+            )
         if spec.direct_links:
             raise BackendError("links: direct is a local-backend mode; Docker nodes always "
                                "talk through Toxiproxy")  # fmt: skip

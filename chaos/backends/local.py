@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swarmshake.chaos.backends import node_config
 from swarmshake.chaos.backends.base import (
     Backend,
     BackendError,
@@ -39,6 +38,7 @@ from swarmshake.chaos.links import (
     proxy_name,
 )
 from swarmshake.chaos.mosquitto import MosquittoBroker
+from swarmshake.chaos.systems.base import Launch, NodeContext, ServiceSpec
 from swarmshake.chaos.toxiproxy import ChannelSplit, ToxiproxyServer
 
 HOST = "127.0.0.1"
@@ -155,7 +155,9 @@ class Zygote:
             if not waiter.done():
                 waiter.set_exception(BackendError("node zygote exited"))
 
-    async def spawn(self, program: str, argv: list[str], log: Path, env: dict[str, str]) -> int:
+    async def spawn(
+        self, program: str, argv: list[str], log: Path, env: dict[str, str], cwd: str = ""
+    ) -> int:
         assert self.process and self.process.stdin
         async with self._lock:
             self._next_id += 1
@@ -168,6 +170,7 @@ class Zygote:
                 "argv": argv,
                 "log": str(log),
                 "env": env,
+                "cwd": cwd,
             }
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             await self.process.stdin.drain()
@@ -198,11 +201,19 @@ class Zygote:
 
 
 class LocalNode(NodeHandle):
-    def __init__(self, backend: LocalBackend, name: str, config_path: Path):
+    """One node: a process group started from the system's ``Launch``.
+
+    A launch that names a Python module is forked from the zygote when the backend
+    runs one (the reference node's fast path); any other command, or any node in a
+    network namespace, is executed (``ip netns exec <ns> argv…``) in a new session.
+    """
+
+    def __init__(self, backend: LocalBackend, name: str, launch: Launch):
         self.backend = backend
         self.name = name
-        self.config_path = config_path
+        self.launch = launch
         self.pid: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.starts = 0
         self._throttle: asyncio.Task[None] | None = None
@@ -213,19 +224,32 @@ class LocalNode(NodeHandle):
         return self.backend.spec.run_dir / "logs" / f"{self.name}.log"
 
     async def start(self) -> None:
-        spec = self.backend.spec
-        argv = ["--config", str(self.config_path)]
-        for bug in spec.bugs:
-            argv += ["--bug", bug]
-        env = {"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": self.name}
-        self.pid = await self.backend.zygote.spawn(spec.node_program, argv, self.log_path, env)
+        launch = self.launch
+        env = dict(launch.env)
+        cwd = str(launch.cwd) if launch.cwd else ""
+        zygote = self.backend.zygote
+        netns = self.backend.netns
+        if launch.python_module and zygote is not None and netns is None:
+            self.process = None
+            self.pid = await zygote.spawn(
+                launch.python_module, list(launch.module_argv), self.log_path, env, cwd
+            )
+        else:
+            argv = [*(netns.exec_prefix(self.name) if netns else []), *launch.argv]
+            self.process = await asyncio.to_thread(spawn_command, argv, env, cwd, self.log_path)
+            self.pid = self.process.pid
         self.starts += 1
         self.paused = False
         if self.backend.registry:
             self.backend.registry.add_process(f"node-{self.name}", self.pid, group=True)
 
     def is_running(self) -> bool:
-        return self.pid is not None and self.backend.zygote.alive(self.pid)
+        if self.pid is None:
+            return False
+        if self.process is not None:
+            return self.process.poll() is None and process_state(self.pid) not in (None, "Z")
+        zygote = self.backend.zygote
+        return zygote is not None and zygote.alive(self.pid)
 
     def _signal(self, signum: int) -> None:
         if self.pid is None:
@@ -338,6 +362,31 @@ class LocalNode(NodeHandle):
             self.backend.registry.add_mount(folder)
 
 
+def spawn_command(
+    argv: list[str], env: dict[str, str], cwd: str, log: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its own process group), output to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        try:
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, **env}, cwd=cwd or None, start_new_session=True,
+            )  # fmt: skip
+        except OSError as error:
+            raise BackendError(f"cannot start {argv[0]}: {error.strerror}") from None
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the group, SIGKILL it after ``grace_s``, and reap the leader."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+            return
+
+
 def _mount_full_tmpfs(folder: Path) -> None:
     staging = folder.with_name(folder.name + ".before-disk-full")
     subprocess.run(["rm", "-rf", str(staging)], check=False, timeout=30)
@@ -416,12 +465,14 @@ class LocalBackend(Backend):
     def __init__(self, spec: ClusterSpec, *, registry: Registry | None = None):
         super().__init__(spec)
         self.registry = registry
-        self.zygote = Zygote(registry, spec.run_dir / "logs" / "zygote.log")
+        self.zygote: Zygote | None = None  # the reference node's fast path, started by up
+        self.netns: Any = None  # chaos.netns.NetnsNetwork for ``link_faults = "netns"``
+        self.services: dict[str, subprocess.Popen[bytes]] = {}
         self.toxiproxy: ChannelSplit | None = None
         self._nodes: dict[str, LocalNode] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._broker: LocalBroker | None = None
-        self.node_ports: dict[str, tuple[int, int, int]] = {}
+        self.node_ports: dict[str, tuple[int, ...]] = {}
         self._proxy_ports: list[int] = []
         self.timings: dict[str, float] = {}
         self.incidents: list[dict[str, Any]] = []
@@ -433,23 +484,44 @@ class LocalBackend(Backend):
 
     async def up(self) -> None:
         spec = self.spec
+        system = self.system
         started = time.monotonic()
         for folder in ("logs", "events", "checkpoints", "nodes"):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
-        # The zygote's torch import is the slow part: start it first, overlap the rest.
-        await self.zygote.start()
+        if system.uses_zygote and system.link_faults != "netns":
+            # The zygote's torch import is the slow part: start it first, overlap the rest.
+            self.zygote = Zygote(self.registry, spec.run_dir / "logs" / "zygote.log")
+            await self.zygote.start()
         n = len(spec.nodes)
-        ports = reserve_ports(3 * n + 3 + n * (n - 1) * len(CHANNELS) + n)
-        self._proxy_ports = ports[3 * n + 3 :]
-        api_port, bulk_api_port = ports[3 * n + 1], ports[3 * n + 2]
-        ports = ports[: 3 * n + 1]
-        self._broker = LocalBroker(self, ports.pop())
-        for name in spec.nodes:
-            self.node_ports[name] = (ports.pop(), ports.pop(), ports.pop())
-        if spec.direct_links:
-            await self._broker.start()
-            listeners = self._direct_listeners()
+        per_node = len(system.ports)
+        proxied = system.link_faults == "proxy" and not spec.direct_links
+        services = system.services(spec)
+        extra = 3 + len(services)  # broker, the two Toxiproxy APIs, one port per service
+        proxy_count = n * (n - 1) * len(CHANNELS) + n if proxied else 0
+        ports = reserve_ports(per_node * n + extra + proxy_count)
+        self._proxy_ports = ports[per_node * n + extra :]
+        broker_port, api_port, bulk_api_port = ports[per_node * n : per_node * n + 3]
+        service_ports = ports[per_node * n + 3 : per_node * n + extra]
+        for index, name in enumerate(spec.nodes):
+            self.node_ports[name] = tuple(ports[index * per_node : (index + 1) * per_node])
+        if system.needs_broker:
+            self._broker = LocalBroker(self, broker_port)
+        if system.link_faults == "netns":
+            from swarmshake.chaos.netns import NetnsLink, NetnsNetwork
+
+            self.netns = NetnsNetwork(spec.run_id, registry=self.registry)
+            await self.netns.create(spec.nodes)
+            addresses = dict(self.netns.addresses)
+            service_host = self.netns.hub_address
+            for src in spec.nodes:
+                for dst in spec.nodes:
+                    if src != dst:
+                        self._links[(src, dst)] = NetnsLink(self.netns, src, dst)  # type: ignore[assignment]
         else:
+            addresses = {name: HOST for name in spec.nodes}
+            service_host = HOST
+        listeners: dict[str, int] = {}
+        if proxied:
             # Bulk proxies get their own server (chaos/toxiproxy/split.py says why).
             self.toxiproxy = ChannelSplit(*(
                 ToxiproxyServer(
@@ -458,30 +530,73 @@ class LocalBackend(Backend):
                 )
                 for name, port in (("toxiproxy", api_port), ("toxiproxy-bulk", bulk_api_port))
             ))  # fmt: skip
-            await asyncio.gather(self._broker.start(), *(s.start() for s in self.toxiproxy.servers))
+            starts = [s.start() for s in self.toxiproxy.servers]
+            if self._broker is not None:
+                starts.append(self._broker.start())
+            await asyncio.gather(*starts)
             self._register_toxiproxy()
             listeners = await self._create_proxies()
+        elif self._broker is not None:
+            await self._broker.start()
+            if system.link_faults == "proxy":
+                listeners = self._direct_listeners()
+        service_addresses: dict[str, tuple[str, int]] = {}
+        for service, port in zip(services, service_ports, strict=True):
+            await self._start_service(service, service_host, port)
+            service_addresses[service.name] = (service_host, port)
         self.timings["infrastructure_s"] = time.monotonic() - started
-        for name in spec.nodes:
-            control, bulk, http = self.node_ports[name]
-            peers = {
-                peer: node_config.Endpoint(
-                    HOST, listeners[proxy_name(name, peer, "control")],
-                    listeners[proxy_name(name, peer, "bulk")],
-                )
-                for peer in spec.nodes if peer != name
-            }  # fmt: skip
-            raw = node_config.build(
-                spec, name, listen_host=HOST, control_port=control, bulk_port=bulk,
-                http_port=http, peers=peers, broker_host=HOST,
-                broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
-            )  # fmt: skip
-            path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
-            self._nodes[name] = LocalNode(self, name, path)
-        await self.zygote.wait_ready()
-        self.timings["zygote_ready_s"] = time.monotonic() - started
+        for index, name in enumerate(spec.nodes):
+            ctx = self._context(name, index, addresses, listeners, service_addresses)
+            system.configure(ctx)
+            self._nodes[name] = LocalNode(self, name, system.launch(ctx))
+        if self.zygote is not None:
+            await self.zygote.wait_ready()
+            self.timings["zygote_ready_s"] = time.monotonic() - started
         await asyncio.gather(*(node.start() for node in self._nodes.values()))
         self.timings["nodes_spawned_s"] = time.monotonic() - started
+
+    def _context(
+        self,
+        name: str,
+        index: int,
+        addresses: dict[str, str],
+        listeners: dict[str, int],
+        services: dict[str, tuple[str, int]],
+    ) -> NodeContext:
+        """What node ``name`` is told: its ports, and what it dials for each peer."""
+        system = self.system
+        peers: dict[str, dict[str, tuple[str, int]]] = {}
+        for peer in self.spec.nodes:
+            if peer == name:
+                continue
+            own = dict(zip(system.ports, self.node_ports[peer], strict=True))
+            if listeners:  # proxied (or direct) reference links: dial the listener named
+                own.update({c: listeners[proxy_name(name, peer, c)] for c in CHANNELS if c in own})
+            peers[peer] = {port_name: (addresses[peer] if not listeners else HOST, port)
+                           for port_name, port in own.items()}  # fmt: skip
+        broker = None
+        if self._broker is not None:
+            port = listeners.get(broker_proxy_name(name), self._broker.port)
+            broker = (HOST, port)
+        return NodeContext(
+            spec=self.spec, name=name, index=index, address=addresses[name],
+            ports=dict(zip(system.ports, self.node_ports[name], strict=True)), peers=peers,
+            addresses=addresses, services=services, run_dir=self.spec.run_dir,
+            python=sys.executable, broker=broker,
+        )  # fmt: skip
+
+    async def _start_service(self, service: ServiceSpec, host: str, port: int) -> None:
+        """A cluster service in the hub namespace (or on loopback), outside every node's."""
+        launch = service.launch(host, port)
+        prefix = self.netns.exec_prefix(None) if self.netns is not None else []
+        log = self.spec.run_dir / "logs" / f"{service.name}.log"
+        process = await asyncio.to_thread(
+            spawn_command, [*prefix, *launch.argv], dict(launch.env),
+            str(launch.cwd) if launch.cwd else "", log,
+        )  # fmt: skip
+        self.services[service.name] = process
+        if self.registry:
+            self.registry.add_process(f"service-{service.name}", process.pid, group=True)
 
     def _register_toxiproxy(self) -> None:
         if self.registry is None or self.toxiproxy is None:
@@ -498,7 +613,7 @@ class LocalBackend(Backend):
             listeners[broker_proxy_name(src)] = self._broker.port
             for dst in self.spec.nodes:
                 if src != dst:
-                    control, bulk, _ = self.node_ports[dst]
+                    control, bulk, *_ = self.node_ports[dst]
                     for channel, port in zip(CHANNELS, (control, bulk), strict=True):
                         listeners[proxy_name(src, dst, channel)] = port
         return listeners
@@ -511,7 +626,7 @@ class LocalBackend(Backend):
             for dst in self.spec.nodes:
                 if src == dst:
                     continue
-                control, bulk, _ = self.node_ports[dst]
+                control, bulk, *_ = self.node_ports[dst]
                 for channel, port in zip(CHANNELS, (control, bulk), strict=True):
                     wanted.append((proxy_name(src, dst, channel), port))
         gate = asyncio.Semaphore(PROXY_CREATE_CONCURRENCY)
@@ -539,7 +654,13 @@ class LocalBackend(Backend):
         for result in await asyncio.gather(*stop_nodes, return_exceptions=True):
             if isinstance(result, BaseException):
                 errors.append(repr(result))
-        await self.zygote.stop()
+        if self.zygote is not None:
+            await self.zygote.stop()
+        for name, process in list(self.services.items()):
+            await asyncio.to_thread(stop_process_group, process, STOP_GRACE_S)
+            if self.registry:
+                self.registry.remove_process(f"service-{name}")
+        self.services.clear()
         if self._broker is not None:
             await self._broker.stop()
         if self.toxiproxy is not None:
@@ -548,8 +669,18 @@ class LocalBackend(Backend):
                 for name in TOXIPROXY_NAMES:
                     self.registry.remove_process(name)
             self.toxiproxy = None
+        if self.netns is not None:
+            await self.netns.destroy()
         if errors:
             raise BackendError(f"down: {'; '.join(errors)}")
+
+    async def reset_links(self) -> None:
+        if self.netns is not None:
+            await self.netns.reset()
+            for link in self._links.values():
+                link.forget()  # type: ignore[attr-defined]
+            return
+        await super().reset_links()
 
     def broker_address(self) -> tuple[str, int]:
         return HOST, self.broker.port
@@ -565,12 +696,18 @@ class LocalBackend(Backend):
                     "pid": node.pid,
                     "running": node.is_running(),
                     "paused": node.paused,
-                    "control_port": self.node_ports[name][0],
-                    "bulk_port": self.node_ports[name][1],
-                    "http_port": self.node_ports[name][2],
+                    **{
+                        f"{port_name}_port": port
+                        for port_name, port in zip(
+                            self.system.ports, self.node_ports[name], strict=True
+                        )
+                    },
+                    "address": self.netns.addresses[name] if self.netns else HOST,
                     "log": str(node.log_path),
                 }
                 for name, node in self._nodes.items()
             },
+            "system": self.system.name,
+            "services": {name: process.pid for name, process in self.services.items()},
             "incidents": self.incidents,
         }

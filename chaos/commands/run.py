@@ -23,6 +23,8 @@ from swarmshake.reference_node.protocol.bugs import BUGS
 
 
 def check_ops(scenario: Scenario, source: str) -> None:
+    # What the system can take is checked when the scenario loads (Scenario._check_system);
+    # here: what the backend can inject.
     ops = supported_ops(scenario.cluster.backend)
     for index, entry in enumerate(scenario.faults):
         names = {entry.op.name}
@@ -45,6 +47,10 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="override the scenario's backend")
     parser.add_argument("--nodes", type=int, help="override the number of nodes")
+    parser.add_argument(
+        "--system",
+        help="override the system under test: reference, torchelastic, torchft or pkg.module:Class",
+    )
     parser.add_argument("--seed", type=int, help="override the seed")
     parser.add_argument(
         "--out", type=Path, default=Path("runs"), help="where run directories go (default runs/)"
@@ -57,7 +63,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         scenario = resolve(
-            load(args.suite), seed=args.seed, nodes=args.nodes, backend=args.backend, bugs=args.bug
+            load(args.suite),
+            seed=args.seed,
+            nodes=args.nodes,
+            backend=args.backend,
+            bugs=args.bug,
+            system=args.system,
         )
     except ScenarioError as error:
         raise UsageError(str(error)) from None

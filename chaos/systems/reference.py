@@ -1,0 +1,63 @@
+"""The reference node as a system under test: one system among the others.
+
+A node is ``python -m swarmshake.reference_node --config node.toml``; its config
+(``chaos/backends/node_config.py``) carries the harness's address book, so every
+link it dials goes through the link's Toxiproxy proxies (``link_faults = "proxy"``).
+It talks to the harness's broker (clock skew, Byzantine switches, leave), writes
+the full reference vocabulary of ``reference_node/protocol/history.py`` (which
+``verify/history.py`` maps onto the neutral history), and is the one system whose
+launch the local backend may fork from its torch-preloaded zygote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from swarmshake.chaos.backends import node_config
+from swarmshake.chaos.systems.base import Launch, NodeContext, System
+from swarmshake.reference_node.protocol.history import EVENT_KINDS
+
+NODE_MODULE = "swarmshake.reference_node"
+
+
+class ReferenceSystem(System):
+    name: ClassVar[str] = "reference"
+    description: ClassVar[str] = "swarmshake's reference P2P training node (Paxos step commit)"
+    link_faults = "proxy"
+    ports: ClassVar[tuple[str, ...]] = ("control", "bulk", "http")
+    needs_broker: ClassVar[bool] = True
+    uses_zygote: ClassVar[bool] = True
+    extra_ops: ClassVar[frozenset[str]] = frozenset(
+        {"clock_skew", "byzantine", "broker_loss", "disk_full", "checkpoint_corrupt"}
+    )
+    produces: ClassVar[frozenset[str]] = frozenset(EVENT_KINDS)
+
+    def config_path(self, ctx: NodeContext) -> Path:
+        return ctx.node_dir / "node.toml"
+
+    def configure(self, ctx: NodeContext) -> None:
+        peers = {
+            peer: node_config.Endpoint(ports["control"][0], ports["control"][1], ports["bulk"][1])
+            for peer, ports in ctx.peers.items()
+        }
+        assert ctx.broker is not None, "the reference node needs the broker"
+        raw = node_config.build(
+            ctx.spec, ctx.name, listen_host=ctx.address, control_port=ctx.ports["control"],
+            bulk_port=ctx.ports["bulk"], http_port=ctx.ports["http"], peers=peers,
+            broker_host=ctx.broker[0], broker_port=ctx.broker[1], run_dir=str(ctx.run_dir),
+        )  # fmt: skip
+        node_config.write(raw, self.config_path(ctx))
+
+    def launch(self, ctx: NodeContext) -> Launch:
+        spec = ctx.spec
+        args = ["--config", str(self.config_path(ctx))]
+        for bug in spec.bugs:
+            args += ["--bug", bug]
+        env = {"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": ctx.name}
+        program = spec.node_program
+        if program.endswith(".py"):  # a test's stand-in program speaking the same config
+            argv = (ctx.python, program, *args)
+        else:
+            argv = (ctx.python, "-m", program, *args)
+        return Launch(argv=argv, env=env, python_module=program, module_argv=tuple(args))
