@@ -20,6 +20,7 @@ optional ``heal_after_s``.  Load one with :func:`load_schedule` (YAML or JSON).
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -590,21 +591,43 @@ class FaultSchedule(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
 def decode_schedule(data: bytes | str, *, source: str = "<schedule>") -> FaultSchedule:
     """Decode a schedule from YAML or JSON text (JSON is YAML); a bare list is read as
-    ``entries``.  Raises :class:`FaultSpecError` naming the source and the field path."""
+    ``entries``.  Raises :class:`FaultSpecError` naming the source, the line, the field
+    path and the fix."""
     try:  # the same reader as scenarios: YAML 1.2 numbers, bounded, no duplicate keys
-        raw = yaml_input.load(data, source, MAX_SCHEDULE_BYTES)
+        text = yaml_input.decode_text(data, source, MAX_SCHEDULE_BYTES)
+        root = yaml_input.compose(text, source)
+        raw = None if root is None else yaml_input.construct(root, source)
     except yaml_input.YamlInputError as error:
         raise FaultSpecError(str(error)) from None
+    prefix = "$"  # where ``entries`` sits in the file, for error lines
     if isinstance(raw, list):
-        raw = {"entries": raw}
+        raw, prefix = {"entries": raw}, "$[]"
     if not isinstance(raw, dict):
-        raise FaultSpecError(f"{source}: expected a mapping with 'entries' or a list of entries")
+        raise FaultSpecError(
+            f"{source}:1: expected a list of entries (or a mapping with 'entries'); fix: "
+            "write entries like `- {at_s: 1, op: {op: crash, nodes: [n1]}}` (docs/faults.md)"
+        )
     if "faults" in raw and "entries" not in raw:  # a scenario file's faults: section
         raw = {"entries": raw["faults"], **({"seed": raw["seed"]} if "seed" in raw else {})}
+        prefix = "$.faults[]"
     try:
         return msgspec.convert(raw, FaultSchedule)
     except msgspec.ValidationError as error:
-        raise FaultSpecError(f"{source}: {error}") from None
+        message = str(error)
+        match = re.search(r" - at `(\$[^`]*)`", message)
+        path = match.group(1) if match else "$"
+        problem = message[: match.start()] if match else message
+        in_file = path  # $.entries[3].op is $[3].op in a bare list, $.faults[3].op in a scenario
+        if prefix.endswith("[]"):
+            in_file = re.sub(r"^\$\.entries\[", prefix[:-1], path)
+        line = yaml_input.node_at(root, in_file).start_mark.line + 1 if root is not None else 1
+        shown = in_file if prefix == "$.faults[]" else path
+        where = shown.removeprefix("$").lstrip(".") or "(top level)"
+        raise FaultSpecError(
+            yaml_input.one_line(
+                f"{source}:{line}: {where}: {problem}; fix: see the op's fields in docs/faults.md"
+            )
+        ) from None
 
 
 def load_schedule(path: str | Path) -> FaultSchedule:

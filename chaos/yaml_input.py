@@ -316,3 +316,23 @@ def _resolve_plain(value: str) -> str:
 def dump(data: Any) -> str:
     """``data`` (plain Python values) as YAML that :func:`load` reads back unchanged."""
     return yaml.dump(data, Dumper=Dumper, allow_unicode=True, sort_keys=False)
+
+
+_PATH_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def node_at(root: yaml.Node, path: str) -> yaml.Node:
+    """The deepest YAML node on a msgspec error path (``$.a.b[2].c``): its line is the
+    line to name when that path does not validate."""
+    node = root
+    for key, index in _PATH_TOKEN.findall(path[1:]):
+        if key and isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+            if found is None:
+                return node
+            node = found
+        elif index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        else:
+            return node
+    return node

@@ -48,13 +48,13 @@ from swarmshake.chaos.commands._args import (
 SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "kernels")
 
 
-def _csv_ints(text: str) -> list[int]:
+def _csv_ints(text: str, flag: str = "--sizes") -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"--sizes {text!r}: write cluster sizes like 4,8,16") from None
+        raise UsageError(f"{flag} {text!r}: write cluster sizes like 4,8,16") from None
     if not values or any(v < 1 or v > 64 for v in values):
-        raise UsageError(f"--sizes {text!r}: each size must lie in [1, 64]")
+        raise UsageError(f"{flag} {text!r}: each size must lie in [1, 64]")
     return values
 
 
@@ -256,7 +256,7 @@ def harness_main(argv: list[str]) -> int:
         raise UsageError(f"--nodes {args.nodes}: must lie in [2, 64]")
     if not 1 <= args.trials <= 50:
         raise UsageError(f"--trials {args.trials}: must lie in [1, 50]")
-    sizes = _csv_ints(args.capacity) if args.capacity else []
+    sizes = _csv_ints(args.capacity, "--capacity") if args.capacity else []
     try:
         hidden = MODEL_SIZES.get(args.model)
         result = harness.run(args.backend, args.nodes, args.trials, sizes, args.seed, hidden)

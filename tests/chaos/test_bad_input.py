@@ -134,6 +134,18 @@ def test_fault_schedules_are_read_the_same_way(tmp_path):
     ].at_s == pytest.approx(10.0)
 
 
+def test_a_bad_fault_schedule_names_its_line_and_entry():
+    text = "- at_s: 1\n  op: {op: crash, nodes: [n1]}\n- at_s: 2\n  op: {op: latency, delay_ms: slow}\n"
+    with pytest.raises(faults.FaultSpecError) as caught:
+        faults.decode_schedule(text, source="faults.yaml")
+    message = str(caught.value)
+    assert message.startswith("faults.yaml:4: entries[1].op.delay_ms: Expected `float`"), message
+    assert "fix:" in message
+    in_a_scenario = "name: x\nfaults:\n  - at_s: 1\n    op: {op: crsh, nodes: [n1]}\n"
+    with pytest.raises(faults.FaultSpecError, match=r"faults\.yaml:4: faults\[0\]\.op"):
+        faults.decode_schedule(in_a_scenario, source="faults.yaml")
+
+
 # --- exit codes of the command line ---------------------------------------------------------
 
 

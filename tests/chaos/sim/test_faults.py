@@ -66,7 +66,7 @@ def test_every_catalog_op_decodes_and_knows_its_heal():
     [
         (
             "- at_s: 1\n  op: {op: crush, nodes: [n1]}",
-            "Invalid value 'crush' - at `$.entries[0].op.op`",
+            "scenario.yaml:2: entries[0].op.op: Invalid value 'crush'",
         ),
         (
             "- at_s: 1\n  op: {op: latency, delay_ms: 5, jitter_ms: 9}",
@@ -78,7 +78,7 @@ def test_every_catalog_op_decodes_and_knows_its_heal():
         ("- at_s: 1\n  op: {op: resume, nodes: [n1]}\n  heal_after_s: 2", "nothing to heal"),
         ("- when: {node: n1, kind: agg-send}\n  op: {op: crash, nodes: [n1]}", "not an event kind"),
         ("- at_s: 1\n  op: {op: crash, nodes: [n1], extra: 1}", "unknown field `extra`"),
-        ("just text", "expected a mapping"),
+        ("just text", "scenario.yaml:1: expected a list of entries"),
     ],
 )
 def test_bad_schedules_name_the_entry_and_the_problem(text, problem):
