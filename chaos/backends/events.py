@@ -24,6 +24,7 @@ from swarmshake.reference_node.protocol.history import (
     Fault,
     decode_event,
 )
+from swarmshake.verify.history import StepCommitted  # registers the neutral kinds
 
 MAX_TRACKED_STEPS = 1000  # fingerprints of this many recent steps are compared live
 RECENT_EVENTS = 200  # what the progress display shows is the last few; bounds memory
@@ -55,7 +56,7 @@ class EventTail:
         self._listeners: list[Listener] = []
         # Live hint for the progress display only (the verdict comes from the
         # checkers): a step committed with two different parameter fingerprints.
-        self._step_fps: dict[int, dict[str, str]] = {}
+        self._step_fps: dict[tuple[str, int], dict[str, str]] = {}
         self.divergent_steps: list[int] = []
 
     def subscribe(self, listener: Listener) -> None:
@@ -115,7 +116,7 @@ class EventTail:
             summary.incarnation = max(summary.incarnation, event.incarnation)
             kind = event.__struct_config__.tag
             summary.kinds[kind] += 1  # type: ignore[index]
-            if isinstance(event, Commit):
+            if isinstance(event, Commit | StepCommitted):
                 summary.commits += 1
                 summary.last_commit_step = max(summary.last_commit_step, event.step)
                 self._note_fingerprint(event)
@@ -129,13 +130,15 @@ class EventTail:
         for listener in list(self._listeners):
             listener(event)
 
-    def _note_fingerprint(self, event: Commit) -> None:
-        fps = self._step_fps.setdefault(event.step, {})
+    def _note_fingerprint(self, event: Commit | StepCommitted) -> None:
+        # Keyed by quorum too: a system that rolls back re-commits a step number anew.
+        key = (getattr(event, "quorum_id", ""), event.step)
+        fps = self._step_fps.setdefault(key, {})
         fps[event.node] = event.param_fp
         if len(set(fps.values())) > 1 and event.step not in self.divergent_steps:
             self.divergent_steps.append(event.step)
         while len(self._step_fps) > MAX_TRACKED_STEPS:
-            del self._step_fps[min(self._step_fps)]
+            del self._step_fps[next(iter(self._step_fps))]  # the oldest inserted
 
     def steady(self, min_commit_step: int) -> bool:
         """Every node committed a step ≥ ``min_commit_step`` (-1: every node is ready)."""

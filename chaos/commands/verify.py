@@ -23,6 +23,7 @@ from swarmshake.chaos.commands._args import (
 )
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.verify.checkers import Bounds, Verdict, check_history
+from swarmshake.verify.history import RunSystem
 
 MAX_BOUNDS_BYTES = 64 * 1024  # a dozen numbers; anything larger is not a bounds file
 EXIT_BY_STATUS = {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_UNKNOWN}
@@ -56,7 +57,7 @@ def verify_run_dir(run_dir: Path, bounds: Bounds | None = None) -> Verdict:
         raise UsageError(
             f"{error} (fix or remove the line; only a torn last line is skipped)"
         ) from None
-    verdict = check_history(history, bounds)
+    verdict = check_history(history, bounds, RunSystem.of(run_dir))
     (run_dir / "verdict.json").write_bytes(verdict.to_json())
     return verdict
 

@@ -291,6 +291,34 @@ EVENT_KINDS: tuple[str, ...] = tuple(
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Event)
+# Kinds added by other layers (``verify/history.py``: the neutral history every
+# system writes, and a system's own registered kinds); the readers below decode them
+# as soon as they are registered.
+_extra_kinds: dict[str, type[EventBase]] = {}
+
+
+def register_kinds(*classes: type[EventBase]) -> None:
+    """Let every reader of this module decode ``classes`` too (tags must be new)."""
+    global _decoder
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, EventBase)):
+            raise TypeError(f"{cls!r} is not an EventBase subclass")
+        tag = cls.__struct_config__.tag
+        if not isinstance(tag, str) or not tag:
+            raise ValueError(f"{cls.__name__} needs a string tag (class X(EventBase, tag=...))")
+        known = _extra_kinds.get(tag)
+        if tag in EVENT_KINDS or (known is not None and known is not cls):
+            raise ValueError(f"event kind {tag!r} exists already")
+        _extra_kinds[tag] = cls
+    union = Event
+    for cls in _extra_kinds.values():
+        union = union | cls  # type: ignore[assignment]
+    _decoder = msgspec.json.Decoder(union)
+
+
+def known_kinds() -> tuple[str, ...]:
+    """Every kind the readers decode now: this module's and the registered ones."""
+    return (*EVENT_KINDS, *_extra_kinds)
 
 
 class HistoryError(ValueError):

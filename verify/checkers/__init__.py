@@ -25,6 +25,7 @@ from swarmshake.verify.checkers.model import (
 from swarmshake.verify.checkers.progress import check_l2, check_l3
 from swarmshake.verify.checkers.safety import Membership, check_s1, check_s2, check_s3
 from swarmshake.verify.checkers.timeline import build_timeline
+from swarmshake.verify.history import RunSystem, missing_kinds
 
 __all__ = [
     "PROPERTIES",
@@ -34,13 +35,76 @@ __all__ = [
     "Verdict",
     "build_timeline",
     "check_history",
+    "check_neutral",
     "detection_delays_s",
 ]
 
 
-def check_history(history: History, bounds: Bounds | None = None) -> Verdict:
-    """Check every property; never raises for a bad history (that is ``unknown``)."""
+# What the reference-only checkers need: the step commit's votes and the detector's
+# verdicts, which only the reference node's vocabulary has.
+REFERENCE_NEEDS: dict[str, str] = {
+    "S2": "accept/commit votes with their quorum and the configured voters",
+    "S3": "accept votes and ballots of the step commit",
+    "S4": "the failure detector's suspect/declare_dead verdicts",
+}
+
+
+def check_neutral(history: History, bounds: Bounds, system: RunSystem) -> Verdict:
+    """Every property judged from the neutral history of a system other than the reference.
+
+    A property whose events the system never writes is ``unknown`` with that reason."""
+    from swarmshake.verify.checkers import neutral
+
+    checkers: dict[str, Callable[[], PropertyResult]] = {
+        "S1": lambda: neutral.check_s1(history),
+        "L1": lambda: neutral.check_l1(history, bounds),
+        "L2": lambda: neutral.check_l2(history, bounds),
+        "L3": lambda: neutral.check_l3(history, bounds),
+    }
+    results: dict[str, PropertyResult] = {}
+    for name in PROPERTIES:
+        if name in REFERENCE_NEEDS:
+            results[name] = PropertyResult(
+                property=name,
+                status="unknown",
+                message=f"system {system.name} does not record {REFERENCE_NEEDS[name]}",
+            )
+            continue
+        missing = missing_kinds(neutral.NEEDS[name], system.produces)
+        if missing:
+            results[name] = PropertyResult(
+                property=name,
+                status="unknown",
+                message=f"system {system.name} does not write {', '.join(missing)} events",
+            )
+            continue
+        try:
+            results[name] = checkers[name]()
+        except Exception as error:  # noqa: BLE001 - a checker that raises says unknown
+            results[name] = PropertyResult(
+                property=name,
+                status="unknown",
+                message=f"checker raised {type(error).__name__}: {error}",
+            )
+    return Verdict(
+        status=overall_status(results),
+        results=results,
+        bounds=bounds,
+        events=len(history.events),
+        torn_lines=history.torn_lines,
+    )
+
+
+def check_history(
+    history: History, bounds: Bounds | None = None, system: RunSystem | None = None
+) -> Verdict:
+    """Check every property; never raises for a bad history (that is ``unknown``).
+
+    ``system``: what the run's system writes (``RunSystem.of(run_dir)``); None or
+    the reference node: the reference checkers on its full vocabulary."""
     bounds = bounds or Bounds()
+    if system is not None and system.produces is not None:
+        return check_neutral(history, bounds, system)
     results: dict[str, PropertyResult] = {}
     try:
         timeline = build_timeline(history, bounds)

@@ -1,0 +1,158 @@
+"""The neutral history: any system's events decode, and the neutral checkers judge them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swarmshake.reference_node.protocol.history import Commit, History, decode_event, known_kinds
+from swarmshake.verify.checkers import Bounds, check_history, neutral
+from swarmshake.verify.history import (
+    HARNESS,
+    EventBase,
+    Fault,
+    MembershipChange,
+    RunMark,
+    RunSystem,
+    StepCommitted,
+    encode_event,
+    load_history,
+    missing_kinds,
+    register_kind,
+    step_commits,
+    write_history,
+)
+
+WORLD = ["n1", "n2", "n3"]
+TE = RunSystem("torchelastic", frozenset({"start", "step_committed", "membership", "fault"}))
+
+
+def commit(
+    node: str, step: int, t: float, fp: str = "aa", members=WORLD, quorum="q0"
+) -> StepCommitted:
+    return StepCommitted(
+        t_wall=t, t_mono=t, node=node, step=step, participants=list(members), param_fp=fp,
+        quorum_id=quorum,
+    )  # fmt: skip
+
+
+def fault(op: str, phase: str, node: str, t: float) -> Fault:
+    return Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=[node], phase=phase)  # type: ignore[arg-type]
+
+
+def steady(t0: float, t1: float, members=WORLD, quorum="q0", fp=lambda s: f"fp{s}") -> list:
+    events = []
+    for step, t in enumerate(x / 2 for x in range(int(t0 * 2), int(t1 * 2))):
+        for node in members:
+            events.append(commit(node, step + int(t0 * 10), t, fp(step), members, quorum))
+    return events
+
+
+def test_neutral_kinds_decode_through_the_reference_readers():
+    event = commit("n1", 3, 1.0)
+    assert decode_event(encode_event(event)) == event
+    assert "step_committed" in known_kinds() and "membership" in known_kinds()
+
+
+def test_a_system_registers_its_own_kind_and_a_clash_is_refused():
+    @register_kind
+    class QuorumTick(EventBase, tag="test_quorum_tick", kw_only=True, frozen=True):
+        quorum_id: str
+
+    line = encode_event(QuorumTick(t_wall=1.0, t_mono=1.0, node="n1", quorum_id="7"))
+    assert decode_event(line).quorum_id == "7"
+
+    class Clash(EventBase, tag="commit", kw_only=True, frozen=True):
+        pass
+
+    with pytest.raises(ValueError, match="exists already"):
+        register_kind(Clash)
+
+
+def test_reference_commits_map_onto_step_committed():
+    history = History.from_events([
+        Commit(t_wall=1, t_mono=1, node="n1", step=4, value_fp="v", contributors=["n1", "n2"],
+               param_fp="p"),
+    ])  # fmt: skip
+    (view,) = step_commits(history)
+    assert (view.step, view.participants, view.param_fp) == (4, ("n1", "n2"), "p")
+    assert missing_kinds({"step_committed"}, {"commit"}) == []
+
+
+def test_s1_finds_two_fingerprints_for_one_step_of_one_quorum():
+    events = steady(0, 3)
+    events.append(commit("n3", 100, 3.5, fp="x"))
+    events.append(commit("n1", 100, 3.5, fp="y"))
+    verdict = check_history(History.from_events(events), Bounds(), TE)
+    assert verdict.results["S1"].status == "invalid"
+    assert "step 100" in verdict.results["S1"].message
+
+
+def test_a_rollback_to_a_checkpoint_is_a_new_quorum_not_a_violation():
+    events = steady(0, 3, quorum="q0", fp=lambda s: f"a{s}")
+    events += steady(0, 3, quorum="q1", fp=lambda s: f"b{s}")  # same steps, new group
+    result = neutral.check_s1(History.from_events(events))
+    assert result.status == "valid"
+
+
+def test_l1_valid_when_the_next_group_leaves_the_dead_node_out_within_d():
+    events = steady(0, 2) + [fault("crash", "inject", "n3", 2.2)]
+    events.append(MembershipChange(t_wall=3, t_mono=3.0, node="n1", members=["n1", "n2"],
+                                   quorum_id="q1"))  # fmt: skip
+    events += steady(3.2, 5, members=["n1", "n2"], quorum="q1")
+    events.append(fault("crash", "heal", "n3", 6.0))
+    verdict = check_history(History.from_events(events), Bounds(detection_s=2.0), TE)
+    assert verdict.results["L1"].status == "valid", verdict.results["L1"].message
+
+
+def test_l1_invalid_when_a_step_commits_with_the_dead_node_as_participant():
+    events = steady(0, 2) + [fault("crash", "inject", "n3", 2.2)]
+    events += [commit(n, 50, 3.0) for n in ("n1", "n2")]  # claims n3 took part
+    events.append(fault("crash", "heal", "n3", 3.5))
+    result = neutral.check_l1(History.from_events(events), Bounds(detection_s=2.0))
+    assert result.status == "invalid" and "among its participants" in result.message
+
+
+def test_l1_invalid_when_no_group_forms_within_d():
+    events = steady(0, 2) + [fault("crash", "inject", "n3", 2.2)]
+    events.append(fault("crash", "heal", "n3", 8.0))
+    result = neutral.check_l1(History.from_events(events), Bounds(detection_s=2.0))
+    assert result.status == "invalid" and "no live node formed a group" in result.message
+
+
+def test_l2_and_l3_after_a_restart():
+    events = steady(0, 2) + [fault("crash", "inject", "n3", 2.2), fault("crash", "heal", "n3", 3.0)]
+    events += steady(4, 6, quorum="q1")
+    events.append(RunMark(t_wall=9, t_mono=9.0, node=HARNESS, mark="run_end"))
+    history = History.from_events(events)
+    assert neutral.check_l2(history, Bounds(recovery_s=5)).status == "valid"
+    assert neutral.check_l3(history, Bounds(rejoin_s=5)).status == "valid"
+    assert neutral.check_l2(history, Bounds(recovery_s=0.5)).status == "invalid"
+    stuck = History.from_events(steady(0, 2) + [
+        fault("crash", "inject", "n3", 2.2), fault("crash", "heal", "n3", 3.0),
+        RunMark(t_wall=20, t_mono=20.0, node=HARNESS, mark="run_end"),
+    ])  # fmt: skip
+    assert neutral.check_l3(stuck, Bounds(rejoin_s=5)).status == "invalid"
+
+
+def test_properties_a_system_cannot_record_are_unknown_with_the_reason():
+    only_steps = RunSystem("mine", frozenset({"step_committed"}))
+    verdict = check_history(History.from_events(steady(0, 2)), Bounds(), only_steps)
+    assert verdict.results["S4"].status == "unknown"
+    assert "suspect/declare_dead" in verdict.results["S4"].message
+    assert verdict.results["L1"].status == "unknown"
+    assert "does not write fault" in verdict.results["L1"].message
+    assert verdict.results["S1"].status == "valid"
+    assert verdict.status == "unknown"
+
+
+def test_run_system_is_read_from_run_json_and_old_runs_are_reference(tmp_path):
+    assert RunSystem.of(tmp_path).produces is None
+    (tmp_path / "run.json").write_text(
+        json.dumps({"system": "torchelastic", "produces": ["step_committed"]})
+    )
+    system = RunSystem.of(tmp_path)
+    assert system.name == "torchelastic" and system.produces == {"step_committed"}
+    write_history(tmp_path / "events" / "n1.jsonl", steady(0, 1))
+    assert len(load_history(tmp_path).events) == 2 * len(WORLD)
