@@ -912,11 +912,11 @@ class StepDriver:
             if now - since > self.decisions.fetch_timeout_s:
                 self._fetch_from(key, sources, index)
 
-    async def run(self, group: asyncio.TaskGroup) -> None:
-        del group  # every task this driver needs is this one loop
-        clock = self.node.clock
+    def poll(self, now: float) -> float | None:
+        """One pass of the loop at node-clock time ``now``: fire what is due (the commit
+        core's and the rejoin core's timers, then the leader's and the step's); returns
+        the next node-clock time something is due (None: only an input wakes it)."""
         while True:
-            now = clock.now()
             deadline = self.core.next_deadline()
             if deadline is not None and deadline <= now:
                 self.feed(cm.Tick())
@@ -925,11 +925,19 @@ class StepDriver:
             if rejoin_deadline is not None and rejoin_deadline <= now:
                 self.feed_rejoin(rj.Tick())
                 continue
-            due = self._maybe_progress(now)
-            self.loop_iterations += 1
-            self.last_due = due
-            self._retry_stale_fetches(now)
-            wake_at = min((t for t in (deadline, due) if t is not None), default=None)
+            break
+        due = self._maybe_progress(now)
+        self.loop_iterations += 1
+        self.last_due = due
+        self._retry_stale_fetches(now)
+        return min((t for t in (deadline, due) if t is not None), default=None)
+
+    async def run(self, group: asyncio.TaskGroup) -> None:
+        del group  # every task this driver needs is this one loop
+        clock = self.node.clock
+        while True:
+            now = clock.now()
+            wake_at = self.poll(now)
             delay = (
                 IDLE_RECHECK_S
                 if wake_at is None

@@ -1,0 +1,472 @@
+"""The runtime's node and the simulator's node agree (issue 12).
+
+Hypothesis draws one event sequence -- gradients ready, contributions arriving, time
+passing, view changes (a peer's crash, restart or partition as this node's detector
+reports it), votes from peers -- and feeds it to both shells of node ``n0``: the
+runtime's ``StepDriver`` (in-memory links and worker, a fake host clock under its
+``NodeClock``) and the simulator's ``NodeApp`` (an in-memory ``sim``).  Both must
+send the same commit messages to the same peers and log the same history.  This is
+the test that would have caught the drift between the two (contribution_wait_s vs
+collect_s, 32 vs 16 records, no vote floor in the simulator).
+
+The worker here is the simulator's abstract training (``chaos/sim/training.py``):
+the same fingerprints on both sides, so values compare bit for bit.  Startup differs
+by design (the runtime fetches the cluster's state first and gets genesis offers;
+a fresh simulated node starts at step 0 directly), so rejoin events and state
+messages are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from swarmshake.chaos.sim import training
+from swarmshake.chaos.sim.app import AppSettings, Contribution, NodeApp, NodeDisk
+from swarmshake.reference_node import config as node_config
+from swarmshake.reference_node.protocol import commit as cm
+from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.runtime import ipc
+from swarmshake.reference_node.runtime.clock import NodeClock
+from swarmshake.reference_node.runtime.events import EventLog
+from swarmshake.reference_node.runtime.membership_driver import (
+    ConfigHistory,
+    MembershipDriver,
+    initial_configuration,
+)
+from swarmshake.reference_node.runtime.step_driver import StepDriver
+
+NODES = ("n0", "n1", "n2")
+ME = "n0"
+SEED = 7
+TRAINING_SEED = 11
+COMMIT_MESSAGES = cm.CommitMessage.__args__  # type: ignore[attr-defined]
+# Logged by the worker in the runtime (checkpoints compared by step instead), or
+# startup-only (rejoin), or the worker's I/O (agg_send).
+IGNORED_KINDS = {"rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write"}
+STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "incarnation", "node"}
+
+
+def _normal_event(event: history.EventBase) -> tuple | None:
+    fields = {f: getattr(event, f) for f in event.__struct_fields__ if f not in STAMPS}
+    kind = type(event).__struct_config__.tag
+    if kind in IGNORED_KINDS:
+        return None
+    return (kind, tuple(sorted((k, repr(v)) for k, v in fields.items())))
+
+
+# --- the runtime's shell, with in-memory links and worker ----------------------------------
+
+
+class RuntimeNode:
+    """What ``StepDriver`` uses of its ``ControlProcess``: links that record, a worker
+    that computes with the simulator's training, the event log, a fake clock."""
+
+    def __init__(self, folder: Path, bugs: tuple[str, ...]):
+        self.host_s = 0.0
+        section = node_config.NodeSection(
+            id=ME, members=list(NODES), run_dir=str(folder), seed=SEED, bugs=list(bugs)
+        )
+        # The simulated workload's checkpoint interval: same configuration, same decisions.
+        every = AppSettings().checkpoint_every_steps
+        step = node_config.StepSection(checkpoint_every=every)
+        self.config = node_config.NodeConfig(node=section, step=step)
+        self.checkpoints: list[int] = []  # the steps whose state the worker was asked to write
+        self.node = ME
+        self.incarnation = 0
+        self.clock = NodeClock(host=lambda: self.host_s)
+        self.events = EventLog(folder / "events.jsonl", ME, 0)
+        configs = ConfigHistory.load(
+            self.config.data_dir, initial_configuration(list(NODES), ME, False)
+        )
+        self.membership = MembershipDriver(
+            node=ME,
+            incarnation=0,
+            configs=configs,
+            events=self.events,
+            now=self.clock.now,
+            members_changed=lambda members: None,
+        )
+        self.alive: tuple[str, ...] = NODES
+        self.detector = SimpleNamespace(core=SimpleNamespace(alive_view=lambda: self.alive))
+        self.drops = SimpleNamespace(drop=lambda reason, peer: None)
+        self.worker_ready = ipc.WorkerReady(
+            step=0,
+            param_fp=training.INITIAL_FP,
+            bulk_port=0,
+            worker_pid=0,
+            source="initial",
+            torch_version="",
+            threads=1,
+            cpu_flags="",
+            initial_param_fp=training.INITIAL_FP,
+        )
+        self.sent: list[tuple[str, Any]] = []
+        self.replies: list[object] = []  # worker answers, delivered after each input
+        self.contribute_requested = -1
+        self.params = training.INITIAL_PARAMS
+        self.stopped = ""
+        self.driver = StepDriver(self)
+
+    # ControlProcess's surface
+    def send_message(self, peer: str, message: Any) -> None:
+        self.sent.append((peer, message))
+
+    def request_stop(self, reason: str, code: int = 0) -> None:
+        self.stopped = reason
+
+    def start_detector(self) -> None:
+        pass
+
+    def to_worker(self, message: object) -> None:
+        match message:
+            case ipc.Contribute():
+                self.contribute_requested = message.step
+            case ipc.BuildAggregate():
+                value = training.aggregate(TRAINING_SEED, message.step, message.contributors)
+                self.replies.append(
+                    ipc.AggregateHeld(
+                        step=message.step,
+                        agg_fp=training.fingerprint(value),
+                        contributors=list(message.contributors),
+                    )
+                )
+            case ipc.ApplyCommitted():
+                value = self.driver.values[(message.step, message.agg_fp)]
+                update = training.aggregate(TRAINING_SEED, message.step, value.contributors)
+                self.params = training.apply(self.params, update)
+                self.replies.append(
+                    ipc.Applied(
+                        step=message.step,
+                        agg_fp=message.agg_fp,
+                        param_fp=training.fingerprint(self.params),
+                    )
+                )
+            case ipc.WriteCheckpoint():
+                # The worker writes the state of the last committed step and logs it.
+                self.checkpoints.append(self.driver.core.step - 1)
+
+    # the harness
+    async def settle(self) -> None:
+        """Deliver the worker's answers and wait out persists, then let the loop run
+        once (every input wakes the real loop, which polls)."""
+        driver = self.driver
+        polled = False
+        for _ in range(10_000):  # bounded: a persist is one small fsync
+            if self.replies:
+                driver.on_worker(self.replies.pop(0))
+                polled = False
+                continue
+            if driver._persisting or driver._deferred:
+                await asyncio.sleep(0.0005)
+                continue
+            if not polled:
+                driver.poll(self.clock.now())
+                polled = True
+                continue
+            return
+        raise AssertionError("the runtime shell never settled")
+
+    async def start(self) -> None:
+        self.driver.poll(self.clock.now())
+        for peer in NODES[1:]:
+            self.driver.on_message(
+                msgs.StateOffer(
+                    sender=peer,
+                    step=msgs.GENESIS_STEP,
+                    param_fp=training.INITIAL_FP,
+                    nbytes=0,
+                    voters=list(NODES),
+                    learners=[],
+                    config_step=-1,
+                )
+            )
+            await self.settle()
+        self.driver.poll(self.clock.now())
+        await self.settle()
+
+    async def gradient(self) -> None:
+        step = self.driver.step
+        if self.contribute_requested == step and self.driver.contributed_at is None:
+            self.driver.on_worker(ipc.Contributed(step=step, loss=0.0, samples=1))
+            await self.settle()
+
+    async def arrive(self, step: int, sender: str) -> None:
+        self.driver.on_worker(ipc.ContributionArrived(step=step, sender=sender))
+        await self.settle()
+
+    async def view(self, alive: tuple[str, ...], epoch: int) -> None:
+        self.alive = alive
+        now = self.clock.now()
+        self.driver.on_detector_action(det.ViewChanged(alive=alive, epoch=epoch, at=now))
+        await self.settle()
+
+    async def message(self, message: Any) -> None:
+        self.driver.on_message(message)
+        await self.settle()
+
+    async def advance(self, seconds: float) -> None:
+        target = self.host_s + seconds
+        for _ in range(1000):  # bounded: every poll moves time to the next due
+            # As the real loop does: an input (a worker's answer) wakes it to poll again.
+            self.driver.poll(self.clock.now())
+            await self.settle()
+            wake_at = self.driver.poll(self.clock.now())
+            await self.settle()
+            if wake_at is None or wake_at > target:
+                break
+            self.host_s = max(self.host_s, wake_at)
+        self.host_s = target
+        self.driver.poll(self.clock.now())
+        await self.settle()
+
+    def commit_sends(self) -> list[tuple[str, Any]]:
+        return [(p, m) for p, m in self.sent if isinstance(m, COMMIT_MESSAGES)]
+
+    def history(self) -> list[tuple]:
+        events = history.read_events(self.events._writer.path).events  # noqa: SLF001
+        return [e for e in map(_normal_event, events) if e is not None]
+
+    def step(self) -> int:
+        return self.driver.step
+
+    def gradient_pending(self) -> bool:
+        return self.contribute_requested == self.driver.step and self.driver.contributed_at is None
+
+
+# --- the simulator's shell, with an in-memory sim --------------------------------------------
+
+
+class SimNode:
+    def __init__(self, bugs: tuple[str, ...]):
+        self.t = 0.0
+        self.timers: list[tuple[float, int, tuple]] = []
+        self._order = itertools.count()
+        self.sent: list[tuple[str, Any]] = []
+        self.logged: list[history.EventBase] = []
+        self.names = NODES
+        self.bugs = BugSet.parse(list(bugs))
+        self.core_seed = SEED
+        self.seed = TRAINING_SEED
+        clock = SimpleNamespace(local=lambda t: t, true_time=lambda t: t, identity=True)
+        self.proc = SimpleNamespace(
+            name=ME,
+            incarnation=0,
+            clock=clock,
+            cpu_fraction=1.0,
+            up=True,
+            detector=SimpleNamespace(known_incarnation={}),
+        )
+        self.app = NodeApp(self, self.proc, AppSettings(), NodeDisk(), first=True)
+
+    # the sim's surface
+    def log(self, cls: type, proc: Any, t: float, **fields: Any) -> None:
+        fields.setdefault("incarnation", proc.incarnation)
+        self.logged.append(cls(t_wall=t, t_mono=t, node=proc.name, **fields))
+
+    def send(self, proc: Any, t: float, to: str, message: Any, **kwargs: Any) -> None:
+        self.sent.append((to, message))
+
+    def timer(self, proc: Any, t: float, payload: tuple) -> None:
+        heapq.heappush(self.timers, (t, next(self._order), payload))
+
+    # the harness
+    def _fire_due(self, until: float) -> None:
+        held: list = []
+        while self.timers and self.timers[0][0] <= until:
+            at, order, payload = heapq.heappop(self.timers)
+            if payload[0] == "computed":
+                held.append((at, order, payload))  # gradients come when the test says
+                continue
+            self.t = max(self.t, at)
+            self.app.timer(self.t, payload)
+        for item in held:
+            heapq.heappush(self.timers, item)
+
+    async def start(self) -> None:
+        self.app.start(0.0)
+        self._fire_due(0.0)
+
+    async def gradient(self) -> None:
+        step = self.step()
+        for item in list(self.timers):
+            if item[2] == ("computed", step):
+                self.timers.remove(item)
+                heapq.heapify(self.timers)
+                self.app.timer(self.t, item[2])
+                self._fire_due(self.t)
+                return
+
+    async def arrive(self, step: int, sender: str) -> None:
+        self.app.receive(self.t, sender, Contribution(step, sender))
+        self._fire_due(self.t)
+
+    async def view(self, alive: tuple[str, ...], epoch: int) -> None:
+        self.app.view_changed(self.t, alive)
+        self._fire_due(self.t)
+
+    async def message(self, message: Any) -> None:
+        self.app.receive(self.t, message.sender, message)
+        self._fire_due(self.t)
+
+    async def advance(self, seconds: float) -> None:
+        target = self.t + seconds
+        self._fire_due(target)
+        self.t = target
+
+    def commit_sends(self) -> list[tuple[str, Any]]:
+        return [(p, m) for p, m in self.sent if isinstance(m, COMMIT_MESSAGES)]
+
+    def history(self) -> list[tuple]:
+        return [e for e in map(_normal_event, self.logged) if e is not None]
+
+    @property
+    def checkpoints(self) -> list[int]:
+        return [e.step for e in self.logged if isinstance(e, history.CheckpointWrite)]
+
+    def step(self) -> int:
+        return self.app.commit.step if self.app.commit is not None else -1
+
+    def gradient_pending(self) -> bool:
+        return any(item[2] == ("computed", self.step()) for item in self.timers)
+
+
+# --- the drawn sequences -----------------------------------------------------------------------
+
+GRADIENT = st.tuples(st.just("gradient"))
+ARRIVE = st.tuples(st.just("arrive"), st.sampled_from(NODES[1:]), st.integers(-1, 3))
+ARRIVE_NOW = st.tuples(st.just("arrive"), st.sampled_from(NODES[1:]), st.just(0))
+VOTE = st.tuples(st.just("vote"), st.sampled_from(NODES[1:]), st.booleans())
+ADVANCE = st.tuples(st.just("advance"), st.integers(1, 300).map(lambda cs: cs / 100))
+# Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
+# most sequences commit steps; time, view changes and stray arrivals perturb them.
+EVENTS = st.one_of(
+    GRADIENT,
+    GRADIENT,
+    ARRIVE_NOW,
+    ARRIVE_NOW,
+    ARRIVE,
+    VOTE,
+    VOTE,
+    VOTE,
+    ADVANCE,
+    ADVANCE,
+    ADVANCE,
+    st.tuples(
+        st.just("view"),
+        st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
+    ),
+)
+
+
+def _votes(node: RuntimeNode | SimNode, peer: str, accept_too: bool) -> list[Any]:
+    """``peer``'s answers to what ``n0`` last asked it (a promise, an accept), as a
+    correct acceptor with no earlier vote gives them."""
+    answers = []
+    for to, message in reversed(node.commit_sends()):
+        if to != peer:
+            continue
+        if isinstance(message, msgs.Prepare):
+            answers.append(
+                msgs.PromiseReply(
+                    sender=peer, step=message.step, ballot=message.ballot, accepted_ballot=None
+                )
+            )
+            break
+        if isinstance(message, msgs.AcceptRequest) and accept_too:
+            answers.append(
+                msgs.AcceptedReply(
+                    sender=peer,
+                    step=message.step,
+                    ballot=message.ballot,
+                    value_fp=message.value.agg_fp,
+                )
+            )
+            break
+    return answers
+
+
+async def _run(
+    sequence: list[tuple], folder: Path, bugs: tuple[str, ...], record: bool = False
+) -> None:
+    runtime, sim = RuntimeNode(folder, bugs), SimNode(bugs)
+    nodes = (runtime, sim)
+    for node in nodes:
+        await node.start()
+    assert runtime.step() == sim.step() == 0
+    epoch = 0
+    for index, drawn in enumerate(sequence):
+        kind = drawn[0]
+        if kind == "gradient":
+            assert runtime.gradient_pending() == sim.gradient_pending(), index
+            for node in nodes:
+                await node.gradient()
+        elif kind == "arrive":
+            step = max(0, runtime.step() + drawn[2])
+            for node in nodes:
+                await node.arrive(step, drawn[1])
+        elif kind == "advance":
+            for node in nodes:
+                await node.advance(drawn[1])
+        elif kind == "view":
+            epoch += 1
+            for node in nodes:
+                await node.view(drawn[1], epoch)
+        elif kind == "vote":
+            answers = _votes(runtime, drawn[1], drawn[2])
+            assert answers == _votes(sim, drawn[1], drawn[2]), index
+            for answer in answers:
+                for node in nodes:
+                    await node.message(answer)
+        where = f"after event {index} {drawn}"
+        assert runtime.step() == sim.step(), where
+        assert runtime.commit_sends() == sim.commit_sends(), where
+        assert runtime.history() == sim.history(), where
+        assert runtime.checkpoints == sim.checkpoints, where
+    if not record:
+        return
+    hypothesis.event(
+        f"steps committed: {min(runtime.step(), 3)}{'+' if runtime.step() > 3 else ''}"
+    )
+    kinds = {e[0] for e in sim.history()}
+    hypothesis.event(
+        f"prepare rounds: {'yes' if any(isinstance(m, msgs.Prepare) for _, m in sim.sent) else 'no'}"
+    )
+    hypothesis.event(f"promises logged: {'promise' in kinds}")
+
+
+@settings(
+    max_examples=100,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=st.lists(EVENTS, min_size=20, max_size=80))
+def test_the_runtime_and_the_simulator_run_the_same_node(tmp_path_factory, sequence):
+    folder = tmp_path_factory.mktemp("runtime")
+    asyncio.run(_run(sequence, folder, (), record=True))
+
+
+def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
+    """A fixed sequence through a whole step: every voter contributes, n0 (step 0's
+    coordinator) proposes, n1 and n2 vote, the step commits in both."""
+    sequence = [
+        ("gradient",),
+        ("arrive", "n1", 0),
+        ("arrive", "n2", 0),
+        ("vote", "n1", True),
+        ("vote", "n2", True),
+        ("advance", 0.5),
+    ]
+    asyncio.run(_run(sequence, tmp_path, ()))
