@@ -18,6 +18,7 @@ import pytest
 
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime.launcher import LocalCluster
+from swarmshake.reference_node.runtime.mqtt_messages import harness_key, sign
 
 pytestmark = pytest.mark.slow
 NODES = ["n1", "n2", "n3", "n4"]
@@ -143,13 +144,10 @@ def test_train_crash_rejoin_and_broker_loss(cluster_with_broker):
     with urllib.request.urlopen(request, timeout=10) as response:
         outputs = json.loads(response.read())["outputs"]
     assert len(outputs) == 2 and all(len(row) == 8 for row in outputs)
-    asyncio.run(
-        publish(
-            broker,
-            "swarmshake/test/nodes/n3/command",
-            b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip"}}',
-        )
-    )
+    topic = "swarmshake/test/nodes/n3/command"
+    command = b'{"command": "set_byzantine", "behaviour": {"mode": "sign_flip"}}'
+    key = harness_key(bytes.fromhex(cluster.run_key_hex))  # signed as the harness signs
+    asyncio.run(publish(broker, topic, sign(key, topic, 1, command)))
     cluster.wait_for(
         lambda: any(
             isinstance(e, history.ByzantineSwitch) and e.mode == "sign_flip"
