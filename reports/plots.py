@@ -2,10 +2,10 @@
 
 Text stays text (``svg.fonttype = none``) so the page is searchable and small, ids are
 salted with a constant so the same run gives the same bytes, and every drawn element
-a test or a reader looks for carries an id (``set_gid``): ``lane-<node>``,
+a test or a reader looks for carries an id (``set_gid``): ``lane-<node>-<state>``,
 ``fault-window-<i>``, ``loop-stall-<node>-<i>``, ``loss-run``, ``loss-baseline``,
-``commit-rate``, ``dist-<name>``.  Marks a reader hovers over (loop stalls) carry an
-SVG ``<title>``, which browsers show as a tooltip.
+``commit-rate``, ``dist-<name>``.  Marks a reader hovers over (loop stalls, a lane's
+spans of one state) carry an SVG ``<title>``, which browsers show as a tooltip.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ STALL_COLOUR = "#b71c1c"  # darker than "declared dead", and taller than a lane:
 MAX_STALL_MARKS = 1000  # an overloaded machine logs many; each mark costs ~300 bytes of page
 MIN_MARK_WIDTH = 0.002  # of the time axis: a 40 ms stall in a minute-long run still shows
 MAX_LANES = 64  # beyond this a lane is thinner than a line of text; the table holds the rest
+MAX_SPANS_IN_TITLE = 12  # a tooltip is read at a glance; the events table holds every change
 WIDTH_IN = 10.0
 
 RC_PARAMS = {
@@ -111,13 +112,16 @@ def timeline_svg(
         names = sorted(lanes)[:MAX_LANES]
         height = 1.2 + 0.32 * len(names)
         figure, axis = plt.subplots(figsize=(WIDTH_IN, height))
+        lane_titles: dict[str, str] = {}
         for row, name in enumerate(reversed(names)):
             segments = lanes[name]
             for state in LANE_STATES:
                 spans = [(s.start, s.end - s.start) for s in segments if s.state == state]
                 if spans:
                     bars = axis.broken_barh(spans, (row - 0.35, 0.7), color=STATE_COLOURS[state])
-                    bars.set_gid(f"lane-{name}-{state.replace(' ', '-')}")
+                    gid = f"lane-{name}-{state.replace(' ', '-')}"
+                    bars.set_gid(gid)
+                    lane_titles[gid] = lane_title(name, state, spans)
         _shade_faults(axis, windows, label=True)
         titles = _mark_stalls(axis, names, stalls, duration_s)
         axis.set_yticks(range(len(names)), list(reversed(names)))
@@ -137,7 +141,14 @@ def timeline_svg(
             fontsize=8,
         )
         axis.set_gid("timeline")
-        return to_svg(figure, titles)
+        return to_svg(figure, {**lane_titles, **titles})
+
+
+def lane_title(node: str, state: str, spans: Sequence[tuple[float, float]]) -> str:
+    """A lane state's tooltip: when the node was in it, ``n4 declared dead: 26.32–27.35 s``."""
+    shown = [f"{start:.2f}–{start + width:.2f}" for start, width in spans[:MAX_SPANS_IN_TITLE]]
+    more = len(spans) - len(shown)
+    return f"{node} {state}: {', '.join(shown)} s" + (f" and {more} more" if more > 0 else "")
 
 
 def _mark_stalls(

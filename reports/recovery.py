@@ -19,8 +19,9 @@ injected fault (a harness ``fault`` event with ``phase="inject"``):
   that step (the most common ``param_fp`` among the step's commits, as L3 reads it).
 - **throughput kept**: committed steps per second during the fault window over the
   rate in the fault-free stretch before the first fault.
-- **false positives**: ``declare_dead`` of a node alive for the whole detection bound
-  before it (the S4 checker's definition, reused from ``verify``).
+- **false positives**: the declarations (and forced restarts whose verdict the history
+  lacks) that the S4 checker judges invalid, each on its own evidence: a live peer
+  declared dead by a node whose link to it was not cut (reused from ``verify``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,13 @@ A lane's state at a moment, in priority order (the first that holds wins):
 - ``suspected``: at least one peer suspects it;
 - ``alive``: none of the above.
 
+Suspicions and declarations count only as a peer's verdict on the node's current
+process: a node's own ``declare_dead`` of itself (it accepted a verdict and restarts)
+is not one, a verdict naming an incarnation older than the one the process started
+with is about a process that is gone, and a new ``start`` begins with a clean lane.
+A verdict lasts while its declarer's process does: the declarer's crash, stop or
+restart takes it off every lane.
+
 Drawn over the lanes: a node's ``loop_stall`` events (its control loop handled no
 events for ``stalled_ms``: the machine was overloaded, or the node was), each a
 :class:`Stall` from the stall's start to the moment the loop woke.
@@ -218,6 +225,7 @@ class _LaneState:
         self.paused = False
         self.rejoining = False
         self.starts = 0
+        self.incarnation = 0  # the running process's incarnation at its start
         self.suspected_by: set[str] = set()
         self.dead_by: set[str] = set()
 
@@ -274,10 +282,16 @@ def node_lanes(history: History) -> dict[str, list[Segment]]:
             lane.up, lane.paused = True, False
             lane.starts += 1
             lane.rejoining = lane.starts > 1
+            # A new process: the verdicts on the old one died with it.
+            lane.incarnation = event.incarnation
+            lane.suspected_by.clear()
+            lane.dead_by.clear()
             touched.append(event.node)
+            touched += _forget_verdicts_of(event.node, states)
         elif isinstance(event, Stop) and event.node in states:
             states[event.node].up = False
             touched.append(event.node)
+            touched += _forget_verdicts_of(event.node, states)
         elif isinstance(event, RejoinBegin) and event.node in states:
             states[event.node].rejoining = True
             touched.append(event.node)
@@ -287,10 +301,10 @@ def node_lanes(history: History) -> dict[str, list[Segment]]:
         elif isinstance(event, Refute) and event.node in states:
             states[event.node].suspected_by.clear()
             touched.append(event.node)
-        elif isinstance(event, Suspect) and event.peer in states:
+        elif isinstance(event, Suspect) and _verdict_on_current(event, states):
             states[event.peer].suspected_by.add(event.node)
             touched.append(event.peer)
-        elif isinstance(event, DeclareDead) and event.peer in states:
+        elif isinstance(event, DeclareDead) and _verdict_on_current(event, states):
             states[event.peer].dead_by.add(event.node)
             states[event.peer].suspected_by.discard(event.node)
             touched.append(event.peer)
@@ -304,6 +318,7 @@ def node_lanes(history: History) -> dict[str, list[Segment]]:
                     continue
                 if event.op in DOWN_OPS and event.phase == "inject":
                     states[node].up = False
+                    touched += _forget_verdicts_of(node, states)
                 elif event.op == "pause":
                     states[node].paused = event.phase == "inject"
                 elif event.op == "resume":
@@ -317,6 +332,28 @@ def node_lanes(history: History) -> dict[str, list[Segment]]:
         if end > started:
             lanes[node].append(Segment(started, end, state))
     return lanes
+
+
+def _forget_verdicts_of(node: str, states: dict[str, _LaneState]) -> list[str]:
+    """A process that ends takes its detector's verdicts with it: ``node``'s suspicions
+    and declarations leave every lane.  Returns the lanes that changed."""
+    changed = []
+    for peer, lane in states.items():
+        if node in lane.suspected_by or node in lane.dead_by:
+            lane.suspected_by.discard(node)
+            lane.dead_by.discard(node)
+            changed.append(peer)
+    return changed
+
+
+def _verdict_on_current(event: Suspect | DeclareDead, states: dict[str, _LaneState]) -> bool:
+    """Whether a suspicion or declaration is a peer's verdict on the process now
+    running: not the node's own (its "declared dead by n3" before it restarts), not
+    one naming an incarnation older than the process started with."""
+    lane = states.get(event.peer)
+    return (
+        lane is not None and event.node != event.peer and event.peer_incarnation >= lane.incarnation
+    )
 
 
 @dataclass(frozen=True)

@@ -48,3 +48,10 @@ def broken_run(tmp_path: Path) -> Path:
         diverge_step=30,
     )
     return histories.write_run(tmp_path / "run-broken", plan, scenario_name="broken")
+
+
+@pytest.fixture
+def demo_run(tmp_path: Path) -> Path:
+    """The demo's run (smoke suite, seed 1) as the old protocol logged it: after n1's
+    isolation healed, n3 and n2 relayed n1's verdict on healthy n4, which restarted."""
+    return histories.write_demo_run(tmp_path / "run-demo", old_protocol=True)

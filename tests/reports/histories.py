@@ -246,3 +246,165 @@ def write_run(run_dir: Path, plan: Plan, *, scenario_name: str = "crash-one") ->
         )
     )
     return run_dir
+
+
+# --- the demo's run: n1 isolated, then a relayed verdict kills a healthy n4 ---------------
+
+# `make demo` (suites/smoke.yaml, seed 1, local backend, 4 nodes), times since the run's
+# start as report.html showed them: n4 crashed and restarted by the harness, n1
+# isolated 20.15–26.18 s, a latency spike inside the envelope afterwards.  Right after
+# the heal n3 and n2 declared n4 (incarnation 2) dead "confirmed by n1" although n4 was
+# never cut from them and was committing; n4 took it ("declared dead by n3") and
+# restarted as incarnation 3.  The verdict.json of that run said S4 valid.
+DEMO_NODES = ["n1", "n2", "n3", "n4"]
+DEMO_ORIGIN_MONO = 81_234.5  # a monotonic clock reads seconds since boot, not since the run
+DEMO_STEADY_S = 8.15
+DEMO_CRASH_S = (10.15, 16.15)  # n4: crash inject, the harness's restart
+DEMO_ISOLATE_S = (20.15, 26.18)  # n1: partition inject, heal
+DEMO_LATENCY_S = (30.15, 35.15)  # n2 -> n3: 40 ms ± 10 ms, inside the 75 ms envelope
+DEMO_RELAY_S = {"n3": 26.32, "n2": 26.36}  # the relayed declarations of n4 (old protocol)
+DEMO_N4_KILLED_S = 26.40  # n4's own "declared dead by n3"
+DEMO_N4_RESTART_S = 27.35  # n4's incarnation 3 starts
+DEMO_N1_KILLED_S = 26.30  # n1's own "declared dead by n2" (a cut-off node, rightly)
+DEMO_N1_RESTART_S = 27.10
+DEMO_END_S = 45.0
+DEMO_STEP_S = 0.25
+
+
+def demo_heal_events(*, old_protocol: bool) -> list[EventBase]:
+    """The demo run's history as the nodes and the harness log it.
+
+    ``old_protocol``: with n3's and n2's relayed declarations of n4 after the heal and
+    n4's forced restart (what the demo did); without them, what a protocol that lets
+    a verdict formed across a cut die with the cut would log for the same schedule."""
+    events: list[EventBase] = []
+    lamport = 0
+    incarnation = dict.fromkeys(DEMO_NODES, 0)
+
+    def emit(cls: type[EventBase], t: float, node: str, **fields: object) -> None:
+        nonlocal lamport
+        lamport += 1
+        if node in incarnation:
+            fields.setdefault("incarnation", incarnation[node])
+        events.append(
+            cls(
+                t_wall=T_WALL_ORIGIN + t,
+                t_mono=DEMO_ORIGIN_MONO + t,
+                node=node,
+                lamport=lamport,
+                **fields,
+            )
+        )
+
+    def fault(t: float, op: str, target: list[str], phase: str, **params: object) -> None:
+        emit(Fault, t, HARNESS, op=op, target=target, phase=phase, params=params)
+
+    def declare(t: float, node: str, peer: str, reason: str) -> None:
+        emit(DeclareDead, t, node, peer=peer, peer_incarnation=incarnation[peer], reason=reason)
+
+    def alive(t: float, node: str, peer: str) -> None:
+        emit(DeclareAlive, t, node, peer=peer, peer_incarnation=incarnation[peer])
+
+    def start(t: float, node: str, source: str, rejoined_s: float) -> None:
+        emit(Start, t, node, seed=1, git_commit="6528505", config={"voters": DEMO_NODES})
+        emit(Ready, t + 0.08, node)
+        emit(RejoinBegin, t + 0.1, node, source=source)
+        done_step = int((t + rejoined_s - 2.0) / DEMO_STEP_S)
+        emit(RejoinDone, t + rejoined_s, node, step=done_step, source=source,
+             param_fp=_fp(done_step))  # fmt: skip
+
+    emit(RunMark, 0.0, HARNESS, mark="run_start", data={"seed": 1})
+    for number, name in enumerate(DEMO_NODES):
+        emit(Start, 0.5 + 0.01 * number, name, seed=1, git_commit="6528505",
+             config={"voters": DEMO_NODES})  # fmt: skip
+        emit(Ready, 1.0 + 0.01 * number, name)
+    emit(RunMark, DEMO_STEADY_S, HARNESS, mark="steady_state")
+
+    # n4 crashes; every other node declares it dead, the harness restarts it.
+    crash, restart = DEMO_CRASH_S
+    fault(crash, "crash", ["n4"], "inject", nodes=["n4"])
+    for observer in ("n1", "n2", "n3"):
+        emit(Suspect, crash + 0.25, observer, peer="n4", peer_incarnation=0, reason="phi=8.1")
+        declare(crash + 0.42, observer, "n4", "3 suspicions: n1,n2,n3")
+    fault(restart, "crash", ["n4"], "heal", nodes=["n4"])
+    incarnation["n4"] = 2  # n4's restarted process announces incarnation 2, as in the demo
+    start(restart + 0.05, "n4", "n2", 0.6)
+    for observer in ("n1", "n2", "n3"):
+        alive(restart + 0.3, observer, "n4")
+
+    # n1 isolated: both sides of the cut declare the other dead, rightly.
+    cut, heal = DEMO_ISOLATE_S
+    cuts = sorted(
+        [["n1", peer] for peer in DEMO_NODES[1:]] + [[peer, "n1"] for peer in DEMO_NODES[1:]]
+    )
+    fault(cut, "partition", DEMO_NODES, "inject", grouping="isolate", nodes=["n1"], cuts=cuts)
+    for peer in ("n2", "n3", "n4"):
+        emit(Suspect, cut + 0.25, "n1", peer=peer, peer_incarnation=incarnation[peer],
+             reason="phi=8.3")  # fmt: skip
+        emit(Suspect, cut + 0.25, peer, peer="n1", peer_incarnation=0, reason="phi=8.2")
+    for peer in ("n2", "n3", "n4"):
+        declare(cut + 0.45, "n1", peer, "1 suspicions: n1")
+        declare(cut + 0.45, peer, "n1", "3 suspicions: n2,n3,n4")
+    fault(heal, "partition", DEMO_NODES, "heal")
+    # After the heal n1 hears it was declared dead and rejoins: a correct forced restart.
+    declare(DEMO_N1_KILLED_S, "n1", "n1", "declared dead by n2")
+    incarnation["n1"] = 1
+    start(DEMO_N1_RESTART_S, "n1", "n3", 0.6)
+    for observer in ("n2", "n3", "n4"):
+        alive(DEMO_N1_RESTART_S + 0.15, observer, "n1")
+    if old_protocol:
+        # n1's verdict on n4, formed across the cut, reaches n3 and n2 after the heal.
+        for node, t in DEMO_RELAY_S.items():
+            declare(t, node, "n4", "confirmed by n1")
+        declare(DEMO_N4_KILLED_S, "n4", "n4", "declared dead by n3")
+        incarnation["n4"] = 3
+        start(DEMO_N4_RESTART_S, "n4", "n2", 0.45)
+        for observer in ("n2", "n3", "n1"):
+            alive(DEMO_N4_RESTART_S + 0.15, observer, "n4")
+
+    spike, calm = DEMO_LATENCY_S
+    fault(spike, "latency", ["n2", "n3"], "inject", src=["n2"], dst=["n3"], delay_ms=40.0,
+          jitter_ms=10.0)  # fmt: skip
+    fault(calm, "latency", ["n2", "n3"], "heal")
+
+    # Steps: every node that is up, not cut off and caught up contributes and commits;
+    # a step commits only with a majority (3 of 4).
+    out = {
+        "n1": [(cut, DEMO_N1_RESTART_S + 0.6)],
+        "n4": [(crash, restart + 0.65)]
+        + ([(DEMO_N4_KILLED_S, DEMO_N4_RESTART_S + 0.45)] if old_protocol else []),
+    }
+    step, t = 0, 2.0
+    while t < DEMO_END_S - 0.5:
+        contributors = [n for n in DEMO_NODES if not any(a <= t < b for a, b in out.get(n, []))]
+        if len(contributors) * 2 > len(DEMO_NODES):
+            for node in contributors:
+                emit(TrainStep, t - 0.12, node, step=step, loss=2.0 * math.exp(-step / 60),
+                     samples=32)  # fmt: skip
+                emit(Accept, t - 0.02, node, step=step, ballot=[1, 1], value_fp=_fp(step, "v"),
+                     contributors=contributors, to="n2")  # fmt: skip
+            for node in contributors:
+                emit(Commit, t, node, step=step, value_fp=_fp(step, "v"),
+                     contributors=contributors, param_fp=_fp(step), voters=DEMO_NODES,
+                     quorum=contributors)  # fmt: skip
+            step += 1
+        t += DEMO_STEP_S
+    emit(RunMark, DEMO_END_S, HARNESS, mark="run_end")
+    return sorted(events, key=lambda e: (e.t_mono, e.lamport))
+
+
+def write_demo_run(run_dir: Path, *, old_protocol: bool) -> Path:
+    """The demo's history as a run directory (one events file per writer)."""
+    by_node: dict[str, list[EventBase]] = {}
+    for event in demo_heal_events(old_protocol=old_protocol):
+        by_node.setdefault(event.node, []).append(event)
+    for node, node_events in by_node.items():
+        write_history(run_dir / "events" / f"{node}.jsonl", node_events)
+    (run_dir / "scenario.yaml").write_text(
+        "name: smoke\nseed: 1\nbackend: local\ncluster: {nodes: 4}\nfaults:\n"
+        "  - {at_s: 2, op: {op: crash, nodes: [n4]}, heal_after_s: 6}\n"
+        "  - {at_s: 12, op: {op: partition, grouping: isolate, nodes: [n1]}, heal_after_s: 6}\n"
+        "  - {at_s: 22, op: {op: latency, src: [n2], dst: [n3], delay_ms: 40, jitter_ms: 10},"
+        " heal_after_s: 5}\n"
+    )
+    return run_dir

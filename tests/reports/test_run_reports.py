@@ -187,3 +187,40 @@ def test_partition_victims_come_from_its_groups() -> None:
     assert victims_of(link_fault("latency", src=["*"], dst=["n4"], delay_ms=250.0), nodes) == ["n4"]
     assert victims_of(link_fault("slicer", src=["n1", "n2"], dst=["n5"]), nodes) == ["n5"]
     assert victims_of(link_fault("latency", src=["*"], dst=["*"]), nodes) == []
+
+
+def _spans(lane: list, state: str) -> list[tuple[float, float]]:
+    return [(round(s.start, 2), round(s.end, 2)) for s in lane if s.state == state]
+
+
+def test_demo_lanes_clear_a_node_s_own_declaration_and_start_clean(demo_run: Path, histories):
+    """report.html of the demo drew n4 "declared dead" from 27 s to the end: its own
+    "declared dead by n3" was taken for a peer's verdict and its restart kept it.  Now:
+    isolated n1 held n4 dead from its verdict until n1's own restart, n3 and n2 from
+    their relays until n4's restart, and n4's new incarnation starts clean."""
+    lanes = node_lanes(History.load(demo_run))
+    cut_declared = round(histories.DEMO_ISOLATE_S[0] + 0.45, 2)
+    assert _spans(lanes["n4"], "declared dead") == [(cut_declared, histories.DEMO_N4_RESTART_S)]
+    assert histories.DEMO_N1_RESTART_S > min(histories.DEMO_RELAY_S.values())  # no gap
+    assert lanes["n4"][-1].state == "alive"
+    assert lanes["n4"][-1].end == pytest.approx(histories.DEMO_END_S)
+    # n1 was declared dead by the other side of its cut until its own restart.
+    assert _spans(lanes["n1"], "declared dead") == [(cut_declared, histories.DEMO_N1_RESTART_S)]
+    assert lanes["n1"][-1].state == "alive"
+
+
+def test_demo_false_positives_come_from_the_s4_judgement(demo_run: Path) -> None:
+    write_run_reports(demo_run)
+    verdict = json.loads((demo_run / "verdict.json").read_text())
+    assert verdict["results"]["S4"]["status"] == "invalid"
+    summary = (demo_run / "summary.md").read_text()
+    assert "False positives: **2**" in summary  # n3's and n2's relays
+    assert re.search(r'id="false-positives">2<', (demo_run / "report.html").read_text())
+    assert measure_run(History.load(demo_run)).false_positives == 2
+
+
+def test_demo_schedule_without_the_relays_has_no_false_positive(tmp_path: Path, histories):
+    run = histories.write_demo_run(tmp_path / "run-fixed", old_protocol=False)
+    write_run_reports(run)
+    assert "False positives: **0**" in (run / "summary.md").read_text()
+    assert json.loads((run / "verdict.json").read_text())["status"] == "valid"

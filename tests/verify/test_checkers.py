@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -22,9 +25,23 @@ from swarmshake.reference_node.protocol.history import (
     Start,
     write_history,
 )
-from swarmshake.verify.checkers import PROPERTIES, Bounds, Verdict, check_history
+from swarmshake.verify.checkers import PROPERTIES, Bounds, PropertyResult, Verdict, check_history
 
 NODES = ["n0", "n1", "n2"]
+_HISTORIES = Path(__file__).parents[1] / "reports" / "histories.py"
+
+
+@pytest.fixture(scope="module")
+def demo_histories():
+    """tests/reports/histories.py, which holds the demo run's history (test folders are
+    not packages, so it is loaded by path as tests/reports/conftest.py does)."""
+    spec = importlib.util.spec_from_file_location("swarmshake_verify_test_histories", _HISTORIES)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
 BOUNDS = Bounds(detection_s=1.0, recovery_s=5.0, rejoin_s=5.0)
 
 
@@ -76,9 +93,20 @@ class Run:
             )
         )
 
-    def declare(self, node: str, peer: str, t: float, incarnation: int = 0) -> None:
+    def declare(
+        self, node: str, peer: str, t: float, incarnation: int = 0, reason: str = ""
+    ) -> None:
+        """``node`` declares ``peer`` dead; ``peer == node`` is a forced restart, its
+        reason naming the declarer as the node logs it ("declared dead by n0")."""
         self.events.append(
-            DeclareDead(t_wall=t, t_mono=t, node=node, peer=peer, peer_incarnation=incarnation)
+            DeclareDead(
+                t_wall=t,
+                t_mono=t,
+                node=node,
+                peer=peer,
+                peer_incarnation=incarnation,
+                reason=reason,
+            )  # fmt: skip
         )
 
     def steps(self, first: int, last: int, nodes: list[str] = NODES, skew: float = 0.0) -> None:
@@ -228,6 +256,168 @@ def test_s4_an_earlier_incarnation_declared_dead_after_a_restart_is_fine():
     run.start("n2", 10.8, incarnation=1)
     run.declare("n0", "n2", 12.0, incarnation=0)
     assert run.check().results["S4"].status == "valid"
+
+
+def s4(run: Run) -> PropertyResult:
+    return run.check().results["S4"]
+
+
+def cut_n0_from_n2(run: Run, at: float, heal_at: float) -> None:
+    """A partition that cuts only the link n0–n2: n2 stays connected to n1 (a majority
+    of three with itself)."""
+    cuts = [["n0", "n2"], ["n2", "n0"]]
+    run.fault("partition", ["n0", "n2"], at, grouping="bridge", cuts=cuts)
+    run.fault("partition", ["n0", "n2"], heal_at, phase="heal")
+
+
+def test_s4_a_relayed_verdict_from_across_a_cut_is_a_false_positive_of_its_relay():
+    """DESIGN: a node that stays alive and connected to a majority is never declared
+    dead by a node it is connected to, whatever verdict that node relays.  n0's
+    declaration (across its cut) is correct; n1's relay of it is judged on n1's own
+    link to n2 and does not inherit n0's judgement."""
+    run = healthy()
+    cut_n0_from_n2(run, 14.0, 16.0)
+    run.declare("n0", "n2", 14.5, reason="1 suspicions: n0")
+    assert s4(run).status == "valid"
+    run.declare("n1", "n2", 14.6, reason="confirmed by n0")
+    result = s4(run)
+    assert result.status == "invalid"
+    assert [(ref.node, ref.note) for ref in result.evidence] == [("n1", "false positive")]
+    assert "n1 declared n2 (incarnation 0) dead" in result.message
+    assert "confirmed by n0" in result.message
+
+
+def test_s4_a_relay_after_the_heal_is_judged_by_the_relay_not_by_the_cut_it_came_from():
+    run = healthy()
+    cut_n0_from_n2(run, 14.0, 16.0)
+    run.declare("n0", "n2", 14.5)
+    run.declare("n1", "n2", 19.0, reason="confirmed by n0")  # long after the heal (D = 1 s)
+    assert s4(run).status == "invalid"
+
+
+def test_s4_nodes_on_the_other_side_of_a_cut_may_relay_each_others_verdicts():
+    run = healthy()
+    cuts = [["n2", "n0"], ["n2", "n1"], ["n0", "n2"], ["n1", "n2"]]
+    run.fault("partition", NODES, 14.0, grouping="isolate", nodes=["n2"], cuts=cuts)
+    run.declare("n0", "n2", 14.5, reason="2 suspicions: n0,n1")
+    run.declare("n1", "n2", 14.6, reason="confirmed by n0")
+    run.fault("partition", NODES, 16.0, phase="heal")
+    assert s4(run).status == "valid"
+
+
+def test_s4_a_forced_restart_makes_its_verdict_count_even_when_it_names_an_old_incarnation():
+    """A verdict naming an earlier incarnation is normally about a dead process; when
+    the running process took it and restarted, it killed a live node."""
+    run = healthy(10)
+    run.fault("crash", ["n2"], 10.6)
+    run.start("n2", 10.8, incarnation=1)
+    run.declare("n0", "n2", 12.0, incarnation=0)
+    assert s4(run).status == "valid"
+    run.declare("n2", "n2", 12.05, incarnation=0, reason="declared dead by n0")
+    result = s4(run)
+    assert result.status == "invalid"
+    assert [(ref.node, ref.note) for ref in result.evidence] == [
+        ("n0", "false positive"),
+        ("n2", "forced restart"),
+    ]
+
+
+def test_s4_a_forced_restart_whose_verdict_is_missing_is_judged_at_the_restart():
+    run = healthy()
+    run.declare("n2", "n2", 15.0, reason="declared dead by n0: rejoining")
+    result = s4(run)
+    assert result.status == "invalid"
+    assert result.evidence[0].node == "n2" and result.evidence[0].note == "forced restart"
+    assert "not in the history" in result.message
+    excused = healthy()
+    cut_n0_from_n2(excused, 14.0, 16.0)
+    excused.declare("n2", "n2", 15.0, reason="declared dead by n0")
+    assert s4(excused).status == "valid"
+
+
+def test_s4_a_forced_restart_naming_no_declarer_is_unknown():
+    run = healthy()
+    run.declare("n2", "n2", 15.0, reason="rejoining")
+    assert s4(run).status == "unknown"
+
+
+def test_s4_a_node_that_declared_itself_dead_may_be_declared_dead_until_it_restarts():
+    """A node that accepted a (correct) verdict stops and rejoins: a peer that times
+    out its silence meanwhile is right."""
+    run = healthy(10)
+    run.fault("pause", ["n2"], 10.6)
+    run.declare("n0", "n2", 11.0)
+    run.fault("pause", ["n2"], 12.0, phase="heal")
+    run.declare("n2", "n2", 12.1, reason="declared dead by n0")
+    run.declare("n1", "n2", 12.6)
+    run.start("n2", 13.0, incarnation=1)
+    result = s4(run)
+    assert result.status == "valid", result.message
+    assert result.message == "2 declarations and 1 forced restarts, none of a live node"
+
+
+def test_s4_latency_past_the_envelope_on_the_declarers_own_link_is_unknown():
+    run = healthy()
+    run.fault("latency", ["n0", "n2"], 14.0, src=["n0"], dst=["n2"], delay_ms=400.0)
+    run.declare("n0", "n2", 15.0)
+    run.fault("latency", ["n0", "n2"], 16.0, phase="heal")
+    result = s4(run)
+    assert result.status == "unknown"
+    assert "outside the declared envelope: latency from t=14.000" in result.message
+
+
+def test_s4_latency_past_the_envelope_on_another_link_excuses_nothing():
+    run = healthy()
+    run.fault("latency", ["n1", "n2"], 14.0, src=["n1"], dst=["n2"], delay_ms=400.0)
+    run.declare("n0", "n2", 15.0, reason="confirmed by n1")
+    run.fault("latency", ["n1", "n2"], 16.0, phase="heal")
+    assert s4(run).status == "invalid"
+
+
+def test_s4_a_cut_elsewhere_in_the_cluster_does_not_make_a_declaration_undecidable():
+    """The real harness names every node a partition touches as its target; only the
+    cut links leave the envelope."""
+    run = healthy()
+    cut_n0_from_n2(run, 14.0, 16.0)
+    run.declare("n1", "n0", 14.5, reason="confirmed by n2")
+    assert s4(run).status == "invalid"
+
+
+def test_s4_a_partition_without_recorded_cuts_leaves_its_nodes_undecidable():
+    run = healthy()
+    run.fault("partition", ["n0", "n2"], 14.0, grouping="bridge")
+    run.declare("n1", "n0", 14.5)
+    run.fault("partition", ["n0", "n2"], 16.0, phase="heal")
+    assert s4(run).status == "unknown"
+
+
+def test_s4_the_demo_run_with_the_old_protocol_is_invalid(demo_histories):
+    """`make demo` (smoke suite, seed 1): after n1's isolation healed, n3 and n2 relayed
+    n1's verdict on n4, which was never cut from them and was committing; n4 restarted.
+    The old checker called it valid (the first declaration of (n4, 2), n1's across the
+    cut, was judged and the relays inherited it)."""
+    history = History.from_events(demo_histories.demo_heal_events(old_protocol=True))
+    result = check_history(history, Bounds()).results["S4"]
+    assert result.status == "invalid"
+    cited = {(ref.node, ref.note, round(ref.t_mono - demo_histories.DEMO_ORIGIN_MONO, 2))
+             for ref in result.evidence}  # fmt: skip
+    assert cited == {
+        ("n3", "false positive", demo_histories.DEMO_RELAY_S["n3"]),
+        ("n2", "false positive", demo_histories.DEMO_RELAY_S["n2"]),
+        ("n4", "forced restart", demo_histories.DEMO_N4_KILLED_S),
+    }
+    assert "relaying 'confirmed by n1'" in result.message
+    # n1 was rightly declared dead across its cut and rightly restarted: not cited.
+    assert all(ref.node != "n1" for ref in result.evidence)
+
+
+def test_s4_the_demo_schedule_without_the_relays_is_valid(demo_histories):
+    history = History.from_events(demo_histories.demo_heal_events(old_protocol=False))
+    verdict = check_history(history, Bounds())
+    assert statuses(verdict) == dict.fromkeys(PROPERTIES, "valid")
+    assert verdict.results["S4"].message == (
+        "9 declarations and 1 forced restarts, none of a live node"
+    )
 
 
 def crash_run(declarers: list[str], at: float = 10.6) -> Run:

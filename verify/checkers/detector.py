@@ -1,17 +1,30 @@
 """S4 detector accuracy and L1 completeness, judged against the harness's ground truth.
 
-- S4: a ``declare_dead`` of peer *P* is a false positive when *P*'s process that the
-  declaration names (``peer_incarnation`` ≥ the incarnation it started with) was alive
-  — up and not paused — for the whole refutation window before it (two envelope
-  delays plus Δ_proc: a wrongly suspected node that wakes has that long to refute).
-  If *P*, the declaring node or a node whose suspicion the ``reason`` cites was outside
-  the latency/clock/CPU envelope within ``D`` (or within ``D`` after such a fault
-  healed), the verdict is ``unknown`` (DESIGN: leaving the envelope makes S4
-  undecidable, not false); likewise when a judging node was itself paused or
-  restarting within the refutation window (every node handling events every Δ_proc
-  is part of the envelope).  A node's own ``loop_stall`` events longer than Δ_proc
-  count the same way: a stalled peer is not alive, a stalled judge is undecidable.  A declaration made only by nodes that a partition cut
-  from *P* (within ``D`` of the cut) is correct: across a cut, silence is all there is.
+- S4 (DESIGN): every declaration is judged on its own evidence, never by another's.
+  A ``declare_dead`` by node *A* of peer *P* at *t* is
+
+  * correct when *P*'s process was down, the declaration names an earlier process of
+    *P* (``peer_incarnation`` below the incarnation the running process started
+    with), *P* was paused or stalled past Δ_proc within the refutation window before
+    *t* (two envelope delays plus Δ_proc: a wrongly suspected node that wakes has that
+    long to refute), *P* had already declared itself dead (it stops to rejoin), or
+    *A*'s own link to *P* was cut by a partition or black hole within ``D`` before
+    *t* (cut windows last until ``D`` after the heal): across a cut, silence is all
+    *A* can see, and only the nodes on the other side may declare *P* dead;
+  * ``unknown`` when *A*'s link to *P*, or *A* or *P* as a whole, was outside the
+    declared envelope within ``D`` before *t* (measured: latency above the envelope,
+    bandwidth or loss faults, CPU throttling, clock skew, and the windows of faults
+    whose links the history does not record), or *A* itself was paused or stalled
+    within the refutation window (its verdict rests on silence it could not observe);
+  * a **false positive** otherwise: *A* could hear a live *P* inside the envelope and
+    declared it dead anyway, whatever verdict it relays ("confirmed by n1": a verdict
+    formed across a cut dies with the cut).
+
+  A *forced restart* (a node's own ``declare_dead`` of itself, reason "declared dead
+  by X") is evidence too: the verdict that caused it, X's latest declaration of the
+  node at that incarnation, is judged like any other and may not plead that it named
+  an earlier incarnation (the node accepted it as current).  When X's declaration is
+  missing from the history, the restart itself is judged as X's verdict at that time.
 - L1: after each crash, every node alive and inside the envelope for the whole
   ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
   the crashed node came back inside that window.  A miss during an envelope exit, or
@@ -23,55 +36,107 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
 
 from swarmshake.reference_node.protocol.history import DeclareDead, History
 from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
-from swarmshake.verify.checkers.timeline import NodeTimeline, Timeline
+from swarmshake.verify.checkers.timeline import Timeline
 
-_NODE_LIST = re.compile(r"(?:confirmed by|suspicions:)\s*([\w.:,-]+)")
+# "declared dead by n3" (runtime) or "declared dead by n3: rejoining" (simulator).
+_DECLARED_BY = re.compile(r"declared dead by\s+([\w.-]+)")
+_JUST_AFTER_S = 1e-12  # closes a window at the event itself: [t - w, t] inclusive
+
+JudgementStatus = Literal["ok", "invalid", "unknown"]
 
 
-def _origins(reason: str) -> list[str]:
-    """Nodes whose suspicions a declaration rests on, as the detector's ``reason``
-    names them (``"2 suspicions: n1,n4"``, ``"confirmed by n3"``)."""
-    match = _NODE_LIST.search(reason or "")
-    return [name for name in match.group(1).split(",") if name] if match else []
+@dataclass(frozen=True)
+class Judgement:
+    """One S4 judgement: a declaration (or a forced restart whose verdict is missing
+    from the history) at history ``index``, with the forced restarts it caused."""
+
+    index: int
+    status: JudgementStatus
+    explanation: str
+    forced_restarts: tuple[int, ...] = ()  # history indexes of the restarts it caused
+
+
+def declared_by(reason: str) -> str | None:
+    """Who declared a node dead, as its own ``declare_dead`` of itself names it."""
+    match = _DECLARED_BY.search(reason or "")
+    return match.group(1) if match else None
+
+
+def judge_declarations(history: History, timeline: Timeline, bounds: Bounds) -> list[Judgement]:
+    """Every declaration of a peer and every forced restart, each judged on its own
+    evidence (see the module doc), in history order."""
+    declarations: list[tuple[int, DeclareDead]] = []  # of a peer
+    restarts: list[tuple[int, DeclareDead]] = []  # a node's own, peer == node
+    by_pair: dict[tuple[str, str], list[tuple[int, DeclareDead]]] = defaultdict(list)
+    for index, event in enumerate(history.events):
+        if isinstance(event, DeclareDead):
+            if event.peer == event.node:
+                restarts.append((index, event))
+            else:
+                declarations.append((index, event))
+                by_pair[(event.node, event.peer)].append((index, event))
+    # A forced restart points at the verdict that caused it: the declarer's latest
+    # declaration of the node at the incarnation the restart names.
+    caused: dict[int, list[int]] = defaultdict(list)
+    orphans: list[tuple[int, DeclareDead, str | None]] = []
+    for index, event in restarts:
+        origin = declared_by(event.reason)
+        verdicts = [
+            j
+            for j, verdict in by_pair.get((origin or "", event.node), [])
+            if j < index and verdict.peer_incarnation == event.peer_incarnation
+        ]
+        if verdicts:
+            caused[verdicts[-1]].append(index)
+        else:
+            orphans.append((index, event, origin))
+    judgements: list[Judgement] = []
+    for index, event in declarations:
+        forced = tuple(caused.get(index, ()))
+        relayed = f", relaying {event.reason!r}" if event.reason else ""
+        status, explanation = _judge(
+            event.node, event.peer, event.peer_incarnation, event.t_mono,
+            timeline, bounds, forced=bool(forced), context=relayed,
+        )  # fmt: skip
+        if forced and status != "ok":
+            explanation += "; it forced " + ", ".join(
+                f"{history.events[k].node}'s restart at t={history.events[k].t_mono:.3f}"
+                for k in forced
+            )
+        judgements.append(Judgement(index, status, explanation, forced))
+    for index, event, origin in orphans:
+        if origin is None:
+            explanation = (
+                f"{event.node} restarted as declared dead at t={event.t_mono:.3f}, but its "
+                f"reason {event.reason!r} names no declarer to judge"
+            )
+            judgements.append(Judgement(index, "unknown", explanation, (index,)))
+            continue
+        status, explanation = _judge(
+            origin, event.node, event.peer_incarnation, event.t_mono, timeline, bounds,
+            forced=True,
+            context=f" (a forced restart of {event.node}; {origin}'s declaration is not in "
+            "the history, so it is judged at the restart)",
+        )  # fmt: skip
+        judgements.append(Judgement(index, status, explanation, (index,)))
+    return sorted(judgements, key=lambda j: j.index)
 
 
 def false_positive_refs(
     history: History, timeline: Timeline, bounds: Bounds
 ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """``(false_positives, undecidable)`` as ``(history index, explanation)`` lists.
-
-    The first declaration of a (peer, incarnation) is judged; later declarations of
-    the same pair inherit its judgement (a node rightly declared dead must come back
-    with a new incarnation, and gossip spreads a verdict, right or wrong)."""
-    envelope_window = bounds.detection_s
-    refute_window = refute_window_s(bounds)
-    false_positives: list[tuple[int, str]] = []
-    undecidable: list[tuple[int, str]] = []
-    judged: dict[tuple[str, int], str] = {}  # (peer, incarnation) -> ok|unknown|invalid
-    for index, event in enumerate(history.events):
-        if not isinstance(event, DeclareDead) or event.peer == event.node:
-            continue  # a node's own "declared dead: rejoining" is not a judgement of others
-        peer = timeline.nodes.get(event.peer)
-        if peer is None:
-            continue
-        key = (event.peer, event.peer_incarnation)
-        verdict, explanation = judged.get(key, ""), ""
-        t = event.t_mono
-        if not verdict:
-            verdict, explanation = _judge(event, peer, timeline, envelope_window, refute_window)
-            judged[key] = verdict
-        else:
-            explanation = f"{event.node} repeated a declaration of {event.peer} judged {verdict}"
-        if verdict == "invalid":
-            false_positives.append(
-                (index, explanation or f"{event.node} declared {event.peer} dead at t={t:.3f}")
-            )
-        elif verdict == "unknown":
-            undecidable.append((index, explanation))
-    return false_positives, undecidable
+    """``(false_positives, undecidable)`` as ``(history index, explanation)`` lists: the
+    S4 judgement (:func:`judge_declarations`) that reports count false positives by."""
+    judgements = judge_declarations(history, timeline, bounds)
+    return (
+        [(j.index, j.explanation) for j in judgements if j.status == "invalid"],
+        [(j.index, j.explanation) for j in judgements if j.status == "unknown"],
+    )
 
 
 def refute_window_s(bounds: Bounds) -> float:
@@ -80,62 +145,84 @@ def refute_window_s(bounds: Bounds) -> float:
     return 2 * bounds.latency_ms_max / 1000 + bounds.proc_delay_ms / 1000
 
 
-def _judge(
-    event: DeclareDead,
-    peer: NodeTimeline,
+def _judge(  # noqa: PLR0911 - one return per rule of the module doc, in its order
+    declarer: str,
+    peer_name: str,
+    incarnation: int,
+    t: float,
     timeline: Timeline,
-    envelope_window: float,
-    refute_window: float,
-) -> tuple[str, str]:
-    t = event.t_mono
+    bounds: Bounds,
+    *,
+    forced: bool,
+    context: str = "",
+) -> tuple[JudgementStatus, str]:
+    """One verdict by ``declarer`` on ``peer_name`` at ``t``; ``forced``: it made the
+    peer restart, so naming an earlier incarnation excuses nothing; ``context`` is
+    added to the explanation (the verdict relayed)."""
+    what = f"{declarer} declared {peer_name} (incarnation {incarnation}) dead at t={t:.3f}"
+    peer = timeline.nodes.get(peer_name)
+    if peer is None:
+        return "unknown", f"{what}: the history holds no event of {peer_name}"
     current = peer.process_at(t)
     if current is None:
         return "ok", ""  # the peer's process is down: a correct declaration
     process, start_incarnation = current
-    if event.peer_incarnation < start_incarnation:
+    if incarnation < start_incarnation and not forced:
         return "ok", ""  # names an earlier, dead process of the peer
-    if peer.paused_during(t - refute_window, t + 1e-12):
+    refute_low = t - refute_window_s(bounds)
+    if peer.paused_during(refute_low, t + _JUST_AFTER_S):
         return "ok", ""  # paused, or woke too recently to have refuted
-    if peer.stalled_during(t - refute_window, t + 1e-12):
+    if peer.stalled_during(refute_low, t + _JUST_AFTER_S):
         return "ok", ""  # handled no events for over Δ_proc: not alive (DESIGN)
+    if peer.left_during(process.start, t) is not None:
+        return "ok", ""  # it had declared itself dead and stopped to rejoin
+    low = t - bounds.detection_s
+    if timeline.cut_between(declarer, peer_name, low, t):
+        return "ok", ""  # the declarer is on the other side of a cut: silence is all it had
     explanation = (
-        f"{event.node} declared {event.peer} (incarnation {event.peer_incarnation}) dead at "
-        f"t={t:.3f} while it was alive since t={max(process.start, t - envelope_window):.3f}"
+        f"{what}{context}, while {peer_name} was alive (up since t={process.start:.3f}) "
+        f"and its link to {declarer} was not cut"
     )
-    judges = [event.node, *_origins(event.reason)]
-    low = t - envelope_window
-    if all(timeline.cut_between(judge, event.peer, low, t) for judge in judges):
-        # Every node the declaration rests on was partitioned from the peer: a node
-        # behind a cut is indistinguishable from a dead one, and DESIGN requires the
-        # peer to rejoin with a new incarnation after the heal.  Expected, not false.
-        return "ok", ""
-    if timeline.out_of_envelope(event.peer, low, t) or any(
-        timeline.out_of_envelope(judge, low, t) for judge in judges
-    ):
-        return "unknown", explanation + " (outside the declared envelope)"
-    if any(
-        judge in timeline.nodes
-        and (
-            timeline.nodes[judge].paused_during(t - refute_window, t + 1e-12)
-            or timeline.nodes[judge].stalled_during(t - refute_window, t + 1e-12)
-        )
-        for judge in judges
+    exit_window = timeline.link_exit(declarer, peer_name, low, t)
+    if exit_window is not None:
+        return "unknown", f"{explanation} (outside the declared envelope: {exit_window.describe()})"
+    judge = timeline.nodes.get(declarer)
+    if judge is None:
+        return "unknown", f"{explanation} (the history holds no event of {declarer})"
+    if judge.paused_during(refute_low, t + _JUST_AFTER_S) or judge.stalled_during(
+        refute_low, t + _JUST_AFTER_S
     ):
         # A judge that was frozen missed Δ_proc itself: its verdicts rest on silence it
         # could not observe; DESIGN's envelope assumes every node handles events.
-        return "unknown", explanation + " (a judging node was paused or stalled)"
+        return "unknown", f"{explanation} ({declarer} was paused or stalled)"
     return "invalid", explanation
 
 
 def check_s4(history: History, timeline: Timeline, bounds: Bounds) -> PropertyResult:
     findings = Findings("S4")
-    findings.checked = sum(1 for _ in history.of_kind(DeclareDead))
-    false_positives, undecidable = false_positive_refs(history, timeline, bounds)
-    for index, explanation in false_positives:
-        findings.invalid(explanation, EventRef.of(index, history.events[index], "false positive"))
-    for index, explanation in undecidable:
-        findings.unknown(explanation, EventRef.of(index, history.events[index]))
-    return findings.result(f"{findings.checked} declarations, none of a live node")
+    judgements = judge_declarations(history, timeline, bounds)
+    findings.checked = len(judgements)
+    for judgement in judgements:
+        event = history.events[judgement.index]
+        ref = EventRef.of(judgement.index, event)
+        if judgement.status == "invalid":
+            own = judgement.index not in judgement.forced_restarts
+            refs = [
+                EventRef.of(judgement.index, event, "false positive" if own else "forced restart")
+            ]
+            refs += [
+                EventRef.of(k, history.events[k], "forced restart")
+                for k in judgement.forced_restarts
+                if k != judgement.index
+            ]
+            findings.invalid(judgement.explanation, *refs)
+        elif judgement.status == "unknown":
+            findings.unknown(judgement.explanation, ref)
+    declarations = sum(1 for j in judgements if j.index not in j.forced_restarts)
+    restarts = sum(1 for e in history.of_kind(DeclareDead) if e.peer == e.node)
+    return findings.result(
+        f"{declarations} declarations and {restarts} forced restarts, none of a live node"
+    )
 
 
 def detection_delays_s(

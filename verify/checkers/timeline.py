@@ -7,12 +7,18 @@ phase}``) and from ``start`` events (a process exists from its ``start`` on).
 - A node is *up* from a ``start`` until a ``crash``/``restart`` inject or a ``stop``.
 - A node is *paused* from a ``pause`` inject until its heal (or a ``resume`` inject).
 - *Alive* (S4's word) = up, not paused, and handling events: a node's own
-  ``loop_stall`` report longer than Δ_proc marks it stalled for that long.
+  ``loop_stall`` report longer than Δ_proc marks it stalled for that long.  A node
+  that logged its own ``declare_dead`` (peer = itself: it accepted a verdict and
+  stops to rejoin) has left until its next ``start``.
 - *Out of envelope* windows: partitions, black holes, bandwidth limits, latency above
   the declared envelope, CPU throttling, clock drift beyond the bound or an offset
   jump: while a node is in one (and for D after it ends, since the detector reacts to
   silence that began inside it), a detector decision about it is not held against S4
   and a missed deadline in L1/L2/L3 makes the verdict ``unknown``.
+- Each exit window also records *which links* it hit where the fault event says
+  (a partition's ``cuts``, a link fault's ``src``/``dst``): S4 judges one declaration
+  by the declarer's own link to the peer, so a partition elsewhere in the cluster
+  does not make it undecidable (``Timeline.link_exit``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 
 from swarmshake.reference_node.protocol.history import (
     HARNESS,
+    DeclareDead,
     EventBase,
     Fault,
     History,
@@ -51,6 +58,8 @@ NETWORK_OPS = frozenset(
 ALL_NODES = "*"
 # Faults that cut links outright: across such a cut, silence is all a node can see.
 CUT_OPS = frozenset({"partition", "blackhole"})
+# Ops that act on a whole node, not on links: every link of the node is affected.
+NODE_WIDE_OPS = frozenset({"cpu_throttle", "clock_skew"})
 
 
 @dataclass
@@ -76,6 +85,17 @@ class NodeTimeline:
     # The node's own ``loop_stall`` reports longer than Δ_proc: DESIGN counts a node
     # alive only while it handles events at least every Δ_proc.
     stalls: list[Interval] = field(default_factory=list)
+    # (t, history index) of the node's own ``declare_dead`` of itself: it accepted a
+    # peer's verdict and stops to rejoin with a new incarnation (a forced restart).
+    self_declared: list[tuple[float, int]] = field(default_factory=list)
+
+    def left_during(self, low: float, high: float) -> float | None:
+        """When the node declared itself dead in ``[low, high)``, if it did: from then
+        to its next start it takes no part (S4: not alive)."""
+        for t, _index in self.self_declared:
+            if low <= t < high:
+                return t
+        return None
 
     def stalled_during(self, low: float, high: float) -> bool:
         return any(s.overlaps(low, high) for s in self.stalls)
@@ -110,6 +130,24 @@ class NodeTimeline:
 
 
 @dataclass
+class ExitWindow:
+    """One envelope exit: its window (shared with ``Timeline.envelope_exits``, so it
+    runs to D after the heal), the fault op, the nodes it names (None: every node) and
+    the links it hit, undirected for the lookup (None: not recorded, so every link of
+    its nodes counts as hit)."""
+
+    interval: Interval
+    op: str
+    nodes: frozenset[str] | None
+    links: frozenset[tuple[str, str]] | None
+
+    def describe(self) -> str:
+        if math.isinf(self.interval.end):
+            return f"{self.op} from t={self.interval.start:.3f}, never healed"
+        return f"{self.op} from t={self.interval.start:.3f} to D after its heal"
+
+
+@dataclass
 class Timeline:
     nodes: dict[str, NodeTimeline]
     envelope_exits: list[tuple[Interval, frozenset[str] | None]]  # None: every node
@@ -118,6 +156,23 @@ class Timeline:
     # Partitions' cut links: (window, directed (src, dst) pairs); a window runs from the
     # inject to D after the heal, like the envelope exits.
     cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = field(default_factory=list)
+    exits: list[ExitWindow] = field(default_factory=list)
+
+    def link_exit(self, a: str, b: str, low: float, high: float) -> ExitWindow | None:
+        """The first envelope exit during ``[low, high]`` that touched the link between
+        ``a`` and ``b`` or either node as a whole, None if the link stayed inside the
+        envelope.  A cut (partition, black hole) with recorded links touches only the
+        links it cut, and those are :meth:`cut_between`'s to judge."""
+        for window in self.exits:
+            if not window.interval.overlaps(low, high):
+                continue
+            if window.links is not None:
+                if window.op not in CUT_OPS and ((a, b) in window.links or (b, a) in window.links):
+                    return window
+                continue
+            if window.nodes is None or a in window.nodes or b in window.nodes:
+                return window
+        return None
 
     def cut_between(self, a: str, b: str, low: float, high: float) -> bool:
         """Whether the link between ``a`` and ``b`` (either direction) was cut by a
@@ -148,8 +203,8 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     nodes: dict[str, NodeTimeline] = {name: NodeTimeline() for name in history.nodes()}
     open_windows: dict[str, list[tuple[Interval, frozenset[str] | None]]] = {}
     exits: list[tuple[Interval, frozenset[str] | None]] = []
-    open_cuts: dict[str, list[tuple[Interval, frozenset[tuple[str, str]]]]] = {}
     cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
+    exit_windows: list[ExitWindow] = []
     crashes: list[tuple[str, float, int]] = []
     first_seen: dict[str, float] = {}
     end_t = history.events[-1].t_mono if history.events else 0.0
@@ -164,6 +219,10 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         windows = open_windows.get(op, [])
         if healed is None:
             ending = list(windows)
+        elif op == "partition":
+            # The harness heals partitions all at once (scope "partition"), naming
+            # every node of every cut: each window within those nodes ends.
+            ending = [w for w in windows if w[1] is not None and w[1] <= healed]
         else:
             same = [w for w in windows if w[1] == healed]
             ending = same[:1] or [w for w in windows if w[1] is not None and w[1] <= healed]
@@ -174,9 +233,6 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             exits.append((interval, affected))
         if not windows:
             open_windows.pop(op, None)
-        for interval, pairs in open_cuts.pop(op, []):
-            interval.end = t + grace
-            cuts.append((interval, pairs))
 
     for index, event in enumerate(history.events):
         if event.node != HARNESS:
@@ -194,13 +250,19 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             nodes.setdefault(event.node, NodeTimeline()).stalls.append(
                 Interval(event.since_mono, stalled_until, start_index=index)
             )
+        elif isinstance(event, DeclareDead) and event.peer == event.node:
+            nodes.setdefault(event.node, NodeTimeline()).self_declared.append((event.t_mono, index))
         elif isinstance(event, Fault):
-            _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
-            if event.op in CUT_OPS and event.phase == "inject":
-                pairs = _cut_pairs(event, sorted(nodes))
-                open_cuts.setdefault(event.op, []).append(
-                    (Interval(event.t_mono, start_index=index), pairs)
-                )
+            opened = _apply_fault(event, index, nodes, open_windows, close, crashes, bounds)
+            if opened is not None:
+                # The cut and the exit share the window's interval: the heal that ends
+                # this inject's window ends its cut too, not every cut of the op
+                # (healing one black hole left another's links judged as healthy).
+                interval, affected = opened
+                links = _fault_links(event, sorted(nodes))
+                exit_windows.append(ExitWindow(interval, event.op, affected, links))
+                if event.op in CUT_OPS:
+                    cuts.append((interval, _cut_pairs(event, sorted(nodes))))
     for op in list(open_windows):
         close(op, math.inf)
     # A node that logged events but no start (a history cut at the front) is up from its
@@ -209,7 +271,33 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         if not timeline.processes and name in first_seen:
             timeline.processes.append(Interval(first_seen[name]))
             timeline.process_incarnations.append(0)
-    return Timeline(nodes=nodes, envelope_exits=exits, crashes=crashes, end_t=end_t, cuts=cuts)
+    return Timeline(
+        nodes=nodes,
+        envelope_exits=exits,
+        crashes=crashes,
+        end_t=end_t,
+        cuts=cuts,
+        exits=exit_windows,
+    )
+
+
+def _fault_links(event: Fault, nodes: list[str]) -> frozenset[tuple[str, str]] | None:
+    """The links an envelope exit hit, where its event records them: a partition's
+    ``cuts``, a link fault's ``src`` and ``dst`` (``*`` = every node).  None when not
+    recorded (the simulator names only the target nodes of a link fault) or for a
+    node-wide op: then every link of the named nodes counts as hit, the cautious
+    reading (more declarations come out ``unknown``, none ``valid``)."""
+    params = event.params
+    if event.op in NODE_WIDE_OPS:
+        return None
+    if event.op == "partition":
+        return _cut_pairs(event, nodes) if isinstance(params.get("cuts"), list) else None
+    src, dst = params.get("src"), params.get("dst")
+    if not (isinstance(src, list) and isinstance(dst, list)):
+        return None
+    sources = nodes if ALL_NODES in src else [n for n in src if isinstance(n, str)]
+    sinks = nodes if ALL_NODES in dst else [n for n in dst if isinstance(n, str)]
+    return frozenset((a, b) for a in sources for b in sinks if a != b)
 
 
 def _cut_pairs(event: Fault, nodes: list[str]) -> frozenset[tuple[str, str]]:
@@ -253,13 +341,17 @@ def _targets(event: Fault, nodes: dict[str, NodeTimeline]) -> list[str]:
     return list(event.target)
 
 
-def _apply_fault(event, index, nodes, open_windows, close, crashes, bounds) -> None:  # noqa: ANN001
+def _apply_fault(  # noqa: ANN001 - the build loop's own locals
+    event, index, nodes, open_windows, close, crashes, bounds
+) -> tuple[Interval, frozenset[str] | None] | None:
+    """Apply one fault event to the ground truth; returns the envelope-exit window it
+    opened (``(interval, affected nodes)``), or None."""
     op, t = event.op, event.t_mono
     if op in DOWN_OPS and event.phase == "inject":
         for name in _targets(event, nodes):
             if _end_process(nodes.setdefault(name, NodeTimeline()), t):
                 crashes.append((name, t, index))
-        return
+        return None
     if op in PAUSE_OPS or op == "resume":
         healing = event.phase == "heal" or op == "resume"
         for name in _targets(event, nodes):
@@ -269,7 +361,7 @@ def _apply_fault(event, index, nodes, open_windows, close, crashes, bounds) -> N
                     pauses[-1].end = t
             elif not pauses or pauses[-1].end != math.inf:
                 pauses.append(Interval(t, start_index=index))
-        return
+        return None
     affected: frozenset[str] | None = (
         None if ALL_NODES in event.target or not event.target else frozenset(event.target)
     )
@@ -279,11 +371,14 @@ def _apply_fault(event, index, nodes, open_windows, close, crashes, bounds) -> N
                 close(key, t)
         else:
             close(op, t, affected)
-        return
+        return None
     if _leaves_envelope(event, bounds):
-        open_windows.setdefault(op, []).append((Interval(t, start_index=index), affected))
-    elif op == "clock_skew":
+        window = (Interval(t, start_index=index), affected)
+        open_windows.setdefault(op, []).append(window)
+        return window
+    if op == "clock_skew":
         close(op, t)  # a zero skew ends an earlier one
+    return None
 
 
 def _leaves_envelope(event: Fault, bounds: Bounds) -> bool:
