@@ -551,6 +551,7 @@ class FailureDetector:
         self._no_refute = "no-refute" in bugs
         self._clock = Clock()
         self.started = False
+        self._started_at = math.inf  # this node's clock at Started()
         self.left = False
         self.self_dead = False
         self.members: tuple[str, ...] = _sorted_members(members)
@@ -568,6 +569,16 @@ class FailureDetector:
         # from its own evidence, so O(monitors) entries per death, each bounded.
         self._dead_notices: dict[str, list] = {}
         self._told_dead_at: dict[str, float] = {}  # peer -> last notice (rate limit)
+        # peer -> (this node's incarnation when it held the peer dead, quorum-formed?):
+        # only a quorum-formed verdict of the current incarnation is passed on
+        # ("Verdicts formed where the subject could not be heard").  One entry per peer
+        # held dead, dropped when the peer comes back as a newer incarnation.
+        self._verdicts: dict[str, tuple[int, bool]] = {}
+        # peer -> when this node took it back from dead/left as a new incarnation: for
+        # a start-up grace its suspicions are no evidence (its watches may have been
+        # armed by stray heartbeats queued before the cut, while the others do not
+        # heartbeat it yet).  One entry per member at most.
+        self._back_at: dict[str, float] = {}
         self._gossip_order: tuple[str, ...] = ()
         self._gossip_stride = 1
         self._gossip_cursor = 0
@@ -657,6 +668,80 @@ class FailureDetector:
             status.view_members = self.members
         return status.view
 
+    def in_quorum(self, without: str | None = None) -> bool:
+        """Does this node hear a majority?  Lifeguard's local health as a majority test:
+        itself plus every member it neither holds dead/left nor suspects itself must
+        be more than half of the configured members, and (for clusters larger than
+        the monitor groups, where most members are never heard directly) itself plus
+        the peers it watches and hears must be more than half of itself plus its
+        watched peers.  A node cut off from the rest fails both within one
+        suspicion threshold.  ``without``: a peer not counted (the claimer of a
+        verdict is no part of the majority that overrules it)."""
+        heard = 1
+        for peer, status in self.status.items():
+            if status in _IN_VIEW and peer != without and not self._suspects_itself(peer):
+                heard += 1
+        if 2 * heard <= len(self.members):
+            return False
+        watched = 0
+        heard_watched = 1
+        for peer in self._watches:
+            watched += 1
+            if (
+                self.status.get(peer) in _IN_VIEW
+                and peer != without
+                and not self._suspects_itself(peer)
+            ):
+                heard_watched += 1
+        return 2 * heard_watched > 1 + watched
+
+    def verdict_exportable(self, peer: str) -> bool:
+        """May this node pass on its verdict that ``peer`` is dead (gossip it, push it
+        to a newcomer, tell the peer with ``sender_quorum`` set)?  Only a verdict
+        formed with a quorum at this node's current incarnation."""
+        verdict = self._verdicts.get(peer)
+        return verdict is not None and verdict[1] and verdict[0] == self.incarnation
+
+    def check_valid(self) -> None:
+        """Raise ``AssertionError`` if an invariant of this core's state is broken
+        (tests call it after every step; cost O(N))."""
+        members = set(self.members)
+        assert self.node in members, "this node is one of its members"
+        assert set(self.status) == members - {self.node}, "a status for every other member"
+        assert set(self.known_incarnation) == set(self.status), "an incarnation per status"
+        for peer, status in self.status.items():
+            assert status in ("alive", "suspect", "dead", "left"), (peer, status)
+            assert (status == "suspect") == (peer in self._suspicions), (
+                f"{peer}: suspect exactly while a suspicion stands ({status})"
+            )
+            assert (status == "dead") == (peer in self._verdicts), (
+                f"{peer}: a verdict recorded exactly while held dead ({status})"
+            )
+        for peer, suspicion in self._suspicions.items():
+            assert suspicion.origins, f"{peer}: a suspicion has an origin"
+            assert suspicion.incarnation == self.known_incarnation[peer], peer
+            if suspicion.notice_at is not None:
+                assert self.node in suspicion.origins, f"{peer}: notices only for own suspicions"
+        for peer, (incarnation, _) in self._verdicts.items():
+            assert incarnation <= self.incarnation, f"{peer}: verdict from a future incarnation"
+        for peer in self._dead_notices:
+            assert self.status.get(peer) == "dead", f"{peer}: dead notices only to the dead"
+        assert set(self._told_dead_at) <= set(self.status), "told-dead times of members"
+        view = self.alive_view()
+        assert self.node in view and list(view) == sorted(view), "sorted view with self"
+        assert set(view) == {self.node} | {
+            p for p, status in self.status.items() if status in _IN_VIEW
+        }, "the view is this node and the peers alive or suspect"
+        if self.started and not self.left and not self.self_dead:
+            expected = targets_of(self.node, self.seed, view, self.config.monitors_per_node)
+            assert set(self._watches) == set(expected), "watches follow the ring of the view"
+            assert self._monitors == monitors_of(
+                self.node, self.seed, view, self.config.monitors_per_node
+            ), "monitors follow the ring of the view"
+        assert len(self._queue) <= len(self.members), "one gossip item per subject"
+        for subject, (item, rounds) in self._queue.items():
+            assert item.subject == subject and rounds >= 1, subject
+
     def threshold_s(self, peer: str) -> float:
         """The current suspicion threshold for ``peer``'s heartbeat gaps."""
         return self._threshold_us(self._watches[peer]) / _US_PER_S
@@ -667,6 +752,7 @@ class FailureDetector:
             self.node,
             self.incarnation,
             self.started,
+            self._started_at,
             self.left,
             self.self_dead,
             self.members,
@@ -679,6 +765,8 @@ class FailureDetector:
             self._next_gossip_at,
             tuple(sorted((p, tuple(n)) for p, n in self._dead_notices.items())),
             tuple(sorted(self._told_dead_at.items())),
+            tuple(sorted(self._verdicts.items())),
+            tuple(sorted(self._back_at.items())),
             self._gossip_order,
             self._gossip_stride,
             self._gossip_cursor,
@@ -692,6 +780,7 @@ class FailureDetector:
         if self.started:
             raise LocalProtocolError("Started() twice", reason="order")
         self.started = True
+        self._started_at = now
         for watch in self._watches.values():
             watch.deadline = now + self.config.startup_grace_s
         actions.append(self._plan(now))
@@ -719,6 +808,8 @@ class FailureDetector:
             self._queue.pop(gone, None)
             self._dead_notices.pop(gone, None)
             self._told_dead_at.pop(gone, None)
+            self._verdicts.pop(gone, None)
+            self._back_at.pop(gone, None)
         for new in sorted(set(new_members) - set(self.members)):
             if new != self.node:
                 self.status[new] = "alive"
@@ -876,6 +967,13 @@ class FailureDetector:
         if self.left or self.self_dead:
             return  # a dead incarnation is inert until the node rejoins as a new one
         announced = False
+        # A message from an incarnation of the sender older than the one known was
+        # formed before the sender refuted or restarted (typically: queued behind a
+        # cut, delivered at the heal): its own suspicions and verdicts died with it.
+        stale_sender = (
+            message.sender_incarnation is not None
+            and message.sender_incarnation < self.known_incarnation.get(message.sender, 0)
+        )
         for item in message.items:
             if item.subject == self.node:
                 self._about_me(item, message, now, actions)
@@ -887,12 +985,34 @@ class FailureDetector:
                         self._transition(
                             item.subject, "alive_newer", item.incarnation, item.origin, now, actions
                         )
-                elif kind == "left" or self.status.get(item.origin) not in ("dead", "left"):
+                elif kind == "left":
                     self._transition(
                         item.subject, kind, item.incarnation, item.origin, now, actions
                     )
-                # else: a suspicion or death claimed by a node this node holds dead
-                # (cut off when it formed it): not evidence; it will be told to rejoin.
+                elif self.status.get(item.origin) in ("dead", "left") or (
+                    stale_sender and item.origin == message.sender
+                ):
+                    # A suspicion or death claimed by a node this node holds dead (cut
+                    # off when it formed it), or by an old incarnation of the sender:
+                    # not evidence; a dead claimer will be told to rejoin.
+                    pass
+                elif kind == "dead" and self._hears(item.subject, item.incarnation, now):
+                    # This node hears the subject itself: a verdict formed elsewhere
+                    # (maybe where the subject could not be heard) counts as one
+                    # monitor's suspicion, and the subject, told, refutes it.
+                    self._transition(
+                        item.subject,
+                        "suspect",
+                        item.incarnation,
+                        item.origin,
+                        now,
+                        actions,
+                        reason=f"dead by {item.origin}, but heard",
+                    )
+                else:
+                    self._transition(
+                        item.subject, kind, item.incarnation, item.origin, now, actions
+                    )
         if self.status.get(message.sender) == "dead":
             self._answer_the_dead(message.sender, now, actions)
         elif announced and not self.left and not self.self_dead:
@@ -912,13 +1032,11 @@ class FailureDetector:
                 subject=m, incarnation=self.known_incarnation[m], status=status, origin=self.node
             )
             for m, status in self.status.items()
-            if status in ("dead", "left") and m != peer
+            if m != peer and (status == "left" or (status == "dead" and self.verdict_exportable(m)))
         ]
         for start in range(0, len(gone), MAX_GOSSIP_ITEMS):
             chunk = gone[start : start + MAX_GOSSIP_ITEMS]
-            actions.append(
-                SendGossip(to=(peer,), message=Gossip(sender=self.node, items=chunk), at=at)
-            )
+            actions.append(SendGossip(to=(peer,), message=self._gossip(chunk), at=at))
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
         self._fire_due(
@@ -952,6 +1070,17 @@ class FailureDetector:
                 self._watch_timeout(subject, self._watches[subject], at, actions)
             elif kind == 1:
                 suspicion = self._suspicions[subject]
+                if self.node not in suspicion.origins and self._hears(
+                    subject, suspicion.incarnation, at
+                ):
+                    # Only others suspected it and this node still hears it: its own
+                    # evidence ends the suspicion (as a heartbeat ends its own).
+                    del self._suspicions[subject]
+                    self.status[subject] = "alive"
+                    actions.append(
+                        DeclaredAlive(peer=subject, peer_incarnation=suspicion.incarnation, at=at)
+                    )
+                    continue
                 self._transition(
                     subject,
                     "dead",
@@ -960,6 +1089,7 @@ class FailureDetector:
                     at,
                     actions,
                     reason=f"suspicion timeout {self.config.suspicion_timeout_s}s",
+                    backed=len(suspicion.origins) >= self._needed(subject),
                 )
             elif kind == 2:
                 self._send_notice(subject, at, actions)
@@ -1067,8 +1197,11 @@ class FailureDetector:
         at: float,
         actions: list,
         reason: str = "",
+        backed: bool = True,
     ) -> None:
-        """Apply one classified input to ``subject``'s status via PEER_STATUS_TRANSITIONS."""
+        """Apply one classified input to ``subject``'s status via PEER_STATUS_TRANSITIONS.
+        ``backed``: for a death, whether enough monitors agreed (False for a lone
+        suspicion that timed out)."""
         status = self.status[subject]
         known = self.known_incarnation[subject]
         if kind != "alive_newer" and incarnation < known:
@@ -1085,6 +1218,9 @@ class FailureDetector:
             self._suspicions.pop(subject, None)
             self._dead_notices.pop(subject, None)
             self._told_dead_at.pop(subject, None)
+            self._verdicts.pop(subject, None)
+            if status in ("dead", "left"):
+                self._back_at[subject] = at
             if status != "alive":
                 actions.append(DeclaredAlive(peer=subject, peer_incarnation=incarnation, at=at))
             if subject in self._watches:
@@ -1103,6 +1239,9 @@ class FailureDetector:
                 )
             )
         elif kind == "suspect":
+            back_at = self._back_at.get(origin)
+            if back_at is not None and at < back_at + self.config.startup_grace_s:
+                return  # a vote of a node still in its start-up grace (see _back_at)
             self.known_incarnation[subject] = incarnation
             suspicion = self._suspicions.get(subject)
             if suspicion is None or suspicion.incarnation < incarnation:
@@ -1138,23 +1277,16 @@ class FailureDetector:
                         if m != self.node and self.status.get(m) in ("alive", "suspect")
                     ),
                 )
-                actions.append(
-                    SendGossip(to=to, message=Gossip(sender=self.node, items=[item]), at=at)
-                )
+                actions.append(SendGossip(to=to, message=self._gossip([item]), at=at))
                 suspicion.notice_at = at + self.config.notice_retry_base_s
                 suspicion.notice_attempts = 0
-            needed = min(
-                self.config.confirm_suspicions,
-                max(
-                    1,
-                    len(
-                        monitors_of(
-                            subject, self.seed, self.alive_view(), self.config.monitors_per_node
-                        )
-                    ),
-                ),
-            )
-            if len(suspicion.origins) >= needed:
+            if len(suspicion.origins) >= self._needed(subject) and not (
+                self.node not in suspicion.origins and self._hears(subject, incarnation, at)
+            ):
+                # Enough monitors agree, unless this node hears the subject itself:
+                # then others' votes (maybe formed across a cut) stand as a suspicion
+                # the subject refutes; if it really crashed, this node's own watch
+                # times out within a threshold and its own vote confirms.
                 self._transition(
                     subject,
                     "dead",
@@ -1166,6 +1298,18 @@ class FailureDetector:
                 )
         else:  # dead or left
             suspicion = self._suspicions.pop(subject, None)
+            if kind == "dead":
+                # Judged before the subject leaves the view: a lone suspicion that
+                # timed out, a node that does not hear a majority, or one within its
+                # start-up grace (its peers may not know this incarnation yet, so
+                # their silence is no evidence) forms a local verdict: acted on
+                # here, never passed on.
+                self._verdicts[subject] = (
+                    self.incarnation,
+                    backed
+                    and at >= self._started_at + self.config.startup_grace_s
+                    and self.in_quorum(),
+                )
             self.status[subject] = new_status
             self.known_incarnation[subject] = max(known, incarnation)
             watch = self._watches.get(subject)
@@ -1185,9 +1329,12 @@ class FailureDetector:
                     # This node's own evidence: it tells the dead (the node may only be
                     # cut off); nodes that learnt the death second-hand stay quiet.
                     self._dead_notices[subject] = [at, 0]
-            self._enqueue(
-                GossipItem(subject=subject, incarnation=incarnation, status=kind, origin=self.node)
-            )
+            if kind == "left" or self.verdict_exportable(subject):
+                self._enqueue(
+                    GossipItem(
+                        subject=subject, incarnation=incarnation, status=kind, origin=self.node
+                    )
+                )
         self._view_maybe_changed(was_in_view, subject, at, actions)
         self._gossip_if_due(at, actions)
 
@@ -1209,23 +1356,26 @@ class FailureDetector:
                 actions.append(
                     SendGossip(
                         to=(message.sender,),
-                        message=Gossip(sender=self.node, items=[alive]),
+                        message=self._gossip([alive]),
                         at=at,
                     )
                 )
             return
         if item.status == "suspect":
+            if not self.in_quorum():
+                # Lifeguard's self-doubt: a node that does not hear a majority is the
+                # one cut off (typically: the suspicion was queued behind a cut that
+                # has just healed).  Refuting would bring it back into the others'
+                # views while it holds them dead; it lets their verdict come and
+                # rejoins as a new incarnation instead.
+                return
             self.incarnation = item.incarnation + 1
             actions.append(Refuted(incarnation=self.incarnation, suspected_by=item.origin, at=at))
             alive = GossipItem(
                 subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
             )
             self._enqueue(alive)
-            actions.append(
-                SendGossip(
-                    to=(item.origin,), message=Gossip(sender=self.node, items=[alive]), at=at
-                )
-            )
+            actions.append(SendGossip(to=(item.origin,), message=self._gossip([alive]), at=at))
             actions.append(self._plan(at))
         elif item.status in ("dead", "left"):
             if (
@@ -1234,6 +1384,18 @@ class FailureDetector:
                 and message.sender_incarnation < self.known_incarnation.get(item.origin, 0)
             ):
                 return  # the claimer has rejoined since: its old incarnation's verdict
+            if (
+                message.sender == item.origin
+                and message.sender_quorum is False
+                and self.in_quorum(without=item.origin)
+            ):
+                # The claimer formed its verdict without a quorum (it did not hear a
+                # majority, its suspicion stood alone, or it had just started) and
+                # this node hears a majority without it: the claimer is the one cut
+                # off.  If this node holds it dead, it tells it so (with a quorum);
+                # if not, its monitors, hearing nothing from a claimer that holds
+                # it dead, confirm it dead in turn and tell it.
+                return
             if self.status.get(item.origin) in ("dead", "left") and self._outranks(
                 item.origin, message
             ):
@@ -1253,15 +1415,44 @@ class FailureDetector:
                 )
             )
 
+    def _needed(self, subject: str) -> int:
+        """Suspicions that confirm ``subject`` dead: ``confirm_suspicions``, or fewer
+        when its monitor group (in this node's view) is smaller."""
+        monitors = monitors_of(subject, self.seed, self.alive_view(), self.config.monitors_per_node)
+        return min(self.config.confirm_suspicions, max(1, len(monitors)))
+
+    def _suspects_itself(self, peer: str) -> bool:
+        suspicion = self._suspicions.get(peer)
+        return suspicion is not None and self.node in suspicion.origins
+
+    def _hears(self, peer: str, incarnation: int, now: float) -> bool:
+        """Fresh evidence of this node's own that ``peer`` lives at ``incarnation``: it
+        watches ``peer``, has heard it at that incarnation, its watch has not timed
+        out and it does not suspect ``peer`` itself."""
+        watch = self._watches.get(peer)
+        return (
+            watch is not None
+            and watch.last_t is not None
+            and watch.deadline is not None
+            and watch.deadline > now
+            and self.known_incarnation.get(peer) == incarnation
+            and self.status.get(peer) in _IN_VIEW
+            and not self._suspects_itself(peer)
+        )
+
+    def _gossip(self, items: list[GossipItem], **fields: object) -> Gossip:
+        """A gossip message from this node; it always names this node's incarnation,
+        so a receiver that knows a newer one drops the claims of the old one (formed
+        before a refutation or restart: across a cut that has since healed)."""
+        return Gossip(sender=self.node, items=items, sender_incarnation=self.incarnation, **fields)
+
     def _send_notice(self, subject: str, at: float, actions: list) -> None:
         suspicion = self._suspicions[subject]
         suspicion.notice_attempts += 1
         item = GossipItem(
             subject=subject, incarnation=suspicion.incarnation, status="suspect", origin=self.node
         )
-        actions.append(
-            SendGossip(to=(subject,), message=Gossip(sender=self.node, items=[item]), at=at)
-        )
+        actions.append(SendGossip(to=(subject,), message=self._gossip([item]), at=at))
         if suspicion.notice_attempts >= self.config.notice_retries_max:
             suspicion.notice_at = None
         else:  # progressive: 0.1, 0.2, 0.4 s ...
@@ -1287,11 +1478,10 @@ class FailureDetector:
         item = GossipItem(
             subject=peer, incarnation=self.known_incarnation[peer], status="dead", origin=self.node
         )
-        message = Gossip(
-            sender=self.node,
-            items=[item],
+        message = self._gossip(
+            [item],
             sender_view_size=len(self.alive_view()),
-            sender_incarnation=self.incarnation,
+            sender_quorum=self.verdict_exportable(peer),
         )
         actions.append(SendGossip(to=(peer,), message=message, at=at))
 
@@ -1338,9 +1528,7 @@ class FailureDetector:
         subjects = list(self._queue)[:MAX_GOSSIP_ITEMS]
         if targets:
             items = [self._queue[s][0] for s in subjects]
-            actions.append(
-                SendGossip(to=targets, message=Gossip(sender=self.node, items=items), at=at)
-            )
+            actions.append(SendGossip(to=targets, message=self._gossip(items), at=at))
         for subject in subjects:
             entry = self._queue[subject]
             entry[1] -= 1

@@ -119,6 +119,11 @@ class Gossip(_Message, tag="gossip"):
     # rejoined (still in flight when it restarted) is recognised as stale.
     sender_view_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_CLUSTER_NODES)] | None = None
     sender_incarnation: Counter | None = None
+    # Set on "you were declared dead" notices: whether the sender formed that verdict
+    # with a quorum (it heard a majority, >= confirm_suspicions monitors agreed, at its
+    # current incarnation).  A node that hears a majority ignores a verdict formed
+    # without one (detector.py, "Verdicts formed where the subject could not be heard").
+    sender_quorum: bool | None = None
 
 
 class Prepare(_Message, tag="prepare"):

@@ -49,6 +49,10 @@ class MiniCluster:
         self.log: list[tuple[str, object]] = []
         self.tick_at: dict[str, float] = {}  # the one live tick per node (stale ones skipped)
         self.cut: set[tuple[str, str]] = set()  # directed links a partition drops
+        # Links that hold instead of drop (as the node's TCP links do: a bounded send
+        # queue, flushed when the redial after the heal succeeds): link -> messages.
+        self.holding: dict[tuple[str, str], list] = {}
+        self.redial_s: dict[tuple[str, str], float] = {}
         self.rejoins: list[tuple[str, int, float]] = []  # (node, new incarnation, time)
         self._seed, self._bugs, self._config = seed, bugs, config
         for name in self.names:
@@ -70,7 +74,9 @@ class MiniCluster:
                     self._push(action.start_at, "beat", node, action)
             elif isinstance(action, SendGossip):
                 for peer in action.to:
-                    if (node, peer) not in self.cut:
+                    if (node, peer) in self.holding:
+                        self._hold((node, peer), ("gossip", peer, action.message))
+                    elif (node, peer) not in self.cut:
                         self._push(action.at + self._delay(), "gossip", peer, action.message)
             elif isinstance(action, SelfDeclaredDead):
                 # membership's MustRejoin: restart the cores with a higher incarnation
@@ -83,6 +89,15 @@ class MiniCluster:
                 self.tick_at[node] = deadline
                 self._push(deadline, "tick", node)
 
+    # The node's control-channel queue bound (runtime/links.py drops the oldest).
+    HOLD_LIMIT = 256
+
+    def _hold(self, link: tuple[str, str], message: tuple) -> None:
+        held = self.holding[link]
+        held.append(message)
+        if len(held) > self.HOLD_LIMIT:
+            held.pop(0)
+
     def crash(self, node: str, at: float) -> None:
         self._push(at, "crash", node)
 
@@ -90,8 +105,9 @@ class MiniCluster:
         """Bring a crashed node back as a new process (a higher incarnation)."""
         self._push(at, "restart", node)
 
-    def partition(self, groups: list[list[str]], at: float, heal_at: float) -> None:
-        """Cut every link between different groups from ``at`` until ``heal_at``."""
+    def partition(self, groups: list[list[str]], at: float, heal_at: float, **link_options) -> None:
+        """Cut every link between different groups from ``at`` until ``heal_at``
+        (``link_options``: see ``cut_links``)."""
         links = {
             (a, b)
             for group in groups
@@ -100,11 +116,25 @@ class MiniCluster:
             if other is not group
             for b in other
         }
-        self.cut_links(links, at, heal_at)
+        self.cut_links(links, at, heal_at, **link_options)
 
-    def cut_links(self, links: set[tuple[str, str]], at: float, heal_at: float) -> None:
-        """Drop messages on these directed links from ``at`` until ``heal_at``."""
-        self._push(at, "cut", "", set(links))
+    def cut_links(
+        self,
+        links: set[tuple[str, str]],
+        at: float,
+        heal_at: float,
+        *,
+        hold: bool = False,
+        redial_s: dict[tuple[str, str], float] | None = None,
+    ) -> None:
+        """Drop messages on these directed links from ``at`` until ``heal_at``; with
+        ``hold``, queue them instead (heartbeats and gossip) and deliver the queue in
+        order once the link redials, ``redial_s[link]`` (default 0) after the heal."""
+        if hold:
+            self.redial_s.update(redial_s or {})
+            self._push(at, "hold", "", set(links))
+        else:
+            self._push(at, "cut", "", set(links))
         self._push(heal_at, "heal", "", set(links))
 
     def run(self, until: float) -> None:
@@ -117,8 +147,20 @@ class MiniCluster:
             if kind == "cut":
                 self.cut |= payload
                 continue
+            if kind == "hold":
+                for link in payload:
+                    self.holding.setdefault(link, [])
+                continue
             if kind == "heal":
                 self.cut -= payload
+                for link in sorted(payload & set(self.holding)):
+                    self._push(at + self.redial_s.get(link, 0.0), "redialled", "", link)
+                continue
+            if kind == "redialled":
+                # One connection, in order: the queue first, then what follows.
+                arrive = at + self._delay()
+                for index, (what, peer, body) in enumerate(self.holding.pop(payload)):
+                    self._push(arrive + 1e-6 * index, what, peer, body)
                 continue
             if kind == "restart":
                 self.crashed.pop(node, None)
@@ -144,7 +186,9 @@ class MiniCluster:
                 if self.plans.get(node) is not payload:
                     continue  # superseded plan
                 for peer in payload.to:
-                    if (node, peer) not in self.cut:
+                    if (node, peer) in self.holding:
+                        self._hold((node, peer), ("hb", peer, (node, payload.incarnation)))
+                    elif (node, peer) not in self.cut:
                         self._push(at + self._delay(), "hb", peer, (node, payload.incarnation))
                 self._push(at + payload.interval_s, "beat", node, payload)
             elif kind == "hb":

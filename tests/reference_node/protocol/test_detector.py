@@ -233,8 +233,10 @@ class DetectorMachine(RuleBasedStateMachine):
         incarnation=st.integers(0, 3),
         origin=st.sampled_from(("n1", "n2", "n3", "n4")),
         dt=st.floats(0.0, 0.5),
+        sender_incarnation=st.none() | st.integers(0, 3),
+        sender_quorum=st.none() | st.booleans(),
     )
-    def gossip(self, subject, status, incarnation, origin, dt):
+    def gossip(self, subject, status, incarnation, origin, dt, sender_incarnation, sender_quorum):
         if origin not in self.detector.members or subject not in self.detector.members:
             return
         self.now += dt
@@ -246,6 +248,8 @@ class DetectorMachine(RuleBasedStateMachine):
                         subject=subject, incarnation=incarnation, status=status, origin=origin
                     )
                 ],
+                sender_incarnation=sender_incarnation,
+                sender_quorum=sender_quorum,
             )
         )
         self._both(event)
@@ -286,6 +290,10 @@ class DetectorMachine(RuleBasedStateMachine):
         for peer, status in detector.status.items():
             assert status in ("alive", "suspect", "dead", "left")
             assert (peer in detector._suspicions) == (status == "suspect")
+
+    @invariant()
+    def core_invariants_hold(self):
+        self.detector.check_valid()
 
     @invariant()
     def incarnations_never_decrease(self):

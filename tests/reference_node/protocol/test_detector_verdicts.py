@@ -1,0 +1,245 @@
+"""Verdicts formed where the subject could not be heard never kill a node that hears a
+majority (detector.py, "Verdicts formed where the subject could not be heard").
+
+The demo (suites/smoke.yaml, local backend): n1 was isolated for 6 s and declared n2,
+n3 and n4 dead; right after the heal n2 and n3 declared the healthy n4 dead
+"confirmed by n1" and n4 was forced to restart (at 8 nodes: half the cluster).  The
+mechanism, reproduced here at the core level: the node's TCP links queue what is sent
+during a cut and flush it when the redial succeeds, so the isolated node's stale
+suspicions reach the majority after the heal, the nodes it suspected refute, and once
+the majority holds it alive again its verdicts were obeyed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from protocol_harness import MiniCluster
+
+from swarmshake.reference_node.protocol import detector as D
+from swarmshake.reference_node.protocol.messages import Gossip, GossipItem
+
+# Redial delays after the heal (isolated -> others, others -> isolated): the links redial
+# with a backoff of up to 1 s, so either side's queue may arrive first.
+REDIALS = [(0.0, 0.0), (0.8, 0.1), (0.1, 0.8), (0.5, 0.5)]
+
+
+def isolate_with_queued_links(n, seed, redial, *, at=2.0, heal_at=8.0, until=20.0):
+    cluster = MiniCluster(n, seed)
+    isolated, others = "n0", [name for name in cluster.names if name != "n0"]
+    delays = {(isolated, other): redial[0] for other in others}
+    delays.update({(other, isolated): redial[1] for other in others})
+    cluster.partition([[isolated], others], at=at, heal_at=heal_at, hold=True, redial_s=delays)
+    cluster.run(until)
+    return cluster
+
+
+def majority_deaths_after(cluster, heal_at):
+    """Declarations of majority nodes (never cut from each other) after the heal, by
+    anyone, plus forced restarts of majority nodes."""
+    deaths = [
+        (node, action.peer, action.peer_incarnation, action.reason)
+        for node, action in cluster.declarations()
+        if action.at > heal_at and action.peer != "n0"
+    ]
+    restarts = [(node, inc) for node, inc, _ in cluster.rejoins if node != "n0"]
+    return deaths, restarts
+
+
+@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize("redial", REDIALS)
+@pytest.mark.parametrize("seed", [0, 3, 5])
+def test_the_demo_an_isolated_nodes_verdicts_do_not_kill_the_majority_after_the_heal(
+    n, redial, seed
+):
+    cluster = isolate_with_queued_links(n, seed, redial)
+    during = {a.peer for node, a in cluster.declarations() if node == "n0" and a.at < 8.0}
+    assert during == set(cluster.names) - {"n0"}, "the isolated node declares the others"
+    assert majority_deaths_after(cluster, 8.0) == ([], [])
+    # The isolated node comes back: at most one restart, every view whole again.
+    assert len([r for r in cluster.rejoins if r[0] == "n0"]) <= 1
+    assert all(d.alive_view() == cluster.names for d in cluster.detectors.values())
+    for detector in cluster.detectors.values():
+        detector.check_valid()
+
+
+def _hearing(node="n2", peer="n4", members=("n1", "n2", "n3", "n4")):
+    """A core that has heard ``peer`` steadily for a second (so it hears it now)."""
+    detector = D.FailureDetector(node=node, members=members, seed=1)
+    detector.handle(D.Started(), 0.0)
+    beats = tuple(0.05 * i for i in range(1, 21))
+    for other in members:
+        if other != node:
+            detector.handle(
+                D.HeartbeatsArrived(peer=other, incarnation=0, arrival_times=beats), 1.0
+            )
+    return detector
+
+
+def test_a_relayed_verdict_does_not_override_this_nodes_own_fresh_evidence():
+    """n2 hears n4; n1's claim that n4 is dead counts as one monitor's suspicion (n4,
+    told, refutes), not as a death."""
+    detector = _hearing()
+    claim = GossipItem(subject="n4", incarnation=0, status="dead", origin="n1")
+    actions = detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[claim])), 1.02)
+    assert not any(isinstance(a, D.DeclaredDead) for a in actions)
+    assert [a.peer for a in actions if isinstance(a, D.Suspected)] == ["n4"]
+    assert detector.status["n4"] == "suspect"
+    # n4 refutes: alive again, no death.
+    back = GossipItem(subject="n4", incarnation=1, status="alive", origin="n4")
+    detector.handle(D.GossipReceived(message=Gossip(sender="n4", items=[back])), 1.1)
+    assert detector.status["n4"] == "alive"
+    # Without fresh evidence (n4 silent past its threshold) the same claim is a death.
+    quiet = _hearing()
+    quiet.handle(D.Tick(), 1.3)  # own watch timed out: now n2 suspects n4 itself
+    actions = quiet.handle(D.GossipReceived(message=Gossip(sender="n1", items=[claim])), 1.31)
+    assert [a.peer for a in actions if isinstance(a, D.DeclaredDead)] == ["n4"]
+
+
+def test_a_lone_suspicion_that_times_out_is_acted_on_but_never_passed_on():
+    """Rapid's H of K: one monitor's word is a local verdict.  The node drops the peer
+    from its view (so a real crash is still detected, L1) but gossips nothing."""
+    detector = _hearing(node="n1")
+    beats = tuple(1.0 + 0.05 * i for i in range(1, 41))
+    for other in ("n2", "n3"):  # n4 goes silent for n1 only
+        detector.handle(D.HeartbeatsArrived(peer=other, incarnation=0, arrival_times=beats), 3.0)
+    actions = detector.handle(D.Tick(), 3.0)
+    deaths = [a for a in actions if isinstance(a, D.DeclaredDead)]
+    assert [(a.peer, a.suspicions) for a in deaths] == [("n4", 1)]
+    assert "n4" not in detector.alive_view()
+    assert not detector.verdict_exportable("n4")
+    # Told to n4 itself (the dead are told, flagged as formed without a quorum), to
+    # nobody else.
+    to_others = [
+        i
+        for a in actions
+        if isinstance(a, D.SendGossip) and set(a.to) - {"n4"}
+        for i in a.message.items
+    ]
+    assert not [i for i in to_others if i.subject == "n4" and i.status == "dead"]
+    to_n4 = [a.message for a in actions if isinstance(a, D.SendGossip) and a.to == ("n4",)]
+    assert all(m.sender_quorum is False for m in to_n4 if m.sender_quorum is not None)
+    detector.check_valid()
+
+
+def test_two_monitors_agreeing_make_a_verdict_that_is_passed_on():
+    detector = _hearing(node="n1")  # n4 alone goes silent; n2 agrees
+    beats = tuple(1.0 + 0.05 * i for i in range(1, 7))
+    for other in ("n2", "n3"):
+        detector.handle(D.HeartbeatsArrived(peer=other, incarnation=0, arrival_times=beats), 1.3)
+    detector.handle(D.Tick(), 1.3)
+    assert detector.status["n4"] == "suspect"
+    vote = GossipItem(subject="n4", incarnation=0, status="suspect", origin="n2")
+    actions = detector.handle(D.GossipReceived(message=Gossip(sender="n2", items=[vote])), 1.32)
+    assert [a.peer for a in actions if isinstance(a, D.DeclaredDead)] == ["n4"]
+    assert detector.verdict_exportable("n4")
+    gossip = [i for a in actions if isinstance(a, D.SendGossip) for i in a.message.items]
+    assert any(i.subject == "n4" and i.status == "dead" for i in gossip)
+
+
+def test_a_cut_off_node_forms_only_local_verdicts_and_does_not_refute():
+    """n1 hears nobody: its verdicts are local, its notices say so, and a suspicion
+    of itself (queued behind the cut) is not refuted: it lets the majority's verdict
+    come and rejoins."""
+    detector = _hearing(node="n1")
+    detector.handle(D.Tick(), 2.5)  # every watch timed out, then every suspicion
+    assert detector.alive_view() == ("n1",)
+    assert not detector.in_quorum()
+    assert not any(detector.verdict_exportable(p) for p in ("n2", "n3", "n4"))
+    stale = GossipItem(subject="n1", incarnation=0, status="suspect", origin="n2")
+    actions = detector.handle(D.GossipReceived(message=Gossip(sender="n2", items=[stale])), 2.6)
+    assert not any(isinstance(a, D.Refuted) for a in actions)
+    notices = [a for a in actions if isinstance(a, D.SendGossip) and a.to == ("n2",)]
+    assert notices and all(a.message.sender_quorum is False for a in notices)
+    # The majority's verdict (with a quorum) is obeyed.
+    verdict = GossipItem(subject="n1", incarnation=0, status="dead", origin="n2")
+    told = Gossip(sender="n2", items=[verdict], sender_view_size=3, sender_quorum=True)
+    actions = detector.handle(D.GossipReceived(message=told), 2.7)
+    assert any(isinstance(a, D.SelfDeclaredDead) for a in actions)
+
+
+def test_a_node_hearing_a_majority_ignores_a_verdict_formed_without_one():
+    detector = _hearing(node="n4")
+    claim = GossipItem(subject="n4", incarnation=0, status="dead", origin="n1")
+    local = Gossip(sender="n1", items=[claim], sender_view_size=1, sender_quorum=False)
+    actions = detector.handle(D.GossipReceived(message=local), 1.02)
+    assert not any(isinstance(a, D.SelfDeclaredDead) for a in actions)
+    # A node that hears no majority without the claimer obeys (it may be the one cut off).
+    lonely = _hearing(node="n4")
+    lonely.handle(D.Tick(), 1.2)  # n4's watches of n2 and n3 time out; n1 heard at 1.0
+    beats = tuple(1.0 + 0.05 * i for i in range(1, 5))
+    lonely.handle(D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=beats), 1.2)
+    assert not lonely.in_quorum(without="n1")
+    actions = lonely.handle(D.GossipReceived(message=local), 1.21)
+    assert any(isinstance(a, D.SelfDeclaredDead) for a in actions)
+
+
+def test_claims_from_an_old_incarnation_of_the_sender_are_dropped():
+    """Queued before the sender refuted (or restarted): formed across the cut."""
+    detector = _hearing(node="n2")
+    back = GossipItem(subject="n1", incarnation=1, status="alive", origin="n1")
+    detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[back])), 1.01)
+    old = GossipItem(subject="n3", incarnation=0, status="suspect", origin="n1")
+    stale = Gossip(sender="n1", items=[old], sender_incarnation=0)
+    actions = detector.handle(D.GossipReceived(message=stale), 1.02)
+    assert not any(isinstance(a, D.Suspected | D.DeclaredDead) for a in actions)
+    fresh = Gossip(sender="n1", items=[old], sender_incarnation=1)
+    actions = detector.handle(D.GossipReceived(message=fresh), 1.03)
+    assert [a.peer for a in actions if isinstance(a, D.Suspected)] == ["n3"]
+
+
+def test_every_gossip_message_names_the_senders_incarnation():
+    cluster = MiniCluster(4, 1)
+    cluster.crash("n3", 1.0)
+    cluster.run(3.0)
+    sent = [(node, a) for node, a in cluster.log if isinstance(a, D.SendGossip)]
+    assert sent
+    for node, action in sent:
+        assert action.message.sender_incarnation is not None, (node, action)
+
+
+def test_check_valid_catches_a_broken_state():
+    detector = _hearing()
+    detector.check_valid()
+    detector._verdicts["n3"] = (0, True)  # a verdict on a peer not held dead
+    with pytest.raises(AssertionError):
+        detector.check_valid()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    nodes=st.integers(3, 8),
+    seed=st.integers(0, 1000),
+    start_cs=st.integers(30, 300),
+    length_cs=st.integers(20, 800),
+    cut=st.integers(1, 3),
+    redial_cs=st.tuples(st.integers(0, 100), st.integers(0, 100)),
+)
+def test_after_any_minority_partition_with_queued_links_no_majority_node_is_killed(
+    nodes, seed, start_cs, length_cs, cut, redial_cs
+):
+    """A minority cut off for any time, its links queueing and flushing after any
+    redial delay: no node of the majority (never cut from each other, so each hears
+    a majority throughout) declares another dead or is forced to restart after the
+    heal, and the views converge.  (The minority's own verdicts about the majority,
+    formed without hearing it, stay local: acted on there, never passed on.)"""
+    cluster = MiniCluster(nodes, seed)
+    names = list(cluster.names)
+    minority = names[: min(cut, (nodes - 1) // 2)]
+    majority = names[len(minority) :]
+    start, heal = start_cs / 100, (start_cs + length_cs) / 100
+    delays = {(a, b): redial_cs[0] / 100 for a in minority for b in majority}
+    delays.update({(b, a): redial_cs[1] / 100 for a in minority for b in majority})
+    cluster.partition([minority, majority], at=start, heal_at=heal, hold=True, redial_s=delays)
+    cluster.run(heal + 10.0)
+    late = [
+        (node, a.peer, a.reason)
+        for node, a in cluster.declarations()
+        if node in majority and a.peer in majority and a.at > heal
+    ]
+    assert late == []
+    assert [r for r in cluster.rejoins if r[0] in majority] == []
+    assert all(d.alive_view() == cluster.names for d in cluster.detectors.values())
+    for detector in cluster.detectors.values():
+        detector.check_valid()
