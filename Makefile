@@ -53,6 +53,7 @@ bench: setup
 	$(SWARMSHAKE) bench recovery --quick --backend sim,local
 	$(SWARMSHAKE) bench overhead --quick --json
 	$(SWARMSHAKE) bench rejoin --params 100M --json
+	$(SWARMSHAKE) bench sim
 
 # On a CUDA machine: kernel tests and the kernel benchmark table.
 bench-gpu:

@@ -1,4 +1,4 @@
-"""``swarmshake bench recovery|overhead|load|rejoin|harness|kernels [--quick] [--json] ...``.
+"""``swarmshake bench recovery|overhead|load|rejoin|harness|kernels|sim [--quick] [--json] ...``.
 
 Every benchmark takes the same two flags (``_args.bench_flags``): ``--quick`` runs
 its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
@@ -20,6 +20,9 @@ its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
   [--model tiny|small|medium|node-default]``: the harness's own numbers: up to
   steady state, fault call → effect, and how many real nodes the machine holds
   (``--quick``: 4 nodes, one trial, no capacity ramp unless given).
+- ``sim``: the simulator's speed (``chaos/bench/sim_speed.py``): 1,000 nodes x 600 s
+  with churn and no training, 10 and 64 nodes x 600 s with training (``--quick``:
+  60 s of virtual time).
 - ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``; ``--quick``:
   fewer shapes and repetitions).
 
@@ -45,7 +48,7 @@ from swarmshake.chaos.commands._args import (
     parse_duration_s,
 )
 
-SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "kernels")
+SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "kernels", "sim")
 
 
 def _csv_ints(text: str, flag: str = "--sizes") -> list[int]:
@@ -276,6 +279,12 @@ def kernels_main(argv: list[str]) -> int:
     return int(module.main(argv))
 
 
+def _sim_speed():  # noqa: ANN202 - the module, imported when asked for
+    from swarmshake.chaos.bench import sim_speed
+
+    return sim_speed
+
+
 # Each benchmark's parser, for ``--help`` and for the test that holds them all to the
 # same --quick and --json.
 PARSERS = {
@@ -285,6 +294,7 @@ PARSERS = {
     "rejoin": rejoin_parser,
     "harness": harness_parser,
     "kernels": kernels_parser,
+    "sim": lambda: _sim_speed().parser(),
 }
 
 
@@ -300,6 +310,7 @@ def main(argv: list[str]) -> int:
         "rejoin": rejoin_main,
         "harness": harness_main,
         "kernels": kernels_main,
+        "sim": lambda rest: _sim_speed().main(rest),
     }
     if command not in handlers:
         raise UsageError(f"unknown benchmark {command!r}; choose from {', '.join(SUBCOMMANDS)}")
