@@ -246,6 +246,7 @@ class StepLeader:
         self.deadline: float | None = None  # the earliest armed proposal time
         self.majority_armed = False  # the straggler bound is armed once per step
         self.proposed = False
+        self._rank: int | None = None  # rank() for the current step and view
         self._clock = Clock()
 
     # -- public API -------------------------------------------------------------------------
@@ -266,13 +267,17 @@ class StepLeader:
     def rank(self) -> int:
         """0 for the acting coordinator, 1 for the next live voter, and so on in
         rotation order over the voters in this node's view (learners last)."""
+        if self._rank is not None:
+            return self._rank  # every arrival asks: computed once per step and view
         voters = self.voters
         if self.node not in voters:
-            return len(voters)
+            self._rank = len(voters)
+            return self._rank
         alive = self.alive | {self.node}
         first = self.step % len(voters)
         order = [voters[(first + k) % len(voters)] for k in range(len(voters))]
-        return [v for v in order if v in alive].index(self.node)
+        self._rank = [v for v in order if v in alive].index(self.node)
+        return self._rank
 
     def check_valid(self) -> None:
         """The leader's invariants (called after every rule of its stateful test)."""
@@ -290,6 +295,7 @@ class StepLeader:
 
     def _on_step_began(self, event: StepBegan, now: float, actions: list) -> None:
         self.step = event.step
+        self._rank = None
         self.voters = tuple(sorted(event.voters))
         self.members = tuple(sorted(event.members))
         window = self.config.steps_ahead_max
@@ -329,6 +335,7 @@ class StepLeader:
 
     def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
         self.alive = frozenset(event.alive)
+        self._rank = None
         if self.computed_at is None or self.proposed or self.rank() != 0:
             return
         # Either the contributor waited for was declared dead, or the node that led
@@ -519,6 +526,8 @@ def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict
     """The history event logged for a core's action, as (event class, fields), or None
     for an action that is not logged.  ``step`` is the node's current step (logged
     with a rejoin's begin)."""
+    if type(action) not in _LOGGED:
+        return None  # most actions (sends, persists, timers) are not history: cheap
     match action:
         case cm.Proposed():
             return history.Propose, {
@@ -611,3 +620,23 @@ def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict
         case det.ViewChanged():
             return history.ViewChange, {"epoch": action.epoch, "alive": list(action.alive)}
     return None
+
+
+_LOGGED = frozenset(
+    {
+        cm.Proposed,
+        cm.Promised,
+        cm.AcceptedValue,
+        cm.Committed,
+        rj.RequestState,
+        rj.LoadCheckpoint,
+        rj.RejoinDone,
+        mb.ConfigChanged,
+        det.Suspected,
+        det.DeclaredDead,
+        det.DeclaredAlive,
+        det.Refuted,
+        det.SelfDeclaredDead,
+        det.ViewChanged,
+    }
+)
