@@ -121,7 +121,9 @@ class BrokerAuth:
                 f"user {HARNESS_USER}",
                 f"topic readwrite {prefix}/#",
                 "",
-                # Patterns apply to every user; a node's user name is its node id.
+                # Patterns apply to every user; a node's user name is its node id.  The
+                # two without %u (every announcement, the broadcast command topic) are
+                # meant for every user: mosquitto logs a warning about them, harmless.
                 f"pattern write {prefix}/nodes/%u/announce",
                 f"pattern write {prefix}/nodes/%u/telemetry",
                 f"pattern read {prefix}/nodes/%u/command",

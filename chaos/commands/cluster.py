@@ -112,6 +112,10 @@ def _print_state(state: dict[str, Any], as_json: bool) -> None:
     print(
         f"  toxiproxy {cluster.get('toxiproxy')}   broker {cluster.get('broker')}", file=sys.stderr
     )
+    if state.get("mqtt_credentials"):
+        # The broker takes no anonymous client; nodes take only commands the harness
+        # signed (chaos/backends/mqtt_commands.py signs them with the run's key).
+        print(f"  mqtt login {state['mqtt_credentials']} (harness user, 0600)", file=sys.stderr)
     for name, node in (cluster.get("nodes") or {}).items():
         running = "running" if node.get("running") else "down"
         print(f"  {name:4s} pid {node.get('pid')} {running} control :{node.get('control_port')} "
@@ -181,8 +185,10 @@ async def serve(args: Any) -> int:
     daemon = {"pid": os.getpid(), "start_time": cleanup.process_start_time(os.getpid())}
     try:
         await backend.up()
+        credentials = spec.run_dir / "harness" / "mqtt-credentials.json"
         state = {"run_id": spec.run_id, "run_dir": str(spec.run_dir), "status": "up",
-                 "daemon": daemon, "cluster": backend.describe()}  # fmt: skip
+                 "daemon": daemon, "cluster": backend.describe(),
+                 "mqtt_credentials": str(credentials) if credentials.exists() else None}  # fmt: skip
         tmp = state_file().with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, state_file())
