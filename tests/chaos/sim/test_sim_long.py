@@ -2,9 +2,9 @@
 on a thousand nodes, every property checked.
 
 BENCHMARKS.md records ~47 s of wall time on one core of the device host for this run;
-on a loaded 2-core machine it takes a few minutes, hence ``long``.  The deadline is
-generous and only stops a hung run; the figures that matter are the verdict and the
-detector's accuracy, asserted below.
+the development machine took 22 s (2 cores, nothing else running), more when loaded:
+too long for CI's budget, hence ``long``.  The deadline only stops a hung run; what is
+asserted is the verdict and the detector's accuracy.
 """
 
 from __future__ import annotations
