@@ -269,7 +269,8 @@ class NodeApp:
                 held=tuple(sorted(self.held.get(step, {}))),
             ),
         )
-        self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
+        if self.leader.contributes():
+            self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
 
     def _lead(self, t: float, event: Any) -> None:
         for action in self.leader.handle(event, self._local(t)):

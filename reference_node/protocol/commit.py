@@ -658,6 +658,15 @@ class StepCommit:
         elif self.acting_coordinator(self.step) == self.node != self.coordinator(self.step):
             # The coordinator is out of our view: lead now, not after a backoff.
             self._start_round(now, actions)
+        elif acceptor is not None and acceptor.promised is not None and (
+            self.coordinator(self.step) == self.node or acceptor.accepted_value == event.value
+        ):
+            # Round 0 is gone for this step (this acceptor already promised a ballot):
+            # the coordinator, or a restarted node re-proposing the value it accepted
+            # (node_core's ProposeStored), runs phase 1 now rather than after a backoff
+            # (explore without a bug, seed 3: a restarted pair re-committing the steps
+            # it had lost waited a retry per step and stalled 11 s).
+            self._start_round(now, actions)
         # Our own pending accept request may have been waiting for these bytes.
         self._acceptor_bytes_arrived(self.step, event.value.agg_fp, actions)
 

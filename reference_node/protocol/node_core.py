@@ -246,6 +246,7 @@ class StepLeader:
         self.deadline: float | None = None  # the earliest armed proposal time
         self.majority_armed = False  # the straggler bound is armed once per step
         self.proposed = False
+        self.replaying = False  # this step re-proposes a stored value: no gradient
         self._rank: int | None = None  # rank() for the current step and view
         self._clock = Clock()
 
@@ -263,6 +264,14 @@ class StepLeader:
 
     def next_deadline(self) -> float | None:
         return None if self.proposed else self.deadline
+
+    def contributes(self) -> bool:
+        """Whether this node computes and sends a gradient for its current step: not
+        when it re-proposes the value it accepted before a restart (that value is
+        the step's, or a retry adopts a higher one: a gradient would be wasted, and
+        its 40 MB on the bulk link would hold up the push of the re-proposed value
+        the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step)."""
+        return not self.replaying
 
     def rank(self) -> int:
         """0 for the acting coordinator, 1 for the next live voter, and so on in
@@ -306,9 +315,11 @@ class StepLeader:
         self.deadline = None
         self.majority_armed = False
         self.proposed = False
+        self.replaying = False
         stored = event.stored
         if stored is not None and stored.agg_fp in event.held and self.node in self.voters:
             self.proposed = True
+            self.replaying = True
             actions.append(ProposeStored(step=event.step, value=stored))
 
     def _on_own(self, event: OwnContribution, now: float, actions: list) -> None:

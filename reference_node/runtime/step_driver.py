@@ -867,6 +867,8 @@ class StepDriver:
         step = self.step
         if self.name not in self.core.members:
             return None  # removed: the node is stopping
+        if self.requested_contribution < step and not self.leader.contributes():
+            self.requested_contribution = step  # re-proposing a stored value: no gradient
         if self.requested_contribution < step:
             self.requested_contribution = step
             others = [m for m in self.core.members if m != self.name]

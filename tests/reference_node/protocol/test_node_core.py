@@ -255,3 +255,15 @@ def test_every_logged_action_maps_to_a_valid_history_event(action):
 def test_sends_and_timers_are_not_history():
     assert nc.history_of(cm.Tick(), node="n1") is None
     assert nc.history_of(nc.Tick(), node="n1") is None
+
+
+def test_a_node_replaying_a_stored_value_sends_no_gradient_for_that_step():
+    value = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1"])
+    core = nc.StepLeader(node="n2")
+    core.handle(nc.StepBegan(step=4, voters=VOTERS, members=VOTERS), 0.0)
+    assert core.contributes()
+    began = nc.StepBegan(step=5, voters=VOTERS, members=VOTERS, stored=value, held=(value.agg_fp,))
+    core.handle(began, 1.0)
+    assert not core.contributes()
+    core.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), 2.0)
+    assert core.contributes()
