@@ -165,7 +165,8 @@ def test_smoke_faults_for_an_hour_leave_no_leak(tmp_path):
         log.close()
     elapsed_s = time.monotonic() - started
     stderr = (tmp_path / "harness.log").read_text()
-    assert harness.returncode == 0, f"exit {harness.returncode}\n{stdout}\n{stderr[-4000:]}"
+    # The verdict is asserted last: a run with a finding is still checked for leaks.
+    assert harness.returncode in (0, 1), f"exit {harness.returncode}\n{stdout}\n{stderr[-4000:]}"
     result = json.loads(stdout)
     run_dir = Path(result["run_dir"])
 
@@ -204,4 +205,6 @@ def test_smoke_faults_for_an_hour_leave_no_leak(tmp_path):
         if after > before * (1 + RSS_GROWTH_FRACTION) + RSS_GROWTH_SLACK_MB
     ]
     assert not grown, f"resident memory grew past the bound:\n{report}"
+    print(f"no leak: processes, registry, TMPDIR, namespaces, containers, RSS; verdict {result['status']}")  # fmt: skip
+    assert result["status"] == "valid", f"the soak found: {result['message']} (run {run_dir})"
     shutil.rmtree(tmp_path / "runs", ignore_errors=True)  # an hour of events is large
