@@ -103,7 +103,9 @@ def test_a_failed_build_is_retried_with_what_arrives_next():
 
 def test_events_are_validated_and_time_never_goes_back():
     with pytest.raises(LocalProtocolError):
-        nc.StepBegan(step=0, voters=("n0", "x y"), members=VOTERS)
+        nc.StepBegan(step=0, voters=["n0"], members=VOTERS)
+    with pytest.raises(LocalProtocolError):
+        nc.StepBegan(step=0, voters=(), members=VOTERS)
     with pytest.raises(LocalProtocolError):
         nc.StepBegan(step=0, voters=("n0", "n3"), members=VOTERS)
     core = leader("n0")
