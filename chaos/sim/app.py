@@ -163,6 +163,7 @@ class NodeApp:
         self.fetches: dict[tuple[int, str], list] = {}  # key -> [sources, attempt]
         self.commit_timer_at = math.inf
         self.lead_timer_at = math.inf
+        self.lead_deadline_armed: float | None = None  # the leader deadline last armed
         self.rejoin_timer_at = math.inf
         self.highest_step_seen = -1
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
@@ -183,6 +184,8 @@ class NodeApp:
         self.sim.log(cls, self.proc, t, **fields)
 
     def _history(self, t: float, action: Any) -> None:
+        if type(action) not in nc.LOGGED_ACTIONS:
+            return  # sends, persists, fetches: not history (most actions)
         mapped = nc.history_of(action, node=self.name, step=self.leader.step)
         if mapped is not None:
             self.sim.log(mapped[0], self.proc, t, **mapped[1])
@@ -229,6 +232,7 @@ class NodeApp:
         self._begin_step(t)
 
     def clock_changed(self, t: float) -> None:
+        self.lead_deadline_armed = None  # the same local deadline maps to a new time
         self._arm_commit_timer(t)
         self._arm_lead_timer(t)
 
@@ -283,8 +287,9 @@ class NodeApp:
 
     def _arm_lead_timer(self, t: float) -> None:
         deadline = self.leader.next_deadline()
-        if deadline is None:
-            return
+        if deadline is None or deadline == self.lead_deadline_armed:
+            return  # most arrivals change no deadline: nothing to arm
+        self.lead_deadline_armed = deadline
         at = max(self._true(deadline), t)
         if at < self.lead_timer_at or self.lead_timer_at <= t:
             self.lead_timer_at = at
@@ -702,6 +707,7 @@ class NodeApp:
         elif kind == "lead_tick":
             if t >= self.lead_timer_at:
                 self.lead_timer_at = math.inf
+                self.lead_deadline_armed = None  # fired: arm whatever is due next
                 self._lead(t, nc.Tick())
         elif kind == "replay":
             self._propose_value(t, payload[1], payload[2])

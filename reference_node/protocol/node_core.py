@@ -539,7 +539,7 @@ def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict
     """The history event logged for a core's action, as (event class, fields), or None
     for an action that is not logged.  ``step`` is the node's current step (logged
     with a rejoin's begin)."""
-    if type(action) not in _LOGGED:
+    if type(action) not in LOGGED_ACTIONS:
         return None  # most actions (sends, persists, timers) are not history: cheap
     match action:
         case cm.Proposed():
@@ -635,7 +635,8 @@ def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict
     return None
 
 
-_LOGGED = frozenset(
+# The action types ``history_of`` logs (a driver may test this before calling it).
+LOGGED_ACTIONS = frozenset(
     {
         cm.Proposed,
         cm.Promised,
