@@ -110,6 +110,47 @@ declared dead (S4; ``swarmshake explore`` found it: 3 nodes, halves cut at 0.5 s
    claimer older than the one known (in flight when the claimer rejoined) is stale
    and ignored.
 
+Verdicts formed where the subject could not be heard
+----------------------------------------------------
+The rule: **a node that stays alive and hears a majority of the membership is never
+declared dead because of a verdict formed where it could not be heard.**  The smoke
+demo broke it: n1, isolated for 6 s, declared n2, n3, n4 dead; its links queued what
+it sent and flushed it at the heal, the stale suspicions made the majority refute
+and take n1 back, and then n1's verdict on n4 was obeyed by n2 and n3 ("confirmed
+by n1"): a healthy majority node restarted (half the cluster at 8 nodes).  From
+Rapid (a node is cut only when H of its K observers agree, which keeps membership
+stable under partial connectivity) and Lifeguard (local health: a node that
+suspects many peers doubts itself first), every verdict now carries its provenance:
+
+1. *Quorum-formed or local.*  A verdict is quorum-formed when at least
+   ``confirm_suspicions`` monitors agreed (a lone suspicion that times out is one
+   observer's word), its node hears a majority (``in_quorum``: itself plus the
+   members it neither holds dead nor suspects are more than half the members, and
+   likewise for the peers it watches), it is past its own start-up grace (its
+   peers may not know its incarnation yet, so their silence is no evidence), and
+   it is of the node's current incarnation (a refutation or restart voids the
+   verdicts of the old one).  A local verdict is acted on (view, commit, L1) but
+   never passed on: not gossiped, not pushed to newcomers, and told to its subject
+   with ``Gossip.sender_quorum = False``.
+2. *The receiver's own evidence first.*  A relayed death of a peer this node hears
+   itself (its watch armed and not timed out, no suspicion of its own) counts as
+   the claimer's suspicion, which the subject refutes; other nodes' suspicions do
+   not confirm a death of a peer this node hears (its own watch times out within a
+   threshold if the peer really crashed, and its own suspicion confirms).
+3. *A no-quorum verdict never overrules a node that hears a majority without its
+   claimer*: the claimer is the one cut off; it is told dead in turn.  Between two
+   nodes that both lack a quorum the mutual-death rule below still picks one.
+4. *Verdicts die with the cut.*  Every gossip message names its sender's
+   incarnation; claims of an older incarnation of the sender than the one known
+   (queued before it refuted or restarted) are dropped, as are the suspicions of a
+   node taken back from dead within its start-up grace.  A node out of quorum does
+   not refute a suspicion of itself (it lets the majority's verdict come and
+   rejoins): refuting brought it back into the others' views while it held them
+   dead.
+
+Crash detection is unchanged: a crash is seen by >= 2 monitors, each of which
+suspects it itself, so the first confirmation still comes from two own suspicions.
+
 Restarts (found by the same exploration): a peer seen at a new incarnation gets a
 fresh watch with the start-up grace (the old stream's deadline timed it out before its
 first heartbeat), and the direct receivers of its announce push it the members they
