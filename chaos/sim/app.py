@@ -277,13 +277,16 @@ class NodeApp:
             self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
 
     def _lead(self, t: float, event: Any) -> None:
-        for action in self.leader.handle(event, self._local(t)):
+        leader = self.leader
+        for action in leader.handle(event, self.proc.clock.local(t)):
             if isinstance(action, nc.BuildProposal):
                 self._propose(t, action)
             elif isinstance(action, nc.ProposeStored):
                 # After the current handler: the core is not re-entered mid-list.
                 self._timer(t, ("replay", action.step, action.value))
-        self._arm_lead_timer(t)
+        deadline = leader.next_deadline()
+        if deadline is not None and deadline != self.lead_deadline_armed:
+            self._arm_lead_timer(t)  # most arrivals move no deadline
 
     def _arm_lead_timer(self, t: float) -> None:
         deadline = self.leader.next_deadline()
@@ -499,7 +502,9 @@ class NodeApp:
     # --- messages -----------------------------------------------------------------------
 
     def receive(self, t: float, sender: str, message: Any) -> None:
-        if isinstance(message, CommitMessage.__args__):  # type: ignore[attr-defined]
+        if type(message) is Contribution:  # the most frequent message by far
+            self._contribution(t, message)
+        elif isinstance(message, CommitMessage.__args__):  # type: ignore[attr-defined]
             step = message.step
             self.highest_step_seen = max(self.highest_step_seen, step)
             if step > self.peer_steps.get(sender, -1):
@@ -509,8 +514,6 @@ class NodeApp:
                 self.values[key] = tuple(message.value.contributors)
             if self.commit is not None:
                 self._commit(t, MessageReceived(message=message))
-        elif isinstance(message, Contribution):
-            self._contribution(t, message)
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
