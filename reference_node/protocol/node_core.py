@@ -250,6 +250,8 @@ class StepLeader:
         self.proposed = False
         self.replaying = False  # this step re-proposes a stored value: no gradient
         self._rank: int | None = None  # rank() for the current step and view
+        self._waited: frozenset[str] | None = None  # the voters in view, likewise
+        self._voter_set: frozenset[str] = frozenset()
         self._clock = Clock()
 
     # -- public API -------------------------------------------------------------------------
@@ -307,7 +309,9 @@ class StepLeader:
     def _on_step_began(self, event: StepBegan, now: float, actions: list) -> None:
         self.step = event.step
         self._rank = None
+        self._waited = None
         self.voters = tuple(sorted(event.voters))
+        self._voter_set = frozenset(self.voters)
         self.members = tuple(sorted(event.members))
         window = self.config.steps_ahead_max
         self.arrived = {
@@ -349,6 +353,7 @@ class StepLeader:
     def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
         self.alive = frozenset(event.alive)
         self._rank = None
+        self._waited = None
         if self.computed_at is None or self.proposed or self.rank() != 0:
             return
         # Either the contributor waited for was declared dead, or the node that led
@@ -380,10 +385,13 @@ class StepLeader:
         if self.proposed:
             return False
         got = self.arrived.get(self.step, set())
-        voters = set(self.voters)
-        if all(v in got for v in (self.alive | {self.node}) & voters):
+        waited = self._waited
+        if waited is None:  # the voters in this node's view: once per step and view
+            waited = self._waited = (self.alive | {self.node}) & self._voter_set
+        if waited <= got:
             self._build(actions)
             return self.proposed
+        voters = self._voter_set
         if not self.majority_armed and len(got & voters) > len(voters) // 2:
             self.majority_armed = True
             self._arm(now + self.config.straggler_grace_s)
