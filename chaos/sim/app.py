@@ -537,6 +537,15 @@ class NodeApp:
             if self._rebuild(key):
                 self._holds(t, key)
 
+    def bulk_reset(self, t: float, sender: str, message: Any) -> None:
+        """A bulk transfer from ``sender`` broke off (its process died): a state
+        transfer fails now, as the runtime's worker reports it (``StateFailed``),
+        instead of after the rejoin's fetch timeout.  A lost aggregate is pulled
+        again at its fetch timeout."""
+        if isinstance(message, StateBytes) and self.rejoin is not None:
+            if self.rejoin.source == sender:
+                self._rejoin(t, rejoin.FetchFailed(source=sender, reason="connection reset"))
+
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
         held = self.held.setdefault(message.step, {})
         if message.value_fp in held:

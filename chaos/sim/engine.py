@@ -240,7 +240,11 @@ class Simulation:
             if sender_gen >= 0:
                 origin = self.processes.get(sender)
                 if origin is None or not origin.up or origin.gen != sender_gen:
-                    return  # the bulk sender died mid-transfer
+                    # The bulk sender died mid-transfer: the receiver's connection
+                    # resets (the runtime's worker reports the failed transfer).
+                    if proc.app is not None:
+                        proc.app.bulk_reset(t, sender, message)
+                    return
             if isinstance(message, Gossip):
                 self.detector_event(proc, t, GossipReceived(message=message))
             elif proc.app is not None:

@@ -506,24 +506,25 @@ def rejoin_sources(
     """Who a rejoin may ask (the rejoin core orders them by rendezvous hashing).
 
     ``evidence``: the peer whose message showed this node is behind (None: the node
-    is starting, and every live member may serve).  Otherwise every live member not
-    known to be behind this node (its messages carried no later step), plus the
+    is starting, and every live member may serve).  Otherwise the live members known
+    to be ahead of this node (their messages carried a later step), else the
     evidence peer, alive whatever this node's detector believes (after a partition
-    each side may think the other dead).  Not only the peers known to be ahead: a
-    restarted node has heard from few peers yet, and a lone candidate that restarts
-    mid-transfer costs its whole fetch timeout (explore, seed 2: 17.5 s without a
-    commit).  A joiner asks the member that showed it was added: that one has
-    committed the add."""
+    each side may think the other dead).  Only peers known to be ahead: the rejoin
+    core takes any offer above the vote floor, so a peer at this node's own step
+    would hand it the state it has, and two such nodes rejoined from each other
+    every second (real lost-vote run: 15 s without a commit while n2 was ahead).
+    A joiner asks the member that showed it was added: that one has committed the
+    add."""
     if joining and evidence is not None:
         return (evidence,)
     member_set = set(members)
     live = tuple(p for p in alive if p != node and p in member_set)
     if evidence is None:
         return live
-    useful = tuple(p for p in live if peer_steps.get(p, own_step + 1) > own_step)
-    if evidence != node and evidence not in useful:
-        useful = (*useful, evidence)
-    return useful
+    ahead = tuple(p for p in live if peer_steps.get(p, -1) > own_step)
+    if ahead:
+        return ahead
+    return (evidence,) if evidence != node else live
 
 
 def replica_peers(

@@ -211,12 +211,12 @@ def test_rebuild_when_every_contribution_is_held_else_wait_for_the_push_then_pul
     assert nc.plan_aggregate("n1", own, None, (), VOTERS).wait_s == 0.0  # no push is coming
 
 
-def test_rejoin_sources_skip_peers_known_to_be_behind_and_keep_the_evidence():
+def test_rejoin_sources_are_the_peers_known_to_be_ahead():
     assert nc.rejoin_sources("n1", VOTERS, VOTERS, {}, 5, None) == ("n0", "n2")
-    # n0's messages carried step 3: behind this node, it cannot help (unless it is
-    # the evidence itself); n2 is ahead; a peer not heard from yet may be.
-    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {"n2": 9, "n0": 3}, 5, "n2") == ("n2",)
-    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {"n2": 9}, 5, "n2") == ("n0", "n2")
+    # n0's messages carried step 3 and n2's step 9: only n2 can hand over a later
+    # state; a peer not heard from may be at this node's own step.
+    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {"n2": 9, "n0": 3}, 5, "n0") == ("n2",)
+    assert nc.rejoin_sources("n1", VOTERS, VOTERS, {"n2": 9}, 5, "n2") == ("n2",)
     assert nc.rejoin_sources("n1", ("n1",), VOTERS, {}, 5, "n0") == ("n0",)
     assert nc.rejoin_sources("n3", VOTERS, VOTERS, {}, 5, "n0", joining=True) == ("n0",)
 
