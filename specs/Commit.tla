@@ -10,7 +10,8 @@
 (*   - an acceptor accepts only while holding the aggregate's bytes (it    *)
 (*     writes them with its accept, so they survive a restart);            *)
 (*   - a quorum is a majority of the configured voters, never of the       *)
-(*     detector view; the leader of a side is its lowest live node.        *)
+(*     detector view; the leader of a side is its lowest live node (above *)
+(*     its vote floor).                                                     *)
 (* The value of a step is the aggregate (its fingerprint plus contributor *)
 (* set), abstracted to an element of Values; a node's parameters are the   *)
 (* sequence of values it applied, so equal sequences = equal fingerprints. *)
@@ -28,6 +29,19 @@
 (* delayed delivery).  So a new ballot needs a new leader or a stale       *)
 (* promise that reappears (restart, heal): rounds are bounded by faults.   *)
 (*                                                                         *)
+(* Records, pruning and the vote floor: an acceptor keeps the persisted    *)
+(* records of its newest RecordsKept steps only (the driver's              *)
+(* AcceptorStore); before it deletes older ones it writes, durably, the   *)
+(* highest pruned step (floor, "pruned-through").  An acceptor votes only *)
+(* on its own next step (the core buffers later steps' messages and        *)
+(* answers earlier ones with Decided), and a node neither votes nor leads *)
+(* at or below its floor: it only learns those steps.  A restarted node   *)
+(* may roll back: its rejoin installs the state of a live peer behind it, *)
+(* skipping a source behind its floor, or (OldCheckpoints) it resumes from *)
+(* a checkpoint older than its last step.  Without the floor (bug         *)
+(* no-vote-floor) a rolled-back node votes again on steps whose records   *)
+(* it pruned, as forget-vote does, and two values commit for one step.    *)
+(*                                                                         *)
 (* Fairness (what the implementation assumes, for L2): a live node that   *)
 (* can take a protocol step eventually takes one (the core's retry timer  *)
 (* fires; one WF over all protocol steps, the same as one per node here:   *)
@@ -41,9 +55,12 @@ CONSTANTS
     MaxStep,        \* steps to commit
     MaxCrashes,     \* crashes the environment may inject
     MaxPartitions,  \* partitions the environment may inject
+    RecordsKept,    \* acceptor records an acceptor keeps: those of its newest steps
+    OldCheckpoints, \* TRUE: a restart may resume from an older checkpoint of its own
     Bugs            \* switched-on known bugs, by their bugs.py names
 
-ASSUME Bugs \subseteq {"no-quorum", "ack-before-apply", "forget-vote"}
+ASSUME Bugs \subseteq {"no-quorum", "ack-before-apply", "forget-vote", "no-vote-floor"}
+ASSUME RecordsKept \in Nat /\ RecordsKept >= 1 /\ OldCheckpoints \in BOOLEAN
 
 Nodes == 1..N
 \* The aggregate each node computes from the gradients it received: node 1 saw
@@ -67,12 +84,13 @@ VARIABLES
     bytes,      \* bytes[n][s]: aggregates whose bytes n holds (on disk); each
                 \* node starts every step holding its own aggregate
     params,     \* params[n]: values applied, in step order
+    floor,      \* floor[n]: highest step whose record n pruned (persisted), 0 none
     proposals,  \* every proposal (phase 2a message) ever sent
     commits,    \* ghost: [step, value, majority] of every commit (majority: its
                 \* quorum was a majority of the configured voters)
     faults      \* [crashes, partitions] injected so far
 
-vars == <<up, side, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
+vars == <<up, side, maxBal, accBal, accVal, bytes, params, floor, proposals, commits, faults>>
 
 Reachable(a, b) == side[a] = side[b]
 View(n) == {m \in Nodes : up[m] /\ Reachable(n, m)}
@@ -80,8 +98,11 @@ IsMajorityOf(q, set) == q \subseteq set /\ 2 * Cardinality(q) > Cardinality(set)
 \* The mistake no-quorum makes: a majority of the detector view will do.
 IsQuorum(q, n) == IF Bug("no-quorum") THEN IsMajorityOf(q, View(n)) /\ q # {}
                   ELSE IsMajorityOf(q, Nodes)
-Leader(n) == n = CHOOSE m \in View(n) : \A k \in View(n) : m <= k
 NextStep(n) == Len(params[n]) + 1
+\* The side's lowest live node whose next step is above its floor (a node below
+\* it only learns; the next ranked node takes over, as the core's fallback does).
+MayLead(n) == {m \in View(n) : NextStep(m) > floor[m]}
+Leader(n) == n \in MayLead(n) /\ \A k \in MayLead(n) : n <= k
 Max(set) == CHOOSE x \in set : \A y \in set : y <= x
 \* The highest promise for step s among n's side's live acceptors (-1: none).
 TopBal(n, s) == Max({maxBal[a][s] : a \in View(n)})
@@ -92,6 +113,26 @@ PrepareBallot(n, s) ==
     IN  IF top >= 0 /\ Owner(top) = n THEN top
         ELSE IF BallotOf(n, r) > top THEN BallotOf(n, r) ELSE BallotOf(n, r + 1)
 
+\* The steps n holds an acceptor record of (a promise; an accept promises too).
+RecordSteps(n) == {t \in Steps : maxBal[n][t] >= 0}
+\* The records n deletes when it writes one for step s: all but its newest
+\* RecordsKept steps (the store orders its files by step).  The record of s
+\* itself stays until a later write even when it is older (a rolled-back node):
+\* the store deletes it right after writing, but the reply was sent and the
+\* process remembers its vote until it stops; this spec reads persisted records
+\* as those replies (see Propose), so the record stands for both.
+PrunedBy(n, s) ==
+    LET r == RecordSteps(n) \cup {s}
+    IN  {t \in r \ {s} : Cardinality({u \in r : u > t}) >= RecordsKept}
+\* n's record function rec after writing new for step s, blank where pruned.
+Stored(n, s, rec, new, blank) ==
+    [t \in Steps |-> IF t \in PrunedBy(n, s) THEN blank ELSE IF t = s THEN new ELSE rec[t]]
+\* The floor goes to disk before the records go; no-vote-floor never writes it.
+RaisedFloor(n, s) ==
+    IF Bug("no-vote-floor") THEN floor[n] ELSE Max({floor[n]} \cup PrunedBy(n, s))
+\* n may vote or lead on step s: its own next step, above its floor.
+MayVote(n, s) == s = NextStep(n) /\ s > floor[n]
+
 Init ==
     /\ up = [n \in Nodes |-> TRUE]
     /\ side = [n \in Nodes |-> 0]
@@ -100,6 +141,7 @@ Init ==
     /\ accVal = [n \in Nodes |-> [s \in Steps |-> None]]
     /\ bytes = [n \in Nodes |-> [s \in Steps |-> {AggregateOf(n)}]]
     /\ params = [n \in Nodes |-> <<>>]
+    /\ floor = [n \in Nodes |-> 0]
     /\ proposals = {}
     /\ commits = {}
     /\ faults = [crashes |-> 0, partitions |-> 0]
@@ -126,11 +168,16 @@ Promise(n, acc) ==
     LET s == NextStep(n)
         b == PrepareBallot(n, s)
     IN
-    /\ up[n] /\ Leader(n) /\ s \in Steps
+    /\ up[n] /\ Leader(n) /\ s \in Steps /\ s > floor[n]
     /\ acc # {}
-    /\ \A a \in acc : up[a] /\ Reachable(a, n) /\ b > maxBal[a][s]
-    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![s] = b] ELSE maxBal[a]]
-    /\ UNCHANGED <<up, side, accBal, accVal, bytes, params, proposals, commits, faults>>
+    /\ \A a \in acc : up[a] /\ Reachable(a, n) /\ MayVote(a, s) /\ b > maxBal[a][s]
+    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, s, maxBal[a], b, -1) ELSE maxBal[a]]
+    /\ accBal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, s, accBal[a], accBal[a][s], -1)
+                                  ELSE accBal[a]]
+    /\ accVal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, s, accVal[a], accVal[a][s], None)
+                                  ELSE accVal[a]]
+    /\ floor' = [a \in Nodes |-> IF a \in acc THEN RaisedFloor(a, s) ELSE floor[a]]
+    /\ UNCHANGED <<up, side, bytes, params, proposals, commits, faults>>
 
 \* Phase 2a, the event "propose": q, the acceptors on n's side still holding
 \* n's promise on b, is a quorum; n adopts the value of the highest ballot q
@@ -144,24 +191,26 @@ Propose(n, b) ==
         highest == CHOOSE a \in voted : \A k \in voted : accBal[k][s] <= accBal[a][s]
         v == IF voted = {} THEN AggregateOf(n) ELSE accVal[highest][s]
     IN
-    /\ up[n] /\ Owner(b) = n /\ s \in Steps
+    /\ up[n] /\ Owner(b) = n /\ s \in Steps /\ s > floor[n]
     /\ ~\E p \in proposals : p.step = s /\ p.bal = b
     /\ IsQuorum(q, n)
     /\ proposals' = proposals \cup {[from |-> n, step |-> s, bal |-> b, val |-> v]}
-    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, bytes, params, commits, faults>>
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, bytes, params, floor, commits, faults>>
 
 \* Phase 2b, the event "accept", by the acceptors in acc (one step, as for
 \* promises); persisted before the reply.
 CanAccept(a, p) ==
-    /\ up[a] /\ Reachable(p.from, a)
+    /\ up[a] /\ Reachable(p.from, a) /\ MayVote(a, p.step)
     /\ p.bal >= maxBal[a][p.step] /\ accBal[a][p.step] # p.bal
     /\ Bug("ack-before-apply") \/ CanFetch(a, p.step, p.val)
 Accept(p, acc) ==
     /\ p \in proposals /\ acc # {}
     /\ \A a \in acc : CanAccept(a, p)
-    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN [maxBal[a] EXCEPT ![p.step] = p.bal] ELSE maxBal[a]]
-    /\ accBal' = [a \in Nodes |-> IF a \in acc THEN [accBal[a] EXCEPT ![p.step] = p.bal] ELSE accBal[a]]
-    /\ accVal' = [a \in Nodes |-> IF a \in acc THEN [accVal[a] EXCEPT ![p.step] = p.val] ELSE accVal[a]]
+    /\ maxBal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, p.step, maxBal[a], p.bal, -1) ELSE maxBal[a]]
+    /\ accBal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, p.step, accBal[a], p.bal, -1) ELSE accBal[a]]
+    /\ accVal' = [a \in Nodes |-> IF a \in acc THEN Stored(a, p.step, accVal[a], p.val, None)
+                                  ELSE accVal[a]]
+    /\ floor' = [a \in Nodes |-> IF a \in acc THEN RaisedFloor(a, p.step) ELSE floor[a]]
     /\ bytes' = IF Bug("ack-before-apply") THEN bytes  \* the mistake: votes without the bytes
                 ELSE [a \in Nodes |-> IF a \in acc THEN [bytes[a] EXCEPT ![p.step] = @ \cup {p.val}]
                                       ELSE bytes[a]]
@@ -179,7 +228,7 @@ Commit(n, p) ==
     /\ CanFetch(n, s, v) /\ Fetch(n, s, v)
     /\ params' = [params EXCEPT ![n] = Append(@, v)]
     /\ commits' = commits \cup {[step |-> s, value |-> v, majority |-> IsMajorityOf(q, Nodes)]}
-    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, faults>>
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, floor, proposals, faults>>
 
 \* A laggard learns a decision from a live peer on its side that applied it (the
 \* core's Decided answer to a message of an older step), then applies it.
@@ -190,7 +239,7 @@ Learn(n) ==
           /\ Len(params[m]) >= s
           /\ CanFetch(n, s, params[m][s]) /\ Fetch(n, s, params[m][s])
           /\ params' = [params EXCEPT ![n] = Append(@, params[m][s])]
-    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, proposals, commits, faults>>
+    /\ UNCHANGED <<up, side, maxBal, accBal, accVal, floor, proposals, commits, faults>>
 
 -----------------------------------------------------------------------------
 (* Environment. *)
@@ -199,7 +248,19 @@ Crash(n) ==
     /\ up[n] /\ faults.crashes < MaxCrashes
     /\ up' = [up EXCEPT ![n] = FALSE]
     /\ faults' = [faults EXCEPT !.crashes = @ + 1]
-    /\ UNCHANGED <<side, maxBal, accBal, accVal, bytes, params, proposals, commits>>
+    /\ UNCHANGED <<side, maxBal, accBal, accVal, bytes, params, floor, proposals, commits>>
+
+\* The state a restarted node resumes from (its rejoin): its own, or that of a
+\* live peer on its side that is behind it (a rollback), unless that peer is
+\* behind its floor (the rejoin core skips such a source); with OldCheckpoints
+\* also a checkpoint of its own older than its last step (checkpoints are taken
+\* every checkpoint_every steps, more than the records kept).  A source ahead
+\* of it is the same as learning the steps in between (Learn).
+ResumeFrom(n) ==
+    {params[n]}
+    \cup {params[m] : m \in {m \in View(n) \ {n} :
+                        Len(params[m]) < Len(params[n]) /\ Len(params[m]) >= floor[n]}}
+    \cup (IF OldCheckpoints THEN {SubSeq(params[n], 1, k) : k \in 0..Len(params[n])} ELSE {})
 
 \* A restart keeps what was persisted; forget-vote loses the promise and accept.
 Restart(n) ==
@@ -210,7 +271,8 @@ Restart(n) ==
             /\ accBal' = [accBal EXCEPT ![n] = [s \in Steps |-> -1]]
             /\ accVal' = [accVal EXCEPT ![n] = [s \in Steps |-> None]]
        ELSE UNCHANGED <<maxBal, accBal, accVal>>
-    /\ UNCHANGED <<side, bytes, params, proposals, commits, faults>>
+    /\ \E state \in ResumeFrom(n) : params' = [params EXCEPT ![n] = state]
+    /\ UNCHANGED <<side, bytes, floor, proposals, commits, faults>>
 
 \* One node cut off from the rest (with N = 3 every split is of this shape).
 Partition(group) ==
@@ -219,12 +281,12 @@ Partition(group) ==
     /\ group # {} /\ group # Nodes
     /\ side' = [n \in Nodes |-> IF n \in group THEN 1 ELSE 0]
     /\ faults' = [faults EXCEPT !.partitions = @ + 1]
-    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, proposals, commits>>
+    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, floor, proposals, commits>>
 
 Heal ==
     /\ \E n \in Nodes : side[n] = 1
     /\ side' = [n \in Nodes |-> 0]
-    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, proposals, commits, faults>>
+    /\ UNCHANGED <<up, maxBal, accBal, accVal, bytes, params, floor, proposals, commits, faults>>
 
 -----------------------------------------------------------------------------
 \* The ballots of n that some acceptor promised for n's next step.
@@ -267,6 +329,7 @@ Spec == Init /\ [][Next]_vars /\ Fairness
 
 TypeOK ==
     /\ up \in [Nodes -> BOOLEAN]
+    /\ floor \in [Nodes -> 0..MaxStep]
     /\ \A n \in Nodes : Len(params[n]) <= MaxStep
 
 \* S1 agreement: replicas that applied step s hold the same parameters for s.
@@ -280,6 +343,12 @@ S2 == 2 * Cardinality({n \in Nodes : ~up[n]}) < N =>
 
 \* S3 no split brain: every commit rests on a majority of the configured voters.
 S3 == \A c \in commits : c.majority
+
+\* Reachability witnesses, not properties: tests/verify/test_tla_specs.py checks
+\* that TLC violates them in Commit.floor.cfg, so that profile is known to prune
+\* records, raise a floor and restart a node below it (the floor is not vacuous).
+NoFloorRaised == \A n \in Nodes : floor[n] = 0
+NoneBelowFloor == \A n \in Nodes : NextStep(n) > floor[n]
 
 \* L2 progress: if, from some point on, all nodes are connected and a majority
 \* stays up, every live node eventually commits every step.

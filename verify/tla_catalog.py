@@ -52,10 +52,13 @@ SPECS: dict[str, SpecEntry] = {
             name="commit",
             module="Commit",
             configs={
-                "default": ("Commit.crash.cfg", "Commit.partition.cfg"),
-                "deep": ("Commit.deep.cfg",),
+                "default": ("Commit.crash.cfg", "Commit.partition.cfg", "Commit.floor.cfg"),
+                "deep": ("Commit.deep.cfg", "Commit.floor.deep.cfg"),
             },
-            about="strict-mode step commit, Paxos per step, majority of voters (S1, S2, S3, L2)",
+            about=(
+                "strict-mode step commit, Paxos per step, majority of voters; pruned "
+                "acceptor records, the vote floor, rollback on restart (S1, S2, S3, L2)"
+            ),
         ),
         SpecEntry(
             name="rejoin",

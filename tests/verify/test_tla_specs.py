@@ -46,6 +46,43 @@ def test_tlc_catches_every_known_bug_as_the_property_it_breaks(bug: str) -> None
     assert len(check.result.counterexample) >= 2
 
 
+@pytest.mark.slow
+def test_without_the_vote_floor_a_rolled_back_node_commits_a_second_value() -> None:
+    # The mechanism of 49f9838's bug, not just "some S1 violation": a restart rolls a
+    # node back below a step whose record it pruned, and that step commits twice.
+    check = tla_catalog.check_mutant("no-vote-floor")
+    assert check.caught, check.problem
+    states = check.result.counterexample
+    restarts = [s for s in states if s.action == "Restart"]
+    assert restarts, [s.action for s in states]
+    last = states[-1].variables
+    assert last["floor"] == "<<0, 0, 0>>"  # the mutant never writes it
+    commits = next(s.variables["commits"] for s in reversed(states) if "commits" in s.variables)
+    assert commits.count("step |-> 1") == 2, commits  # two values for step 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("witness", ["NoFloorRaised", "NoneBelowFloor"])
+def test_the_floor_profile_prunes_and_restarts_a_node_below_its_floor(witness: str) -> None:
+    # Commit.floor.cfg passing means something only if its behaviours reach a raised
+    # floor and a node whose next step is at or below it (the vote floor acts).
+    from swarmshake.verify.tla import run_tlc
+
+    text = (tla_catalog.specs_dir() / "Commit.floor.cfg").read_text()
+    checks = [line for line in text.splitlines() if line.startswith(("INVARIANT", "PROPERTY"))]
+    assert checks, text
+    for line in checks:
+        text = text.replace(line + "\n", "")
+    result = run_tlc(
+        tla_catalog.specs_dir() / "Commit.tla",
+        text + f"INVARIANT {witness}\n",
+        timeout_s=tla_catalog.TIMEOUT_S["default"],
+    )
+    assert result.status == "violated" and result.violated_property == witness, result.message
+    if witness == "NoneBelowFloor":  # put there by a restart (an older checkpoint)
+        assert any(state.action == "Restart" for state in result.counterexample)
+
+
 def test_cli_mutants_of_one_spec_print_the_counterexample(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
