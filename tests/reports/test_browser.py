@@ -129,3 +129,29 @@ def test_net_log_check_sees_a_request(tmp_path: Path) -> None:
     net_log = tmp_path / "net.json"
     _chromium(tmp_path, "--dump-dom", f"--log-net-log={net_log}", page.as_uri())
     assert "http://127.0.0.1:9/pixel.png" in _requested_urls(net_log)[0]
+
+
+@needs_chromium
+def test_demo_lanes_as_the_browser_draws_them(demo_run: Path, histories) -> None:
+    """The demo's report drew n4 "declared dead" from 27 s to the end of the run (its own
+    "declared dead by n3" taken for a peer's verdict, kept across its restart).  Each
+    lane state's tooltip lists the spans its bars are drawn from."""
+    write_run_reports(demo_run)
+    result = _chromium(
+        demo_run, "--virtual-time-budget=3000", "--dump-dom", (demo_run / "report.html").as_uri()
+    )
+    dom = result.stdout
+    assert 'data-report-ready="' in dom, "the page's script did not run"
+    titles = dict(re.findall(r'<g id="(lane-[^"]+)">\s*<title>([^<]*)</title>', dom))
+    # Declared dead by isolated n1 from its verdict (20.60 s), by n3 and n2 from their
+    # relays, until n4's incarnation 3 starts (27.35 s); then rejoining, then alive.
+    assert titles["lane-n4-declared-dead"] == "n4 declared dead: 20.60–27.35 s"
+    assert titles["lane-n4-rejoining"].endswith(", 27.35–27.80 s")
+    assert titles["lane-n4-alive"].endswith(f"–{histories.DEMO_END_S:.2f} s")
+    assert titles["lane-n1-declared-dead"] == "n1 declared dead: 20.60–27.10 s"
+    assert titles["lane-n1-alive"].endswith(f"–{histories.DEMO_END_S:.2f} s")
+    # n2 and n3: held dead by isolated n1 only, until n1's restart took its verdicts away.
+    assert titles["lane-n2-declared-dead"] == "n2 declared dead: 20.60–27.10 s"
+    assert titles["lane-n3-declared-dead"] == "n3 declared dead: 20.60–27.10 s"
+    # The same judgement gives the verdict and the count a reader sees.
+    assert 'id="false-positives">2<' in dom
