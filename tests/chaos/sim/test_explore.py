@@ -159,22 +159,22 @@ def test_lost_vote_block_breaks_s1_only_with_forget_vote():
 
 
 STALE_SOURCE = """
-- {op: {op: crash, nodes: [n2]}, when: {node: n2, kind: commit, step_at_least: 11}}
+- {op: {op: crash, nodes: [n2]}, when: {node: n2, kind: commit, step_at_least: 1}}
 - op: {op: partition, grouping: isolate, nodes: [n0]}
-  when: {node: n1, kind: commit, step_at_least: 28}
+  when: {node: n1, kind: commit, step_at_least: 18}
   heal_after_s: 5.0
-- {op: {op: restart, nodes: [n2]}, when: {node: n1, kind: commit, step_at_least: 28}}
+- {op: {op: restart, nodes: [n2]}, when: {node: n1, kind: commit, step_at_least: 18}}
 - op: {op: crash, nodes: [n1]}
-  when: {node: n1, kind: commit, step_at_least: 28}
+  when: {node: n1, kind: commit, step_at_least: 18}
   heal_after_s: 2.3
 """
 
 
 def test_stale_source_block_breaks_s1_only_without_the_vote_floor():
-    """n1's only reachable source after its restart is n2, restarted from its step-10
-    checkpoint after n1 pruned its records of steps up to 12: with the floor n1 refuses
+    """n1's only reachable source after its restart is n2, restarted from its step-0
+    checkpoint after n1 pruned its records of steps up to 2: with the floor n1 refuses
     that state and loads its own checkpoint; without it n1 installs it and n1 and n2
-    commit a second value for step 12 (S1)."""
+    commit a second value for step 2 (S1)."""
     block = _entries(STALE_SOURCE)
     healthy = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), block)
     assert healthy.verdict.violated() == [], [v.message for v in healthy.result.violations]
