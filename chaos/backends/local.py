@@ -50,6 +50,7 @@ PROXY_CREATE_CONCURRENCY = 16  # Toxiproxy serialises proxy creation; more buys 
 SIGNAL_EFFECT_TIMEOUT_S = 1.0  # SIGSTOP/SIGCONT take effect within a scheduler tick
 PORT_RANGE_FLOOR = 20000  # below: well-known and registered services
 DUTY_PERIOD_S = 0.02  # CPU-throttle duty cycle: short enough not to look like a pause
+MAX_NODE_PROCESSES = 4096  # a node's process tree is a launcher and a few workers; bounds the walk
 DISK_FULL_TMPFS = "64k"  # holds the copied checkpoints' names, not their data
 
 
@@ -254,8 +255,15 @@ class LocalNode(NodeHandle):
     def _signal(self, signum: int) -> None:
         if self.pid is None:
             return
+        # The node's group first, then every descendant that left it: a launcher such
+        # as torchrun starts its workers in sessions of their own, and a crash or a
+        # pause must hit the whole node, not only the launcher.
+        strays = [pid for pid in descendants(self.pid) if _pgid(pid) != self.pid]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signum)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     async def _wait_exit(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -360,6 +368,35 @@ class LocalNode(NodeHandle):
         self._disk_mount = folder
         if self.backend.registry:
             self.backend.registry.add_mount(folder)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (parents before children), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [root]
+    while frontier and len(found) < MAX_NODE_PROCESSES:
+        parent = frontier.pop(0)
+        for child in children.get(parent, []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def spawn_command(
