@@ -54,7 +54,7 @@ def system_class(name: str) -> type[System]:
     target = name if ":" in name else known_systems().get(name)
     if target is None:
         raise SystemConfigError(
-            f"unknown system {name!r}; known: {', '.join(sorted(known_systems()))} "
+            f"system {name!r} is unknown; known: {', '.join(sorted(known_systems()))} "
             f"(a package adds one under the entry-point group {ENTRY_POINT_GROUP!r}, or "
             "name it as pkg.module:Class)"
         )
