@@ -95,7 +95,10 @@ def main(argv: list[str]) -> int:
                 floor_ms=args.floor_ms,
             )
     except RunDirError as error:
-        raise UsageError(str(error)) from None
+        # One line: a YAML error's own text spans several (mark, snippet, caret).
+        message = " ".join(str(error).split())
+        fix = "" if "fix" in message else "; fix: repair or remove the file named"
+        raise UsageError(message + fix) from None
     from swarmshake.reports.compare_html import render_comparison_html
 
     markdown = args.run_dir / "compare.md"
