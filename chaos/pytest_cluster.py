@@ -144,7 +144,11 @@ class ChaosCluster(ClusterSession):
         Nothing is written; the nodes keep running (a line being written is a torn
         last line, which the reader skips).  The run is judged again, completely,
         after the test."""
-        return check_history(History.load(self.run_dir), self.judging.bounds)
+        from swarmshake.verify.history import RunSystem
+
+        return check_history(
+            History.load(self.run_dir), self.judging.bounds, RunSystem.of(self.run_dir)
+        )
 
     def heal_all(self) -> None:
         if not self.is_down:

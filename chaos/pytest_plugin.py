@@ -50,6 +50,8 @@ MARK_KEYWORDS = (
     "step",
     "bugs",
     "node_program",
+    "system",
+    "system_options",
     "bounds",
     "allow_unknown",
     "quiesce_s",
@@ -71,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "chaos(nodes=4, seed=0, training={}, detector={}, step={}, bugs=[], node_program=..., "
-        "bounds={}, allow_unknown=(), quiesce_s=3, verify=True): a chaos test; gets the "
+        "system='reference', system_options={}, bounds={}, allow_unknown=(), quiesce_s=3, verify=True): a chaos test; gets the "
         "cluster and nemesis fixtures of swarmshake, and fails unless its run is valid",
     )
 
@@ -116,11 +118,24 @@ def cluster(
         node_config=node_config,
         bugs=tuple(options.get("bugs", ())),
         node_program=str(options.get("node_program", NODE_MODULE)),
+        system=_system(options),
     )
     session = ChaosCluster(request.config.getoption("--swarmshake-backend"), spec, judging)
     request.node.user_properties.append(("swarmshake_run_dir", str(spec.run_dir)))
     with session:
         yield session
+
+
+def _system(options: dict[str, Any]) -> Any:
+    """The mark's ``system`` (a name or pkg.module:Class) with its ``system_options``."""
+    from swarmshake.chaos.systems import SystemConfigError, load_system
+
+    try:
+        return load_system(
+            str(options.get("system", "reference")), options.get("system_options") or {}
+        )
+    except SystemConfigError as error:
+        raise pytest.UsageError(f"@pytest.mark.chaos: {error}") from None
 
 
 @pytest.fixture

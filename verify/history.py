@@ -128,16 +128,22 @@ def load_history(run_dir: str | Path) -> History:
 
 @dataclass(frozen=True)
 class RunSystem:
-    """What a run directory says about its system (``run.json``); old runs: reference."""
+    """What a run directory says about its system; runs from before systems: reference."""
 
     name: str = "reference"
     produces: frozenset[str] | None = None  # None: every kind (the reference node)
 
     @classmethod
     def of(cls, run_dir: str | Path) -> RunSystem:
-        try:
-            record = json.loads((Path(run_dir) / "run.json").read_text())
-        except (OSError, ValueError):
+        """From ``system.json`` (written by the backend) or else ``run.json``."""
+        record: dict = {}
+        for name in ("system.json", "run.json"):
+            try:
+                record = json.loads((Path(run_dir) / name).read_text())
+                break
+            except (OSError, ValueError):
+                continue
+        if not isinstance(record, dict):
             return cls()
         name = str(record.get("system", "reference"))
         if name == "reference":

@@ -178,6 +178,15 @@ class Backend(abc.ABC):
         except KeyError:
             raise BackendError(f"no node {name!r}; the cluster has {list(self._nodes)}") from None
 
+    def record_system(self) -> None:
+        """``RUN_DIR/system.json``: which system ran and what it writes (the verifier reads it)."""
+        import json
+
+        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.spec.run_dir / "system.json").write_text(
+            json.dumps(self.system.describe(), indent=1, default=str)
+        )
+
     def ops(self) -> frozenset[str]:
         """The fault ops this cluster can take: the backend's and its system's."""
         return self.supported_ops & self.system.supported_ops()

@@ -525,6 +525,7 @@ class LocalBackend(Backend):
         started = time.monotonic()
         for folder in ("logs", "events", "checkpoints", "nodes"):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
+        self.record_system()
         if system.uses_zygote and system.link_faults != "netns":
             # The zygote's torch import is the slow part: start it first, overlap the rest.
             self.zygote = Zygote(self.registry, spec.run_dir / "logs" / "zygote.log")

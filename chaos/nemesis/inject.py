@@ -220,7 +220,8 @@ class Nemesis:
 
     async def _cut(self, cuts: set[tuple[str, str]]) -> None:
         self.cut |= cuts
-        await apply_concurrently(self._links(cuts), Link.cut)
+        # Bound per instance: a link is a Toxiproxy ``Link`` or a namespace's ``NetnsLink``.
+        await apply_concurrently(self._links(cuts), lambda link: link.cut())
 
     async def _start_churn(self, op: F.Churn) -> None:
         if self.churn is not None:
@@ -267,7 +268,7 @@ class Nemesis:
             return
         if scope == "partition":
             cuts, self.cut = self.cut, set()
-            await apply_concurrently(self._links(cuts), Link.restore)
+            await apply_concurrently(self._links(cuts), lambda link: link.restore())
             self._record(
                 recorded_as or "partition", "heal", sorted({n for p in cuts for n in p}), {}
             )
