@@ -59,6 +59,23 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
 
     if args.budget > MAX_REAL_BUDGET:
         raise UsageError(f"--budget {args.budget}: at most {MAX_REAL_BUDGET} real runs")
+    from swarmshake.chaos.scenario import Scenario, SteadyState
+    from swarmshake.chaos.systems import SystemConfigError, load_system
+
+    try:
+        system = load_system(args.system)
+    except SystemConfigError as error:
+        raise UsageError(str(error)) from None
+    # The generator draws only what the system can take (a kernel without sch_netem
+    # cannot delay a namespace's links: latency is left out, not skipped at run time).
+    ops = [op for op in ("crash", "pause", "partition", "latency") if op in system.supported_ops()]
+    base = None
+    if args.system != "reference":
+        # Another system's workers import torch in every process: start-up takes longer.
+        base = Scenario(
+            name="explore", duration_s=30.0, quiesce_s=15.0, system=args.system,
+            steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
+        )  # fmt: skip
     result = explore_blocking(
         backend=args.backend,
         budget=args.budget,
@@ -66,6 +83,8 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         nodes=max(args.nodes, 3),
         bugs=[args.bug] if args.bug else None,
         out=args.out,
+        base=base,
+        ops=ops,
     )
     run_dir = str(result.run_dir) if result.run_dir else None
     if args.json:
@@ -106,8 +125,18 @@ def main(argv: list[str]) -> int:
         default=Path("runs"),
         help="where the failing run's directory goes (default runs/)",
     )
+    parser.add_argument(
+        "--system",
+        default="reference",
+        help="system under test on a real backend: reference, torchelastic or pkg.module:Class",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
+    if args.backend == "sim" and args.system != "reference":
+        raise UsageError(
+            f"--system {args.system}: the simulator runs the reference node's core only; "
+            "use --backend local"
+        )
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UsageError(f"--budget {args.budget} must lie in [1, {MAX_BUDGET}]")
     if args.backend != "sim":
