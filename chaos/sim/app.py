@@ -532,6 +532,8 @@ class NodeApp:
 
     def _contribution(self, t: float, message: Contribution) -> None:
         self._lead(t, nc.ContributionArrived(step=message.step, sender=message.sender))
+        if not self.fetches:
+            return  # the usual case: nobody waits for bytes
         # An acceptor waiting for this value's bytes may now rebuild it.
         for key in [k for k in self.fetches if k[0] == message.step]:
             if self._rebuild(key):

@@ -344,9 +344,13 @@ class StepLeader:
             self._arm(now + config.fallback_delay_s + config.fallback_rank_step_s * rank)
 
     def _on_arrived(self, event: ContributionArrived, now: float, actions: list) -> None:
-        if not self.step <= event.step <= self.step + self.config.steps_ahead_max:
+        step = event.step
+        if not self.step <= step <= self.step + self.config.steps_ahead_max:
             return  # bounded: a contribution of a past step, or too far ahead
-        self.arrived.setdefault(event.step, set()).add(event.sender)
+        got = self.arrived.get(step)
+        if got is None:
+            got = self.arrived[step] = set()
+        got.add(event.sender)
         if event.step == self.step and self.computed_at is not None and self.rank() == 0:
             self._maybe_early(now, actions)
 
