@@ -130,7 +130,7 @@ class Worker:
 
     def run(self) -> int:
         torch.set_num_threads(1)
-        self.emit(Start, seed=self.seed, torch_version=torch.__version__, threads=1)
+        self.emit(Start, seed=self.seed, torch_version=str(torch.__version__), threads=1)
         dist.init_process_group("gloo", timeout=timedelta(seconds=self.timeout_s))
         names: list[str | None] = [None] * self.world
         dist.all_gather_object(names, self.node)
