@@ -13,7 +13,11 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from swarmshake.chaos import faults, scenario, yaml_input
 from swarmshake.reports import write_run_reports
 
 SHRUNK_FILE = "shrunk.yaml"
@@ -47,3 +51,72 @@ def point_latest(out: Path, run_dir: Path) -> None:
     from swarmshake.chaos.runner import point_latest as point_runner_latest
 
     point_runner_latest(out, run_dir)
+
+
+REPLAY_FILE = "replay.yaml"
+# What a real cluster needs on top of the simulator's schedule: the first steady
+# state (a tiny model commits step 2 within a few seconds of start, 60 s on a busy
+# machine) and a quiet tail long enough for the liveness properties (L2's bound, R).
+REPLAY_STEADY_TIMEOUT_S = 60.0
+REPLAY_QUIESCE_S = 15.0
+
+
+def real_node_name(sim_name: str, sim_names: frozenset[str]) -> str:
+    """The simulator's ``n0..n{N-1}`` as the real cluster's ``n1..nN``; other strings
+    (``*``, group labels) unchanged."""
+    return f"n{int(sim_name[1:]) + 1}" if sim_name in sim_names else sim_name
+
+
+def _renamed(value: Any, sim_names: frozenset[str]) -> Any:
+    if isinstance(value, str):
+        return real_node_name(value, sim_names)
+    if isinstance(value, list):
+        return [_renamed(item, sim_names) for item in value]
+    if isinstance(value, dict):
+        return {key: _renamed(item, sim_names) for key, item in value.items()}
+    return value
+
+
+def replay_scenario(
+    schedule: faults.FaultSchedule,
+    *,
+    nodes: int,
+    seed: int,
+    bug: str | None,
+    duration_s: float,
+    origin: str,
+) -> str:
+    """The simulator's shrunk ``schedule`` as a scenario ``swarmshake run`` takes on a
+    real cluster: the same nodes under their real names, the bug switch in the
+    cluster section (so the file alone reproduces it), the schedule's faults with
+    their triggers.  Event-triggered entries (``when:``) keep their timing on real
+    nodes, whose steps run at another pace than the simulator's; timed entries
+    (``at_s``) count from steady state there, from the start in the simulator.
+    Parsed back before it is returned, so the text is a valid scenario."""
+    width = len(str(nodes - 1))
+    sim_names = frozenset(f"n{i:0{width}d}" for i in range(nodes))
+    entries = _renamed(msgspec.to_builtins(schedule)["entries"], sim_names)
+    name = f"explore-sim-{bug or 'nobug'}-s{seed}"
+    document = {
+        "name": name,
+        "description": f"the shrunk schedule of {origin}, replayed on real nodes",
+        "seed": seed,
+        "cluster": {"nodes": nodes, "model": "tiny", "bugs": [bug] if bug else []},
+        "steady_state": {"min_commit_step": 2, "timeout_s": REPLAY_STEADY_TIMEOUT_S},
+        "duration_s": duration_s,
+        "quiesce_s": REPLAY_QUIESCE_S,
+        "faults": entries,
+    }
+    text = f"# {origin}\n# replay: swarmshake run THIS_FILE\n" + yaml_input.dump(document)
+    scenario.loads(text, f"<{name}>")  # raises ScenarioError on a schedule it cannot express
+    return text
+
+
+def write_replay(run_dir: Path, text: str, extra: Path | None = None) -> Path:
+    """Write ``run_dir/replay.yaml`` (and ``extra`` when given, ``--write-scenario``)."""
+    path = run_dir / REPLAY_FILE
+    path.write_text(text)
+    if extra is not None:
+        extra.parent.mkdir(parents=True, exist_ok=True)
+        extra.write_text(text)
+    return path

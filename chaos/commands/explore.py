@@ -14,6 +14,9 @@ property that bug must break).  ``unknown`` verdicts never count as violations.
 A violation also leaves a run directory under ``--out`` (default ``runs/``, and
 ``runs/latest`` points at it): the shrunk schedule's run (events, verdict, reports)
 and ``shrunk.yaml``, the scenario file that replays it, which ``report.html`` shows.
+With ``--backend sim`` it also holds ``replay.yaml`` (and ``--write-scenario PATH``
+writes it there too): the same schedule as a whole scenario, bug switch included,
+for ``swarmshake run`` on real nodes.
 
 With ``--backend local|docker`` the harness draws schedules from its fault
 generator, runs each on a real cluster, re-runs a failing one to confirm it despite
@@ -36,7 +39,14 @@ from swarmshake.chaos.commands._args import (
     UsageError,
     parse_duration_s,
 )
-from swarmshake.chaos.shrunk import new_sim_run_dir, point_latest, write_shrunk
+from swarmshake.chaos.scenario import ScenarioError
+from swarmshake.chaos.shrunk import (
+    new_sim_run_dir,
+    point_latest,
+    replay_scenario,
+    write_replay,
+    write_shrunk,
+)
 from swarmshake.chaos.sim.explore import explore
 from swarmshake.chaos.sim.run import SimConfig, run_simulation
 from swarmshake.reference_node.protocol.bugs import BUGS
@@ -130,8 +140,17 @@ def main(argv: list[str]) -> int:
         default="reference",
         help="system under test on a real backend: reference, torchelastic or pkg.module:Class",
     )
+    parser.add_argument(
+        "--write-scenario",
+        type=Path,
+        metavar="PATH",
+        help="(sim) also write the shrunk schedule as a scenario `swarmshake run` replays "
+        "on real nodes (always written as replay.yaml in the run directory)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
+    if args.write_scenario is not None and args.backend != "sim":
+        raise UsageError("--write-scenario: the real backends print their scenario already")
     if args.backend == "sim" and args.system != "reference":
         raise UsageError(
             f"--system {args.system}: the simulator runs the reference node's core only; "
@@ -187,6 +206,20 @@ def main(argv: list[str]) -> int:
         f"{' --bug ' + args.bug if args.bug else ''} --faults THIS_FILE\n"
     )
     write_shrunk(run_dir, header + scenario)
+    origin = (
+        f"swarmshake explore --backend sim --seed {args.seed} --nodes {args.nodes} "
+        f"--budget {args.budget}{' --bug ' + args.bug if args.bug else ''}: violates "
+        f"{', '.join(run.verdict.violated())} in the simulator"
+    )
+    try:
+        replay = replay_scenario(
+            schedule, nodes=args.nodes, seed=args.seed, bug=args.bug,
+            duration_s=args.duration, origin=origin,
+        )  # fmt: skip
+        replay_path = write_replay(run_dir, replay, args.write_scenario)
+    except (ScenarioError, OSError) as error:
+        replay_path = None
+        print(f"explore: no replay scenario written: {error}", file=sys.stderr)
     point_latest(args.out, run_dir)
     if args.json:
         document = {
@@ -195,6 +228,7 @@ def main(argv: list[str]) -> int:
             "schedule_size": schedule.size(),
             "scenario_yaml": scenario,
             "run_dir": str(run_dir),
+            "replay_scenario": str(replay_path) if replay_path else None,
             "result": msgspec.to_builtins(run.result),
         }
         print(msgspec.json.encode(document).decode())
@@ -203,4 +237,6 @@ def main(argv: list[str]) -> int:
         for violation in run.result.violations:
             print(f"explore: {violation.property}: {violation.message}", file=sys.stderr)
         print(f"explore: shrunk schedule and its run in {run_dir}", file=sys.stderr)
+        if replay_path:
+            print(f"explore: on real nodes: swarmshake run {replay_path}", file=sys.stderr)
     return EXIT_INVALID

@@ -16,7 +16,7 @@ import json
 import pytest
 from hypothesis import find
 
-from swarmshake.chaos import faults
+from swarmshake.chaos import faults, scenario
 from swarmshake.chaos.commands import explore as explore_command
 from swarmshake.chaos.commands._args import UsageError
 from swarmshake.chaos.commands.explore import DEFAULT_BUDGET
@@ -238,6 +238,44 @@ def test_explore_writes_the_shrunk_schedule_into_its_run_directory(capsys, tmp_p
     assert "S1" in recorded.verdict.violated() and recorded.shrunk_schedule == shrunk
     html = (run_dir / "report.html").read_text()
     assert 'id="shrunk-schedule"' in html and "stale-rejoin" in html
+
+
+def test_explore_writes_a_scenario_that_swarmshake_run_takes_on_real_nodes(capsys, tmp_path):
+    """The route from a simulator catch to a real one: replay.yaml in the run directory
+    (and --write-scenario's path) is a whole scenario, the bug switched on in its
+    cluster section and the simulator's n0..n2 renamed to the real n1..n3."""
+    runs, extra = tmp_path / "runs", tmp_path / "out" / "replay.yaml"
+    code = explore_command.main(
+        ["--budget", "30", "--seed", "1", "--bug", "stale-rejoin", "--out", str(runs),
+         "--write-scenario", str(extra), "--json"]
+    )  # fmt: skip
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["replay_scenario"] == document["run_dir"] + "/replay.yaml"
+    text = (runs / "latest" / "replay.yaml").read_text()
+    assert extra.read_text() == text
+    replay = scenario.loads(text)
+    assert replay.cluster.nodes == 3 and replay.cluster.bugs == ["stale-rejoin"]
+    shrunk = faults.load_schedule(runs / "latest" / "shrunk.yaml")
+    assert (
+        len(replay.faults)
+        == len(shrunk.entries)
+        == document["schedule_size"] - sum(e.heal_after_s is not None for e in shrunk.entries)
+    )
+    rename = {"n0": "n1", "n1": "n2", "n2": "n3"}
+    for real, sim in zip(replay.faults, shrunk.entries, strict=True):
+        assert type(real.op) is type(sim.op) and real.at_s == sim.at_s
+        for field in ("nodes", "src", "dst"):
+            if hasattr(sim.op, field):
+                assert getattr(real.op, field) == [rename.get(n, n) for n in getattr(sim.op, field)]
+        if sim.when is not None:
+            assert real.when.node == rename[sim.when.node] and real.when.kind == sim.when.kind
+
+
+def test_write_scenario_is_for_the_simulator_only(tmp_path):
+    with pytest.raises(UsageError, match="--write-scenario"):
+        explore_command.main(
+            ["--backend", "local", "--budget", "1", "--write-scenario", str(tmp_path / "x.yaml")]
+        )
 
 
 def test_real_backends_bound_their_budget():
