@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from swarmshake.reference_node.protocol.history import History
+from swarmshake.reference_node.protocol.history import (
+    Commit,
+    DeclareDead,
+    Fault,
+    History,
+    RejoinDone,
+    Start,
+)
 from swarmshake.reports import RunDirError, write_run_reports
 from swarmshake.reports.recovery import measure_run
 from swarmshake.reports.series import fault_windows, loop_stalls, node_lanes
@@ -224,3 +231,31 @@ def test_demo_schedule_without_the_relays_has_no_false_positive(tmp_path: Path, 
     write_run_reports(run)
     assert "False positives: **0**" in (run / "summary.md").read_text()
     assert json.loads((run / "verdict.json").read_text())["status"] == "valid"
+
+
+def test_lanes_skip_verdicts_on_a_dead_process_and_draw_those_on_the_new_one() -> None:
+    def at(cls, t: float, node: str, **fields):  # noqa: ANN001, ANN202 - a tiny builder
+        return cls(t_wall=t, t_mono=t, node=node, **fields)
+
+    history = History.from_events(
+        [
+            at(Start, 0.0, "n1"),
+            at(Start, 0.0, "n2"),
+            at(Fault, 1.0, "harness", op="crash", target=["n2"], phase="inject"),
+            at(DeclareDead, 1.2, "n1", peer="n2", peer_incarnation=0),
+            at(Start, 2.0, "n2", incarnation=1),
+            at(RejoinDone, 2.2, "n2", incarnation=1, source="n1", param_fp="f"),
+            # stale gossip about the process that died: not a verdict on the new one
+            at(DeclareDead, 2.5, "n1", peer="n2", peer_incarnation=0),
+            at(DeclareDead, 3.0, "n1", peer="n2", peer_incarnation=1),
+            at(Commit, 4.0, "n1", step=1, value_fp="a", contributors=["n1"], param_fp="f"),
+        ]
+    )
+    n2 = node_lanes(history)["n2"]
+    assert [(s.start, s.end, s.state) for s in n2] == [
+        (0.0, 1.0, "alive"),
+        (1.0, 2.0, "down"),
+        (2.0, 2.2, "rejoining"),
+        (2.2, 3.0, "alive"),
+        (3.0, 4.0, "declared dead"),
+    ]
