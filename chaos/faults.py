@@ -224,6 +224,25 @@ class Byzantine(NodeOp, tag="byzantine", kw_only=True, frozen=True):
         return None if self.mode == "honest" else Byzantine(nodes=self.nodes, mode="honest")
 
 
+class HoldBulk(NodeOp, tag="hold_bulk", kw_only=True, frozen=True):
+    """The nodes send no bulk frame (gradients, aggregates, state) to the nodes of
+    ``to`` (``*``: every peer); ``release`` lifts every hold.  Held at the sending node
+    by a harness command, not in a proxy: a proxy has already read the bytes a node
+    wrote, and may still deliver them after the node dies (e.g. Toxiproxy's bandwidth
+    toxic flushes its chunk when another toxic is added).  The hold is gone when the
+    node restarts."""
+
+    to: NodeList = msgspec.field(default_factory=lambda: [ALL])
+    release: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_nodes("to", self.to)
+
+    def heal(self) -> FaultOp | None:
+        return None if self.release else HoldBulk(nodes=self.nodes, to=self.to, release=True)
+
+
 # --- cluster-wide faults --------------------------------------------------------------------
 
 
@@ -493,6 +512,7 @@ AnyFault = (
     | CheckpointCorrupt
     | ClockSkew
     | Byzantine
+    | HoldBulk
     | Churn
     | BrokerLoss
     | Partition

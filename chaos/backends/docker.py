@@ -275,6 +275,7 @@ class DockerBackend(Backend):
             "crash", "restart", "pause", "resume", "cpu_throttle", "checkpoint_corrupt",
             "clock_skew", "byzantine", "churn", "broker_loss", "partition", "heal", "latency",
             "bandwidth", "blackhole", "reset_peer", "slicer", "limit_data", "slow_close", "netem",
+            "hold_bulk",
         }
     )  # fmt: skip
 

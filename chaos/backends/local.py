@@ -495,7 +495,7 @@ class LocalBackend(Backend):
             "crash", "restart", "pause", "resume", "cpu_throttle", "disk_full",
             "checkpoint_corrupt", "clock_skew", "byzantine", "churn", "broker_loss",
             "partition", "heal", "latency", "bandwidth", "blackhole", "reset_peer",
-            "slicer", "limit_data", "slow_close",
+            "slicer", "limit_data", "slow_close", "hold_bulk",
         }
     )  # fmt: skip
 

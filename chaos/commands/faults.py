@@ -38,6 +38,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "checkpoint_corrupt": {"nodes": ["n1"], "mode": "truncate"},
     "clock_skew": {"nodes": ["n2"], "offset_ms": 500, "drift_ppm": 200},
     "byzantine": {"nodes": ["n4"], "mode": "sign_flip", "scale": 10},
+    "hold_bulk": {"nodes": ["n1"], "to": ["*"]},
     "churn": {"events_per_min": 6, "down_s": 5},
     "broker_loss": {},
     "partition": {"grouping": "isolate", "nodes": ["n1"]},

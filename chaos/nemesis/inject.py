@@ -21,7 +21,12 @@ from swarmshake.chaos.backends.base import Backend, BackendError, UnsupportedFau
 from swarmshake.chaos.links import Link, apply_concurrently
 from swarmshake.chaos.nemesis.churn import Churn
 from swarmshake.reference_node.protocol.history import HARNESS, EventWriter, Fault
-from swarmshake.reference_node.runtime.mqtt_messages import Leave, SetByzantine, SetClock
+from swarmshake.reference_node.runtime.mqtt_messages import (
+    HoldBulk,
+    Leave,
+    SetByzantine,
+    SetClock,
+)
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour  # torch-free
 
 # Toxiproxy toxic type and attributes for each link op (attribute names are Toxiproxy's).
@@ -36,7 +41,7 @@ _TOXICS = {
     "slow_close": ("slow_close", lambda op: {"delay": int(op.delay_ms)}),
 }  # fmt: skip
 _BYZANTINE_MODES = {"noise": "gaussian_noise"}  # fault-catalog name -> node behaviour name
-COMMAND_OPS = frozenset({"clock_skew", "byzantine"})
+COMMAND_OPS = frozenset({"clock_skew", "byzantine", "hold_bulk"})
 
 
 class FaultNotApplicable(BackendError):
@@ -182,6 +187,19 @@ class Nemesis:
                 )
             case F.Byzantine():
                 await asyncio.gather(*(self._byzantine(n, op) for n in self._nodes(op)))
+            case F.HoldBulk():
+                peers = [] if op.release else self.cluster if F.ALL in op.to else list(op.to)
+                unknown = sorted(set(peers) - set(self.cluster))
+                if unknown:
+                    raise BackendError(f"hold_bulk: unknown peer(s) {unknown} in to")
+                await asyncio.gather(
+                    *(
+                        self.backend.send_command(
+                            n, HoldBulk(command_id=f"hold_bulk-{self.lamport}", peers=peers)
+                        )
+                        for n in self._nodes(op)
+                    )
+                )
             case F.BrokerLoss():
                 await (self.backend.broker.lose() if op.lost else self.backend.broker.restore())
             case F.Churn():

@@ -29,7 +29,7 @@ class ReferenceSystem(System):
     needs_broker: ClassVar[bool] = True
     uses_zygote: ClassVar[bool] = True
     extra_ops: ClassVar[frozenset[str]] = frozenset(
-        {"clock_skew", "byzantine", "broker_loss", "disk_full", "checkpoint_corrupt"}
+        {"clock_skew", "byzantine", "broker_loss", "disk_full", "checkpoint_corrupt", "hold_bulk"}
     )
     produces: ClassVar[frozenset[str]] = frozenset(EVENT_KINDS)
 

@@ -106,6 +106,12 @@ class WriteCheckpoint(_Msg, tag="write_checkpoint"):
     replicate_to: NodeList = []
 
 
+class HoldBulk(_Msg, tag="hold_bulk"):
+    """Send no bulk frame to ``peers`` (empty: release); the harness's ``hold_bulk``."""
+
+    peers: NodeList = []
+
+
 class SetBehaviour(_Msg, tag="set_behaviour"):
     behaviour: ByzantineBehaviour
 
@@ -141,6 +147,7 @@ ToWorker = (
     | LoadCheckpointFile
     | InstallStaged
     | WriteCheckpoint
+    | HoldBulk
     | SetBehaviour
     | Infer
     | Shutdown

@@ -93,7 +93,17 @@ class Leave(_Command, tag="leave"):
     reason: Annotated[str, msgspec.Meta(max_length=128)] = "harness"
 
 
-Command = SetByzantine | ForceCheckpoint | SetClock | Leave
+class HoldBulk(_Command, tag="hold_bulk"):
+    """Harness fault ``hold_bulk``: the worker sends no bulk frame (contributions,
+    aggregates, state, checkpoints) to the nodes in ``peers`` until a later command
+    names others; an empty list releases every hold.  The bytes are dropped at this
+    node, before any socket, so no proxy holds them and no later link change can
+    deliver them.  A restart starts with no hold (it lives in the worker process)."""
+
+    peers: Annotated[list[NodeId], msgspec.Meta(max_length=4096)] = []
+
+
+Command = SetByzantine | ForceCheckpoint | SetClock | Leave | HoldBulk
 
 _command_decoder = msgspec.json.Decoder(Command)
 _announcement_decoder = msgspec.json.Decoder(Announcement)

@@ -50,6 +50,7 @@ from swarmshake.reference_node.runtime.mqtt_messages import (
     Announcement,
     Command,
     ForceCheckpoint,
+    HoldBulk,
     Leave,
     SetByzantine,
     SetClock,
@@ -392,6 +393,8 @@ class ControlProcess:
                 self.clock.set_skew(command.offset_s, command.drift_ppm)
             case Leave():
                 self.leave(f"leave: {command.reason}")
+            case HoldBulk():
+                self.to_worker(ipc.HoldBulk(peers=list(command.peers)))
 
     def on_mqtt_drop(self, topic_kind: str, reason: str) -> None:
         """A command or address book refused (forged, unsigned, replayed, malformed):

@@ -130,6 +130,8 @@ class Worker:
         self.serve_storage_busy = False
         # A verified state waiting for the rejoin core's decision: (source, state).
         self.staged: tuple[str, TrainingState] | None = None
+        # Peers the harness's hold_bulk fault keeps every bulk frame from (empty: none).
+        self.held_bulk: frozenset[str] = frozenset()
         self.checkpoint_path = ""
         self.ready_sent = False
         self.early_frames: list[Frame] = []
@@ -299,6 +301,8 @@ class Worker:
                 await self.write_checkpoint(message.replicate_to)
             case ipc.SetBehaviour():
                 await self.set_behaviour(message)
+            case ipc.HoldBulk():
+                self.held_bulk = frozenset(message.peers)
             case ipc.Infer():
                 await self.infer(message)
             case ipc.Ping():
@@ -362,6 +366,12 @@ class Worker:
             self.group.create_task(self.send_blob(peer, split("contribution", step, "", payload)))
 
     async def send_blob(self, peer: str, chunks) -> None:  # noqa: ANN001
+        if peer in self.held_bulk:
+            # The harness's hold_bulk fault: the bytes never leave this node (a proxy
+            # would already hold them, and could still deliver them).  Logged as a
+            # drop so the history says where the bytes went.
+            self._on_drop(peer, "held")
+            return
         # A full queue is counted in links.stats.queue_rejected; the protocol retries
         # or moves on.
         await send_chunks(self.links, self.codec, peer, chunks, BULK_SEND_TIMEOUT_S)

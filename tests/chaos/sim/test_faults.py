@@ -37,6 +37,7 @@ def test_every_catalog_op_decodes_and_knows_its_heal():
         "checkpoint_corrupt": {"nodes": ["n1"]},
         "clock_skew": {"nodes": ["n1"], "offset_ms": 200, "drift_ppm": 50},
         "byzantine": {"nodes": ["n1"], "mode": "sign_flip"},
+        "hold_bulk": {"nodes": ["n1"], "to": ["n2"]},
         "churn": {"events_per_min": 6},
         "broker_loss": {},
         "partition": {"grouping": "majority_ring"},
