@@ -185,7 +185,7 @@ class Simulation:
         # One list per distinct view, shared by the view_change events that log it
         # (read-only records): at 1,000 nodes every node logs the same ~1,000 names
         # after each churn event, which was most of a 600 s run's memory.
-        self._alive_lists: dict[tuple[str, ...], list[str]] = {}
+        self._alive_lists: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.config_extra: dict[str, Any] = {}
 
     # --- the loop -----------------------------------------------------------------------
@@ -571,13 +571,13 @@ class Simulation:
             if mapped is not None:
                 cls, fields = mapped
                 if isinstance(action, ViewChanged):
-                    # One list object per distinct view, shared by every event that
-                    # logs it (a 1000-name list per event was most of a run's memory).
+                    # One object per distinct view, shared by every event that logs
+                    # it (a 1000-name view per event was most of a run's memory).
                     alive = self._alive_lists.get(action.alive)
                     if alive is None:
                         if len(self._alive_lists) >= ALIVE_LISTS_MAX:
                             self._alive_lists.clear()
-                        alive = self._alive_lists[action.alive] = fields["alive"]
+                        alive = self._alive_lists[action.alive] = action.alive
                     fields["alive"] = alive
                 self.log(cls, proc, when, **fields)
             if proc.app is not None:

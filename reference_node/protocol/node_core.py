@@ -644,7 +644,9 @@ def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict
                 "reason": f"declared dead by {action.declared_by}",
             }
         case det.ViewChanged():
-            return history.ViewChange, {"epoch": action.epoch, "alive": list(action.alive)}
+            # The view as is (encoded like a list): a driver may share one object per
+            # distinct view between events (the simulator: 1000-name views).
+            return history.ViewChange, {"epoch": action.epoch, "alive": action.alive}
     return None
 
 

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import hypothesis
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,12 @@ STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "incarnation", "node"}
 
 
 def _normal_event(event: history.EventBase) -> tuple | None:
-    fields = {f: getattr(event, f) for f in event.__struct_fields__ if f not in STAMPS}
+    # As written to disk (a tuple and a list are the same JSON array).
+    fields = {
+        f: msgspec.to_builtins(getattr(event, f))
+        for f in event.__struct_fields__
+        if f not in STAMPS
+    }
     kind = type(event).__struct_config__.tag
     if kind in IGNORED_KINDS:
         return None
