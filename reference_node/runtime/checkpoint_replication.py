@@ -22,7 +22,7 @@ Pure file and byte handling here; the worker owns the sockets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -212,6 +212,44 @@ class RestoreAnswers:
         if all(data is None or len(data) > 0 for data in self.by_peer.values()):
             self.complete.set()
 
+    def silent(self) -> list[str]:
+        """Peers from which nothing came yet, no answer and no stream under way:
+        those worth asking again (a stream under way is not asked twice)."""
+        return [
+            peer
+            for peer, data in self.by_peer.items()
+            if data is not None and not data and peer not in self._parts
+        ]
+
+
+async def collect_answers(
+    answers: RestoreAnswers,
+    ask: Callable[[list[str]], None],
+    wait_s: float,
+    ask_again_s: float,
+) -> None:
+    """Ask every peer, then ask the silent ones again every ``ask_again_s``, until each
+    answered or ``wait_s`` passed.  A request or its answer can be lost: written into
+    a connection the link layer only later finds dead (a proxy accepts while the
+    restarted worker's port is still closed, then drops what it got), and neither
+    side retries a single frame.  Asking once made such a loss cost the whole
+    ``wait_s`` (a 5.1 s rejoin in 1 of 8 restarts); asking again costs one
+    ``ask_again_s``.  Bounded: at most ``wait_s / ask_again_s`` rounds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    ask(list(answers.by_peer))
+    while not answers.complete.is_set():
+        remaining_s = deadline - loop.time()
+        if remaining_s <= 0:
+            return  # use what came; a peer silent all along is down (RESTORE_WAIT_S)
+        try:
+            async with asyncio.timeout(min(ask_again_s, remaining_s)):
+                await answers.complete.wait()
+        except TimeoutError:
+            silent = answers.silent()
+            if silent and loop.time() < deadline:
+                ask(silent)
+
 
 def take_replica_chunk(
     restoring: RestoreAnswers | None, store: ReplicaStore, sender: str, chunk: BulkChunk
@@ -266,6 +304,11 @@ def install_as_own(checkpoint_dir: Path, data: bytes | bytearray, max_payload_by
 # a 0.5 GB checkpoint in ~5 s on a loaded machine); peers that are down never do, and
 # the node must not wait for them (a live peer's state transfer comes next anyway).
 RESTORE_WAIT_S = 5.0
+# A peer that is up answers a request within milliseconds (a refusal, or the first
+# chunk of its file); one silent this long lost the request or its answer: ask it
+# again.  Above a link's redial backoff cap (1 s / 2 on average) so a retry usually
+# finds the link redialled; 10 rounds within RESTORE_WAIT_S.
+RESTORE_ASK_AGAIN_S = 0.5
 
 
 class ReplicaService:
@@ -277,6 +320,10 @@ class ReplicaService:
         self.worker = worker
         self.store = ReplicaStore(worker.config.data_dir, worker.replica.model.parameter_count)
         self.restoring: RestoreAnswers | None = None  # while a restore collects answers
+        # Requesters whose replica is being sent: a repeated request (the restore asks
+        # a silent peer again) while the first answer is still queued is not served
+        # twice, as two streams interleaved on one link would break each other.
+        self.serving: set[str] = set()
 
     # -- the origin ------------------------------------------------------------------------------
 
@@ -311,6 +358,15 @@ class ReplicaService:
             )
 
     async def serve(self, requester: str) -> None:
+        if requester in self.serving:
+            return  # the answer under way answers this request too
+        self.serving.add(requester)
+        try:
+            await self._serve(requester)
+        finally:
+            self.serving.discard(requester)
+
+    async def _serve(self, requester: str) -> None:
         worker = self.worker
         opened = self.store.open_newest(requester)
         if opened is None:
@@ -346,20 +402,20 @@ class ReplicaService:
         return False
 
     async def restore(self, peers: list[str]) -> Path | None:
-        """Ask every peer for its newest replica of this node; install the newest that
-        verifies and is this node's as its checkpoint.  Bounded by ``RESTORE_WAIT_S``."""
+        """Ask every peer for its newest replica of this node (again while silent:
+        ``collect_answers``); install the newest that verifies and is this node's as
+        its checkpoint.  Bounded by ``RESTORE_WAIT_S``."""
         worker = self.worker
         if not peers:
             return None
         self.restoring = RestoreAnswers(peers, self.store.max_bytes)
         request = BulkRequest(kind="replica")
-        for peer in peers:
-            worker.group.create_task(worker.send_blob(peer, iter([request])))
-        try:
-            async with asyncio.timeout(RESTORE_WAIT_S):
-                await self.restoring.complete.wait()
-        except TimeoutError:
-            pass  # use what came; a silent peer is down (see RESTORE_WAIT_S)
+
+        def ask(asked: list[str]) -> None:
+            for peer in asked:
+                worker.group.create_task(worker.send_blob(peer, iter([request])))
+
+        await collect_answers(self.restoring, ask, RESTORE_WAIT_S, RESTORE_ASK_AGAIN_S)
         answers, self.restoring = self.restoring.by_peer, None
         limit = self.store.max_payload_bytes
         chosen, skipped = await worker.run_compute(choose_replica, answers, worker.node, limit)
