@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from swarmshake.reference_node.protocol.bugs import BUGS
+from swarmshake.reference_node.protocol.bugs import BUGS, KnownBug
 from swarmshake.verify.tla import TlcResult, default_workers, run_tlc
 
 Profile = Literal["default", "deep"]
@@ -45,8 +45,14 @@ SPECS: dict[str, SpecEntry] = {
         SpecEntry(
             name="detector",
             module="Detector",
-            configs={"default": ("Detector.cfg",), "deep": ("Detector.deep.cfg",)},
-            about="failure detection: suspicion, incarnations, refutation, confirmation (S4, L1)",
+            configs={
+                "default": ("Detector.cfg", "Detector.partition.cfg"),
+                "deep": ("Detector.deep.cfg",),
+            },
+            about=(
+                "failure detection: suspicion, incarnations, refutation, confirmation, "
+                "verdict provenance across a partition (S4, L1)"
+            ),
         ),
         SpecEntry(
             name="commit",
@@ -87,6 +93,32 @@ MODULE_OF_CORE: dict[str, str] = {
     # The node core's bug (no-vote-floor) is an acceptor's: Commit models the floor.
     "node_core": "Commit",
 }
+
+
+# Spec-only mutants: earlier behaviours that the cores no longer carry as a bugs.py
+# switch, kept so TLC shows the spec tells them apart from the protocol.  Checked by
+# ``--mutants`` like the registry's bugs (same cfg naming and rules).
+SPEC_MUTANTS: dict[str, KnownBug] = {
+    bug.name: bug
+    for bug in (
+        KnownBug(
+            name="relayed-verdict",
+            breaks="S4",
+            core="detector",
+            description=(
+                "every death verdict is passed on and obeyed, even one formed by a node "
+                "cut off from the subject and even by a receiver that hears the subject "
+                "(the smoke demo: an isolated node's verdicts killed healthy nodes after "
+                "the heal)"
+            ),
+        ),
+    )
+}
+
+
+def known_mutant(bug: str) -> KnownBug:
+    """A registry bug or a spec-only mutant, by name (KeyError if neither)."""
+    return BUGS[bug] if bug in BUGS else SPEC_MUTANTS[bug]
 
 
 class SpecCheck(msgspec.Struct):
@@ -171,12 +203,12 @@ def check_spec(
 
 
 def mutant_config_name(bug: str) -> str:
-    return f"{MODULE_OF_CORE.get(BUGS[bug].core, '?')}.mutant-{bug}.cfg"
+    return f"{MODULE_OF_CORE.get(known_mutant(bug).core, '?')}.mutant-{bug}.cfg"
 
 
 def _mutant_config_problem(bug: str, config_text: str) -> str:
     """The cfg must switch on exactly this bug and check exactly the named property."""
-    expected = BUGS[bug].breaks
+    expected = known_mutant(bug).breaks
     bugs_line = re.search(r"^\s*Bugs\s*=\s*\{(.*)\}\s*$", config_text, re.M)
     switched = re.findall(r'"([^"]+)"', bugs_line.group(1)) if bugs_line else []
     if switched != [bug]:
@@ -192,7 +224,7 @@ def _mutant_config_problem(bug: str, config_text: str) -> str:
 
 def check_mutant(bug: str, *, timeout_s: float | None = None, workers: int = 0) -> MutantCheck:
     """Run one bug's mutant; ``caught`` only if TLC violates the property bugs.py names."""
-    known = BUGS[bug]
+    known = known_mutant(bug)
     config = mutant_config_name(bug)
     path = specs_dir() / config
     module = MODULE_OF_CORE.get(known.core)

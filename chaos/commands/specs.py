@@ -88,7 +88,7 @@ def _check_mutants(args: argparse.Namespace, report: dict) -> list[int]:
     # --spec: only the mutants of that spec
     bugs = [
         bug
-        for bug, known in BUGS.items()
+        for bug, known in {**BUGS, **tla_catalog.SPEC_MUTANTS}.items()
         if module is None or tla_catalog.MODULE_OF_CORE.get(known.core) == module
     ]
     for check in tla_catalog.check_mutants(bugs, timeout_s=args.timeout, jobs=args.jobs):
