@@ -36,6 +36,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +138,91 @@ def gloo_baseline(
         return result
 
 
+WIRE_POLL_S = 0.5  # the worker reports its bulk counters every 0.5 s (ipc.WORKER_REPORT_S)
+WIRE_WARMUP_STEPS = 5  # counted from here: start-up's state requests and first dials excluded
+
+
+class WireSampler(threading.Thread):
+    """Reads every node's ``/status`` while the run goes, keeping each node's first
+    sample past the warm-up and its latest: the bytes its sockets carried between
+    them (``wire_bytes``: counted by the link layer as it writes and reads, frame
+    headers, tags and keepalives included) over the steps it applied meanwhile.
+    Bounded: one poll of every node per ``WIRE_POLL_S`` until stopped."""
+
+    def __init__(self, out: Path, started_wall_s: float):
+        super().__init__(daemon=True, name="wire-sampler")
+        self._out = out
+        self._started_wall_s = started_wall_s
+        self._stop = threading.Event()
+        self.first: dict[str, dict[str, Any]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=5.0)
+
+    def _ports(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for path in self._out.glob("*/nodes/*/ports.json"):
+            try:
+                if path.stat().st_mtime < self._started_wall_s:
+                    continue  # a node of an earlier run in the same folder
+                found[path.parent.name] = int(json.loads(path.read_text())["http"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # being written, or gone: the next poll reads it
+        return found
+
+    def run(self) -> None:
+        while not self._stop.wait(WIRE_POLL_S):
+            for node, port in self._ports().items():
+                try:
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/status", timeout=WIRE_POLL_S
+                    ) as response:
+                        status = json.loads(response.read())
+                except (OSError, ValueError, urllib.error.URLError):
+                    continue  # stopping, or busy: this poll skips it
+                wire = status.get("wire_bytes")
+                step = status.get("worker", {}).get("report_step", -1)
+                if not wire or step < WIRE_WARMUP_STEPS:
+                    continue
+                sample = {
+                    "incarnation": status.get("incarnation"),
+                    "steps_committed": status.get("steps_committed", 0),
+                    "report_step": step,
+                    "wire_bytes": wire,
+                }
+                first = self.first.setdefault(node, sample)
+                if first["incarnation"] == sample["incarnation"]:
+                    self.last[node] = sample
+
+    def per_step(self) -> dict[str, Any]:
+        """Bytes per node per step, sent and received, control and bulk, measured."""
+        nodes: dict[str, dict[str, float]] = {}
+        for node, first in sorted(self.first.items()):
+            last = self.last.get(node, first)
+            # Bulk counters come with the worker's step; control with the driver's.
+            bulk_steps = last["report_step"] - first["report_step"]
+            control_steps = last["steps_committed"] - first["steps_committed"]
+            if bulk_steps < 1 or control_steps < 1:
+                continue
+            row: dict[str, float] = {}
+            for channel, steps in (("control", control_steps), ("bulk", bulk_steps)):
+                for direction in ("sent", "received"):
+                    moved = last["wire_bytes"][channel][direction]
+                    moved -= first["wire_bytes"][channel][direction]
+                    row[f"{channel}_{direction}"] = round(moved / steps, 1)
+            row["sent"] = row["control_sent"] + row["bulk_sent"]
+            row["received"] = row["control_received"] + row["bulk_received"]
+            row["steps"] = bulk_steps
+            nodes[node] = row
+        if not nodes:
+            return {"not_measured": "no node reported two samples past the warm-up"}
+        keys = [key for key in next(iter(nodes.values())) if key != "steps"]
+        mean = {key: round(sum(row[key] for row in nodes.values()) / len(nodes), 1) for key in keys}
+        return {"nodes": nodes, "mean": mean}
+
+
 def swarmshake_steady_rate(
     config: TrainingConfig, world: int, duration_s: float, out: Path
 ) -> dict[str, Any]:
@@ -158,10 +247,15 @@ def swarmshake_steady_rate(
             quiesce_s=0.0,
         )
     )
-    with CpuSampler() as sampler:
-        result = runner.run_blocking(
-            scenario, runner.RunOptions(out=out, quiet=True, verify=False, reports=False)
-        )
+    wire = WireSampler(out, time.time() - 1.0)
+    wire.start()
+    try:
+        with CpuSampler() as sampler:
+            result = runner.run_blocking(
+                scenario, runner.RunOptions(out=out, quiet=True, verify=False, reports=False)
+            )
+    finally:
+        wire.stop()
     history = History.load(result.run_dir)
     rate = measure_run(history).steady_commits_per_s
     if rate is None:
@@ -183,6 +277,8 @@ def swarmshake_steady_rate(
         "steps_per_s": rate,
         "cpu_s_per_step": cpu,
         "worker_nice": WorkerSection().nice,
+        # Measured on the sockets (WireSampler), not computed from the model size.
+        "wire_bytes_per_node_per_step": wire.per_step(),
         "run_dir": str(result.run_dir),
         "status": result.status,
     }

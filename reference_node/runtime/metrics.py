@@ -48,6 +48,15 @@ class NodeCollector:
         for peer, summary in status.get("heartbeat_gaps", {}).items():
             gap.add_metric([peer], summary["max_ms"] / 1000)
         yield gap
+        wire = CounterMetricFamily(
+            "swarmshake_wire_bytes",
+            "Bytes written to (sent) and read from (received) this node's sockets",
+            labels=["channel", "direction"],
+        )
+        for channel, counts in status.get("wire_bytes", {}).items():
+            for direction, count in counts.items():
+                wire.add_metric([channel, direction], count)
+        yield wire
         mqtt = GaugeMetricFamily("swarmshake_mqtt_connected", "Connected to the broker")
         mqtt.add_metric([], 1 if status.get("mqtt", {}).get("connected") else 0)
         yield mqtt

@@ -482,6 +482,19 @@ class ControlProcess:
                 "last_step_s": report.last_step_s if report else 0.0,
                 "bulk_bytes_sent": report.bulk_bytes_sent if report else 0,
                 "bulk_bytes_received": report.bulk_bytes_received if report else 0,
+                # The worker's step when it counted those bytes (its report lags the
+                # driver's step by up to WORKER_REPORT_S): bytes per step divide by it.
+                "report_step": report.step if report else -1,
+            },
+            # Bytes written to and read from this node's sockets (frame headers, tags
+            # and keepalives included), this incarnation: control here, bulk in the
+            # worker's last report.
+            "wire_bytes": {
+                "control": {"sent": stats.bytes_sent, "received": stats.bytes_received},
+                "bulk": {
+                    "sent": report.bulk_bytes_sent if report else 0,
+                    "received": report.bulk_bytes_received if report else 0,
+                },
             },
             "clock": {"offset_s": self.clock.offset_s, "drift_ppm": self.clock.drift_ppm},
             "events": dict(self.events.counts),
