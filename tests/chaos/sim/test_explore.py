@@ -6,8 +6,8 @@ so: eager-dead 1, no-quorum 2, no-refute 2, stale-rejoin 2, ack-before-apply 3,
 forget-vote 3 (the ``lost_vote`` block: cut the step's coordinator off from one voter,
 crash the other 10 ms after its accept and restart it 0.1 s later; seeds 0-9 all find
 it within 25 runs; since the ``stale_source`` block exists seed 1 meets that one
-first, at run 16, shrunk to 6), no-vote-floor 6 (the ``stale_source`` block: four entries, two of
-them with a timed heal, none of which can go: found at run 21 of seed 1).
+first, at run 16, shrunk to 6), no-vote-floor 6 (the ``stale_source`` block: four
+entries, two of them with a timed heal, none of which can go: found at run 16).
 """
 
 from __future__ import annotations
