@@ -53,6 +53,12 @@ class TorchElasticSystem(System):
         "lr": 0.05,
         "last_call_timeout_s": 1,  # rendezvous waits this long for late joiners (whole seconds)
         "monitor_interval_s": 0.5,  # how often an agent looks at its worker and waiters
+        # torch's default: the workers' bootstrap store is shared with rank 0's agent.
+        # Found here (torch 2.15): a node restarted into a running job then waits for
+        # MASTER_ADDR of the new round, which rank 0 (holding its cached store info)
+        # never writes; every agent dies after the 60 s store timeout.  False sets
+        # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which publishes it every round.
+        "share_rendezvous_store": True,
     }
 
     def validate_options(self) -> None:
@@ -68,6 +74,7 @@ class TorchElasticSystem(System):
             "last_call_timeout_s": 1 <= int(o["last_call_timeout_s"]) <= 600,
             "monitor_interval_s": 0.05 <= float(o["monitor_interval_s"]) <= 60.0,
         }
+        checks["share_rendezvous_store"] = isinstance(o["share_rendezvous_store"], bool)
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise SystemConfigError(
@@ -126,6 +133,7 @@ class TorchElasticSystem(System):
             # gloo binds and dials on the namespace's own interface, not the host's name.
             "GLOO_SOCKET_IFNAME": NODE_IF if ctx.address != "127.0.0.1" else "lo",
             "OMP_NUM_THREADS": "1",
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0" if o["share_rendezvous_store"] else "1",
             "PYTHONUNBUFFERED": "1",
         }
         return Launch(argv=argv, env=env, cwd=ctx.run_dir)
