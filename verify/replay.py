@@ -210,6 +210,13 @@ def replay_history(
         here = environment_facts(config.seed, config.device)
     except (LogError, TrainingConfigError, ValueError) as error:
         return ReplayResult(status="unknown", message=str(error))
+    if config.wire_dtype != "fp32":
+        # Each node's error-feedback residual shaped what it sent, and is in no log.
+        return ReplayResult(
+            status="unknown",
+            message=f"wire_dtype={config.wire_dtype!r}: contributions carry each node's "
+            "error-feedback residual, which the history does not record (training.wire)",
+        )
     result = replay_log(config, log, schedule)
     mismatched = sorted(
         {

@@ -311,6 +311,12 @@ def build_parser() -> ArgumentParser:
         help="niceness of the gloo ranks (default: the node worker's, where its training runs)",
     )
     parser.add_argument("--baseline-only", action="store_true", help="skip the swarmshake run")
+    parser.add_argument(
+        "--wire-dtype",
+        choices=["fp32", "int8"],
+        default="fp32",
+        help="the nodes' contributions on the wire (training.wire_dtype; gloo stays fp32)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
     return parser
 
@@ -357,9 +363,11 @@ def main(argv: list[str]) -> int:
         document["swarmshake"] = {"not_measured": "--baseline-only"}
     else:
         try:
+            nodes_config = msgspec.structs.replace(config, wire_dtype=args.wire_dtype)
             document["swarmshake"] = swarmshake_steady_rate(
-                config, args.world, args.duration, args.out
+                nodes_config, args.world, args.duration, args.out
             )
+            document["swarmshake"]["wire_dtype"] = args.wire_dtype
         except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline
             document["swarmshake"] = {"not_measured": f"{type(error).__name__}: {error}"}
     swarm = document["swarmshake"].get("steps_per_s")

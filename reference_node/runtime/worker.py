@@ -52,6 +52,7 @@ from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
 from swarmshake.reference_node.training.state import TrainingState
 from swarmshake.reference_node.training.step import LocalGradient, Replica
+from swarmshake.reference_node.training.wire import WireEncoder, WireError, decode
 
 # A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
 # hold up the others for longer than a step is worth.
@@ -91,6 +92,10 @@ class Worker:
         self.events = history.EventWriter(config.events_path)
         self.lamport = 0
         self.replica = Replica(config.training, self.node)
+        # Contributions as sent (training.wire): fp32, or int8 with this node's
+        # error-feedback residual, kept for the replica it was computed from.
+        self.wire = WireEncoder(config.training)
+        self.wire_replica: Replica | None = None
         self.source = "initial"
         param_bytes = self.replica.model.parameter_count * 4
         self.assembler = Assembler(max_blob_bytes=param_bytes)
@@ -352,11 +357,20 @@ class Worker:
             result, self.last_step_s = await self.run_compute(self._timed_contribution)
         if step != self.replica.step:
             return  # a state was installed meanwhile
+        if self.wire_replica is not self.replica:
+            self.wire.reset()  # a state was installed: the residual was of other parameters
+            self.wire_replica = self.replica
+        if self.config.training.wire_dtype == "fp32":
+            payload, own = self.wire.encode(result.gradient)
+        else:
+            payload, own = await self.run_compute(self.wire.encode, result.gradient)
+            if step != self.replica.step:
+                return  # a state was installed meanwhile
         self.log(history.TrainStep, step=step, loss=result.loss, samples=result.samples)
-        self.contributions.setdefault(step, {})[self.node] = result.gradient
+        # Our own contribution as every receiver decodes it (the same bits: S1).
+        self.contributions.setdefault(step, {})[self.node] = own
         self._maybe_prebuild(step)
         self.channel.send(ipc.Contributed(step=step, loss=result.loss, samples=result.samples))
-        payload = memoryview(result.gradient.numpy()).cast("B")
         for peer in message.to:
             if peer == self.node:
                 continue
@@ -750,10 +764,18 @@ class Worker:
             return
         if blob is None:
             return
-        if len(blob) != self.replica.model.parameter_count * 4:
+        numel = self.replica.model.parameter_count
+        if chunk.kind == "contribution":
+            try:
+                tensor = decode(self.config.training, blob, numel)  # int8: dequantized
+            except WireError:
+                self.drops.drop("wrong_tensor_size", sender)
+                return
+        elif len(blob) != numel * 4:  # an aggregate: always fp32
             self.drops.drop("wrong_tensor_size", sender)
             return
-        tensor = torch.frombuffer(blob, dtype=torch.float32)
+        else:
+            tensor = torch.frombuffer(blob, dtype=torch.float32)
         if chunk.kind == "contribution":
             self.contributions.setdefault(chunk.step, {})[sender] = tensor
             self._maybe_prebuild(chunk.step)

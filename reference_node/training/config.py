@@ -17,6 +17,9 @@ import msgspec
 
 AggregationRule = Literal["mean", "median", "trimmed_mean", "krum", "multi_krum"]
 OptimizerKind = Literal["sgd", "adam"]
+# How a contribution travels: fp32 as computed, or int8 blocks with error feedback
+# (``training.wire``; every node aggregates the dequantized values).
+WireDtype = Literal["fp32", "int8"]
 
 # A bound on a configured model: 2**31 float32 parameters is 8 GiB, beyond what a
 # node on these machines holds, and flat-buffer offsets stay within int32 kernels.
@@ -62,6 +65,7 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     # "cuda:N").  Bits are the same only on the same device kind and model: a CPU
     # replay of a GPU run is not promised bit-exact (environment.py, verify.replay).
     device: str = "cpu"
+    wire_dtype: WireDtype = "fp32"
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -94,6 +98,12 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             DEVICE_PATTERN.fullmatch(self.device) is not None,
             "device",
             f'must be "cpu", "cuda" or "cuda:N", got {self.device!r}',
+        )
+        # Literal fields are checked by msgspec.convert; a struct built in Python is not.
+        _require(
+            self.wire_dtype in ("fp32", "int8"),
+            "wire_dtype",
+            f'must be "fp32" or "int8", got {self.wire_dtype!r}',
         )
 
     def layer_dims(self) -> list[tuple[int, int]]:

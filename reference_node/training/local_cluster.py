@@ -16,6 +16,7 @@ from swarmshake.reference_node.training.aggregation import AggregationError, agg
 from swarmshake.reference_node.training.byzantine import ByzantineSchedule
 from swarmshake.reference_node.training.config import TrainingConfig
 from swarmshake.reference_node.training.step import Replica
+from swarmshake.reference_node.training.wire import WireEncoder
 
 MAX_LOCAL_NODES = 256  # one process holds every replica's parameters
 
@@ -83,6 +84,9 @@ def run_local_cluster(
             f"byzantine schedule names {sorted(unknown_byzantine)}, not nodes of the run"
         )
     run = LocalRun(replicas=replicas)
+    # Each node's contribution as it goes on the wire (int8 with error feedback when
+    # configured): what a real worker aggregates, its own included.
+    encoders = {name: WireEncoder(config) for name in names}
     for step in range(steps):
         contributors = sorted(set(contributors_at(step))) if contributors_at else names
         unknown = set(contributors) - set(names)
@@ -99,7 +103,7 @@ def run_local_cluster(
             result = replicas[name].contribution()
             losses[name] = result.loss
             if name in contributors:
-                sent[name] = result.gradient
+                sent[name] = encoders[name].encode(result.gradient)[1]
         try:
             combined = aggregate(config, sent)
         except AggregationError as error:

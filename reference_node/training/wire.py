@@ -1,0 +1,94 @@
+"""Gradients on the wire: fp32 as computed, or int8 blocks with error feedback.
+
+``TrainingConfig.wire_dtype = "int8"`` sends each contribution as the block int8
+quantization of ``kernels.quant`` (one fp32 scale per ``WIRE_BLOCK`` values): about
+a quarter of the fp32 bytes.  Payload layout: ``numel`` int8 values, then
+``ceil(numel / WIRE_BLOCK)`` fp32 scales (native byte order, as fp32 payloads are).
+
+Every node must aggregate the same bits (S1 is checked on the parameters after
+applying), so the sender does not keep its own exact gradient: it aggregates the
+dequantization of what it sent, the very function every receiver runs on the same
+bytes.  The quantization error is not lost: each node keeps it (``residual``) and
+adds it to its next gradient before quantizing (error feedback, Seide et al. 2014;
+Karimireddy et al. 2019), so the sum of what a node sent over many steps tracks the
+sum of its gradients within one step's quantization error.
+
+The residual is the node's private state: it is not checkpointed (a restarted node
+starts with none) and not in the history, so ``verify.replay`` cannot recompute an
+int8 run's contributions and says ``unknown`` for it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swarmshake.kernels.quant import dequantize_int8, quantize_int8
+from swarmshake.reference_node.training.config import TrainingConfig
+
+# Values per scale: 256 keeps the scales' overhead at 4/256 = 1.6 % of the int8 bytes
+# and a block's amax local enough that one outlier costs only its own block.
+WIRE_BLOCK = 256
+
+
+class WireError(ValueError):
+    """A contribution payload that does not decode for this model and wire dtype."""
+
+
+def scale_count(numel: int) -> int:
+    return (numel + WIRE_BLOCK - 1) // WIRE_BLOCK
+
+
+def payload_nbytes(config: TrainingConfig, numel: int) -> int:
+    """Bytes of one contribution of ``numel`` parameters on the wire."""
+    if config.wire_dtype == "int8":
+        return numel + 4 * scale_count(numel)
+    return 4 * numel
+
+
+def decode(
+    config: TrainingConfig, blob: bytes | bytearray | memoryview, numel: int
+) -> torch.Tensor:
+    """A received contribution as the fp32 tensor every node aggregates (CPU)."""
+    if len(blob) != payload_nbytes(config, numel):
+        raise WireError(
+            f"{len(blob)} bytes, expected {payload_nbytes(config, numel)} "
+            f"for {numel} parameters as {config.wire_dtype}"
+        )
+    if config.wire_dtype == "fp32":
+        return torch.frombuffer(blob, dtype=torch.float32)
+    q = torch.frombuffer(blob, dtype=torch.int8, count=numel)
+    scales = torch.frombuffer(blob, dtype=torch.float32, offset=numel, count=scale_count(numel))
+    return dequantize_int8(q, scales, numel, WIRE_BLOCK)
+
+
+class WireEncoder:
+    """One node's sending side: ``encode(gradient)`` gives the payload to send and the
+    tensor this node aggregates as its own contribution (bit-equal to what every
+    receiver decodes).  Keeps the error-feedback residual between steps."""
+
+    def __init__(self, config: TrainingConfig):
+        self.config = config
+        self.residual: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        """Forget the residual (a state was installed: it belongs to other parameters)."""
+        self.residual = None
+
+    def encode(self, gradient: torch.Tensor) -> tuple[memoryview, torch.Tensor]:
+        flat = gradient.reshape(-1)
+        if self.config.wire_dtype == "fp32":
+            return memoryview(flat.numpy()).cast("B"), flat
+        corrected = flat if self.residual is None else flat + self.residual.to(flat.device)
+        q, scales = quantize_int8(corrected, WIRE_BLOCK)
+        payload = bytearray(payload_nbytes(self.config, flat.numel()))
+        view = memoryview(payload)
+        view[: flat.numel()] = memoryview(q.cpu().numpy()).cast("B")
+        view[flat.numel() :] = memoryview(scales.cpu().numpy()).cast("B")
+        # What a receiver computes from these bytes, bit for bit (the same function
+        # on the same bytes): the sender aggregates exactly that.
+        own = decode(self.config, payload, flat.numel())
+        # A non-finite block (a diverged or Byzantine gradient) is sent as NaN; its
+        # error is not carried, or it would poison every later step of this node.
+        residual = corrected.cpu() - own
+        self.residual = torch.where(torch.isfinite(residual), residual, 0.0)
+        return view, own
