@@ -29,17 +29,20 @@ BUG_SUITES = {
     # the suspected node refutes, and with the bug is declared dead anyway.
     "no-refute": "inline:false-suspicion",
     "stale-rejoin": "smoke",  # n4 restarts and commits with stale parameters
-    # The coordinator of step 24 (n1: voters[24 % 4]) is killed for good as soon as it
-    # logs the commit.  Its outbound links carry 40 KB/s: its small proposal arrives
-    # at once, its 27 KB gradient takes ~0.7 s, so with the bug the peers vote before
-    # they hold the aggregate and none can apply the committed step.  Permanent: a
-    # restart would serve the bytes again from n1's aggregate store.
+    # n1 holds every bulk frame at the node (hold_bulk: a proxy would already have
+    # read them) from its commit of step 20 on: its peers miss its gradient, so the
+    # aggregate of a step n1 coordinates (voters[k % 4], k = 24, 28, ...) can come only
+    # from n1.  The first request for it kills n1 for good: with the bug the peers
+    # had voted before holding the bytes and the step is committed, without it they
+    # had not and another value wins.  Permanent: a restart would serve the bytes
+    # again from n1's aggregate store.
     "ack-before-apply": "inline:ack-before-apply",
     # n1 votes for n2's value of step k, is killed and restarted; n3, cut off from n2,
     # forms its majority with n1, which forgot its vote: a second value commits.
     "forget-vote": "inline:lost-vote",
-    # No real-run scenario yet (REAL_RUN_OPEN): the smoke suite runs it and stays valid.
-    "no-vote-floor": "smoke",
+    # n2 restored to an old checkpoint while n1 prunes past it, then n3 cut off and n1
+    # restarted with n2 as its only source (INLINE_SCENARIOS["stale-source"]).
+    "no-vote-floor": "inline:stale-source",
 }
 
 
@@ -99,16 +102,45 @@ LOST_VOTE_STEPS = (100, 700, 1300, 1900, 2500)
 INLINE_SCENARIOS = {
     "ack-before-apply": """
 name: ack-before-apply
-description: a step's coordinator dies right after its commit, before any peer learned it
+description: a step's coordinator holds its bulk bytes at the node and dies for good once a peer asks it for an aggregate
 seed: 5
 cluster: {nodes: 4, model: tiny}
 steady_state: {min_commit_step: 2, timeout_s: 60}
 duration_s: 20
 quiesce_s: 10
 faults:
-  - {at_s: 0, op: {op: bandwidth, src: [n1], dst: ["*"], rate_kbps: 40}, heal_after_s: 15}
-  - when: {node: n1, kind: commit, step_at_least: 24}
+  - when: {node: n1, kind: commit, step_at_least: 20}
+    op: {op: hold_bulk, nodes: [n1], to: ["*"]}
+    heal_after_s: 15
+  - when: {node: n1, kind: aggregate_serve, step_at_least: 20}
     op: {op: crash, nodes: [n1], permanent: true}
+""",
+    # The simulator's stale_source block (explore --backend sim --bug no-vote-floor
+    # --seed 1 writes it as replay.yaml), its steps moved for real nodes: replayed as
+    # written, n2 crashed holding accept records of the steps it came back to, so the
+    # re-proposal adopted the chosen value (and stalled on n3's bytes).  Here n2 goes
+    # down at step ~90 with its checkpoint of step 51 (checkpoint_every 50) behind its
+    # own kept records (16); when n1 commits step 125, n3 is cut off, n2 restarts on
+    # that checkpoint (its peers silent) and n1 restarts with n2 as its only source.
+    "stale-source": """
+name: stale-source
+description: a node restarts while its only reachable source is a peer restored to a checkpoint behind both nodes' pruned acceptor records
+seed: 1
+cluster: {nodes: 3, model: tiny}
+steady_state: {min_commit_step: 2, timeout_s: 60}
+duration_s: 30
+quiesce_s: 15
+faults:
+  - when: {node: n2, kind: commit, step_at_least: 90}
+    op: {op: crash, nodes: [n2]}
+  - when: {node: n1, kind: commit, step_at_least: 125}
+    op: {op: partition, grouping: isolate, nodes: [n3]}
+    heal_after_s: 8.0
+  - when: {node: n1, kind: commit, step_at_least: 125}
+    op: {op: restart, nodes: [n2]}
+  - when: {node: n1, kind: commit, step_at_least: 125}
+    op: {op: crash, nodes: [n1]}
+    heal_after_s: 2.3
 """,
     "lost-vote": _lost_vote_scenario(LOST_VOTE_STEPS),
     # 250 ms on one directed link lifts one gap past the 160 ms suspicion floor; the
@@ -235,12 +267,6 @@ REAL_RUN_OPEN = {
     "explore catches it (S1, the stale_source block)",
     "forget-vote": "timing-dependent (issue 5): the lost-vote blocks line up a restart between "
     "an accept and a second proposer's prepare in most runs (3 of 4 in CI conditions), not all",
-    "ack-before-apply": "open (issue 5): the bytes must be lost after a commit the bug let "
-    "through, and every link fault leaves them deliverable: Toxiproxy has already read a "
-    "crashed coordinator's gradient and aggregate from its socket, and its bandwidth toxic "
-    "flushes the chunk it holds the moment another toxic (a black hole) is added, so the "
-    "peers still build or fetch the aggregate (tried: one-way 40 KB/s plus a black hole and "
-    "a permanent crash on the commit); the simulator's explore catches it (S2)",
 }
 
 
@@ -272,6 +298,24 @@ def test_a_lone_false_suspicion_is_refuted_on_correct_nodes(tmp_path):
         for line in path.read_text().splitlines()
     )
     assert kinds["refute"] >= 1 and kinds["declare_dead"] == 0, kinds
+
+
+def test_held_bytes_without_the_bug_leave_no_committed_step_unapplied(tmp_path):
+    """ack-before-apply's scenario on correct nodes: the peers ask n1 for the
+    aggregate before they vote, n1 dies for good on the first request (its bytes held
+    at the node by hold_bulk), and another value of that step commits: valid."""
+    code, result, stderr = run_suite(tmp_path, "inline:ack-before-apply")
+    assert result, stderr[-3000:]
+    assert code == 0 and result["status"] == "valid", result.get("message") or stderr[-3000:]
+    events = [
+        json.loads(line)
+        for path in (Path(result["run_dir"]) / "events").glob("n*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    # The fault acted: n1 held bytes back, and was asked for an aggregate.
+    held = [e for e in events if e["kind"] == "frame_drop" and e.get("reason") == "bulk:held"]
+    assert held and {e["node"] for e in held} == {"n1"}, held[:3]
+    assert any(e["kind"] == "aggregate_serve" and e["node"] == "n1" for e in events)
 
 
 def test_lost_vote_without_the_bug_commits_the_chosen_value_from_the_restarted_acceptor(
