@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 # Recorded when Docker cannot be used here; the Docker tests skip with this reason.
 DOCKER_STATUS := .cache/docker-unavailable
 
-.PHONY: setup image demo test test-fast test-long bench bench-gpu lint format doctor constraints clean
+.PHONY: setup image demo test test-fast test-long mutation bench bench-gpu lint format doctor constraints clean
 
 setup:
 	scripts/setup.sh all
@@ -47,6 +47,14 @@ test-long: setup image
 	  $(PYTEST) -m "long" -q -s --durations=10 || status=1; \
 	  $(SWARMSHAKE) specs check --profile deep || status=1; \
 	  exit $$status
+
+# Mutation score of the protocol cores and the checkers (scripts/mutation.py): a
+# sample of 30 mutants (seed 1, ~10 min); MUTATION_ARGS="--all" for every mutant
+# (hours; test-long runs it as tests/verify/test_mutation.py::test_every_mutant).
+MUTATION_ARGS ?= --sample 30 --seed 1
+mutation: setup
+	@mkdir -p runs
+	$(PY) scripts/mutation.py $(MUTATION_ARGS) --json runs/mutation.json
 
 bench: setup
 	$(SWARMSHAKE) bench harness --backend local --nodes 8 --trials 3 --capacity 4,8,12,16

@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""Mutation testing of the protocol cores and the checkers: do our tests find bugs
+nobody told them about?
+
+Why a small sampler of our own and not mutmut or cosmic-ray: both assume the import
+path of a module is its path on disk.  Our parts are folders (``reference_node/``)
+installed as ``swarmshake.reference_node`` through setuptools ``package-dir`` and an
+editable finder that always points at the checkout; mutmut 3 runs the tests against
+a copy in ``mutants/`` that this finder never imports, and cosmic-ray mutates the
+files in place, which the shared checkout (several people editing it) cannot allow.
+So this script copies the tree to a scratch folder, adds ``swarmshake/<part>``
+links there and puts the folder first on ``PYTHONPATH`` (a path entry wins over the
+editable finder, which sits last on ``sys.meta_path``); the checkout is never touched.
+
+Mutants are drawn from the AST, deterministically (same code + same seed = same
+mutants): arithmetic operator swaps, comparison flips (``<``/``<=``, ``==``/``!=``,
+``in``/``not in``, ``is``/``is not``), ``and``/``or``, integer constants ± 1,
+``True``/``False``, a dropped ``not``, a negated ``if``/``while`` test, and a
+simple statement replaced by ``pass``.  Docstrings, annotations and
+``raise``/``assert`` lines are left alone (mutating an error message or a type hint
+changes nothing a test could see).
+
+A mutant is *killed* when the kill command fails: the fast tests of the mutated
+part, then a short ``explore --backend sim`` (protocol files only: explore looks
+for property violations of the running protocol, which only a protocol mutant
+causes).  *timeout* (the kill command ran past its limit: an infinite loop, a
+livelock) counts as killed, as mutmut and cosmic-ray count it.
+
+    python scripts/mutation.py --sample 40 --seed 1          # a sampled score
+    python scripts/mutation.py --all --json out.json          # every mutant (hours)
+
+Exit status: 0 when the kill rate reaches ``--min-score`` (default 0, just report),
+1 when it does not, 3 when the unmutated code already fails the kill command (the
+score would mean nothing), 64 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import fcntl
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PARTS = ("reference_node", "chaos", "specs", "verify", "kernels", "reports")
+
+PROTOCOL_FILES = (
+    "reference_node/protocol/commit.py",
+    "reference_node/protocol/detector.py",
+    "reference_node/protocol/rejoin.py",
+    "reference_node/protocol/node_core.py",
+)
+CHECKER_FILES = tuple(
+    f"verify/checkers/{name}.py"
+    for name in ("__init__", "detector", "model", "neutral", "progress", "safety", "timeline")
+)
+DEFAULT_FILES = PROTOCOL_FILES + CHECKER_FILES
+
+# The fast tests that exercise each part (slow, docker and long tests excluded by
+# marker).  Every mutant runs all of its part's tests: a mutant in commit.py can be
+# seen by a node_core test, a checker mutant by the neutral-history tests.
+PROTOCOL_TESTS = ("tests/reference_node/protocol",)
+CHECKER_TESTS = (
+    "tests/verify/test_checkers.py",
+    "tests/verify/test_neutral_history.py",
+    "tests/verify/test_convergence.py",
+)
+# A short exploration: 4 nodes (an even size: quorum ties), budget small enough to
+# stay within seconds per mutant.  Explore exits non-zero when it finds a violation.
+EXPLORE_ARGS = ("--backend", "sim", "--budget", "40", "--seed", "1", "--nodes", "4")
+
+_SWAP_BINOP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.FloorDiv,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+}
+_SWAP_CMP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+_SIMPLE_STMTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    index: int  # position among the file's mutation sites, in AST walk order
+    line: int
+    kind: str
+    description: str
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _skipped_nodes(tree: ast.AST) -> set[int]:
+    """Ids of nodes no mutant may touch: annotations, raise/assert statements,
+    docstrings, ``__all__``, and the ``if TYPE_CHECKING:`` blocks."""
+    skip: set[int] = set()
+
+    def mark(node: ast.AST | None) -> None:
+        if node is not None:
+            skip.update(id(sub) for sub in ast.walk(node))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            mark(node.returns)
+            for arg in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+                mark(arg.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            skip.add(id(node))
+            mark(node.annotation)
+        elif isinstance(node, (ast.Raise, ast.Assert, ast.Import, ast.ImportFrom)):
+            mark(node)
+        elif _is_docstring(node):
+            mark(node)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            mark(node)
+        elif (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+        ):
+            mark(node)
+    return skip
+
+
+def _sites(tree: ast.AST) -> Iterator[tuple[ast.AST, str, str, object]]:
+    """Every (node, kind, description, how) mutation site, in a fixed order."""
+    skip = _skipped_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BINOP:
+            new = _SWAP_BINOP[type(node.op)]
+            yield node, "binop", f"{type(node.op).__name__} -> {new.__name__}", new
+        elif isinstance(node, ast.Compare):
+            for position, op in enumerate(node.ops):
+                new = _SWAP_CMP[type(op)]
+                yield node, "compare", f"{type(op).__name__} -> {new.__name__}", (position, new)
+        elif isinstance(node, ast.BoolOp):
+            new = ast.Or if isinstance(node.op, ast.And) else ast.And
+            yield node, "boolop", f"{type(node.op).__name__} -> {new.__name__}", new
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            yield node, "constant", f"{node.value} -> {not node.value}", not node.value
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            yield node, "constant", f"{node.value} -> {node.value + 1}", node.value + 1
+            if node.value != 0:
+                yield node, "constant", f"{node.value} -> {node.value - 1}", node.value - 1
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield node, "not", "drop not", None
+        if isinstance(node, (ast.If, ast.While)) and id(node.test) not in skip:
+            yield node, "negate", f"negate {type(node).__name__.lower()} test", None
+        if isinstance(node, _SIMPLE_STMTS) and not _is_docstring(node):
+            yield node, "delete", f"{type(node).__name__} -> pass", None
+
+
+def list_mutants(rel_path: str) -> list[Mutant]:
+    tree = ast.parse((REPO / rel_path).read_text(), rel_path)
+    return [
+        Mutant(rel_path, index, getattr(node, "lineno", 0), kind, description)
+        for index, (node, kind, description, _how) in enumerate(_sites(tree))
+    ]
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, target: ast.AST, replacement: ast.AST) -> None:
+        self.target, self.replacement = target, replacement
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is self.target:
+            return self.replacement
+        return self.generic_visit(node)
+
+
+def mutated_source(source: str, mutant: Mutant) -> str:
+    tree = ast.parse(source, mutant.file)
+    sites = list(_sites(tree))
+    if not 0 <= mutant.index < len(sites):
+        raise ValueError(f"{mutant.file} has no mutation site {mutant.index}")
+    node, kind, _description, how = sites[mutant.index]
+    new: ast.AST
+    if kind == "binop":
+        new = copy.copy(node)
+        new.op = how()
+    elif kind == "compare":
+        position, op = how
+        new = copy.copy(node)
+        new.ops = list(node.ops)
+        new.ops[position] = op()
+    elif kind == "boolop":
+        new = copy.copy(node)
+        new.op = how()
+    elif kind == "constant":
+        new = ast.Constant(how)
+    elif kind == "not":
+        new = node.operand
+    elif kind == "negate":
+        new = copy.copy(node)
+        new.test = ast.UnaryOp(ast.Not(), node.test)
+    else:  # delete
+        new = ast.Pass()
+    tree = _Replace(node, ast.copy_location(new, node)).visit(tree)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def make_scratch() -> Path:
+    """A copy of the tree (no .git/.venv/runs) whose ``swarmshake.<part>`` imports
+    resolve to the copy once it is first on PYTHONPATH."""
+    scratch = Path(tempfile.mkdtemp(prefix="ss-mut-"))
+    keep = (*PARTS, "swarmshake", "tests", "suites", "pyproject.toml")
+    for name in keep:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, scratch / name)
+    for part in PARTS:
+        (scratch / "swarmshake" / part).symlink_to(Path("..") / part)
+    return scratch
+
+
+def kill_commands(rel_path: str, python: str) -> list[list[str]]:
+    pytest = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    pytest += ["-m", "not slow and not docker and not gpu and not long", "--timeout", "120"]
+    if rel_path.startswith("reference_node/"):
+        return [
+            pytest + list(PROTOCOL_TESTS),
+            [python, "-m", "swarmshake", "explore", *EXPLORE_ARGS],
+        ]
+    return [pytest + list(CHECKER_TESTS)]
+
+
+def run_kill(scratch: Path, rel_path: str, python: str, timeout_s: float, lock: str | None) -> str:
+    """'killed', 'survived' or 'timeout' for the code now in ``scratch``."""
+    env = dict(os.environ, PYTHONPATH=str(scratch), PYTHONDONTWRITEBYTECODE="1")
+    out = scratch / "runs"
+    for command in kill_commands(rel_path, python):
+        if "explore" in command:
+            command = [*command, "--out", str(out)]
+        lock_file = open(lock, "w") if lock else None  # noqa: SIM115 (held for the run)
+        try:
+            if lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)
+            result = subprocess.run(
+                command, cwd=scratch, env=env, capture_output=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        finally:
+            if lock_file:
+                lock_file.close()
+            shutil.rmtree(out, ignore_errors=True)
+        if result.returncode != 0:
+            return "killed"
+    return "survived"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # the project's exit status for bad input
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", default=list(DEFAULT_FILES))
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--sample", type=int, default=40, help="mutants to draw (default 40)")
+    pick.add_argument("--all", action="store_true", help="every mutant (hours)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per kill command")
+    parser.add_argument("--min-score", type=float, default=0.0, help="fail below this kill rate")
+    parser.add_argument("--lock", help="flock this file around each kill command")
+    parser.add_argument("--json", help="write the result here")
+    parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    args = parser.parse_args(argv)
+    for rel_path in args.files:
+        if not (REPO / rel_path).is_file() or not rel_path.endswith(".py"):
+            parser.error(f"{rel_path}: not a Python file of this repository")
+    if args.sample < 1 or args.timeout_s <= 0 or not 0 <= args.min_score <= 1:
+        parser.error("--sample ≥ 1, --timeout-s > 0, 0 ≤ --min-score ≤ 1")
+
+    mutants = [m for rel_path in args.files for m in list_mutants(rel_path)]
+    chosen = (
+        mutants
+        if args.all
+        else random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
+    )
+    chosen.sort(key=lambda m: (m.file, m.index))
+    if args.list:
+        for m in chosen:
+            print(f"{m.file}:{m.line} #{m.index} {m.kind}: {m.description}")
+        return 0
+    python = sys.executable
+    scratch = make_scratch()
+    results: list[dict] = []
+    try:
+        # The unmutated code must pass, or every mutant would count as killed.
+        # One file per kill command is enough: files of a part share their command.
+        groups = {m.file.split("/")[0]: m.file for m in sorted(chosen, key=lambda m: m.file)}
+        for rel_path in groups.values():
+            baseline = run_kill(scratch, rel_path, python, args.timeout_s, args.lock)
+            if baseline != "survived":
+                print(f"unmutated {rel_path}: kill command {baseline}; no score", file=sys.stderr)
+                return 3
+        for number, m in enumerate(chosen, 1):
+            target = scratch / m.file
+            original = target.read_text()
+            target.write_text(mutated_source(original, m))
+            started = time.monotonic()
+            try:
+                outcome = run_kill(scratch, m.file, python, args.timeout_s, args.lock)
+            finally:
+                target.write_text(original)
+            results.append(
+                {**asdict(m), "outcome": outcome, "seconds": round(time.monotonic() - started, 1)}
+            )
+            print(
+                f"[{number}/{len(chosen)}] {outcome:8} {m.file}:{m.line} {m.kind}: {m.description}",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    per_file: dict[str, dict[str, int]] = {}
+    for r in results:
+        counts = per_file.setdefault(r["file"], {"killed": 0, "survived": 0, "timeout": 0})
+        counts[r["outcome"]] += 1
+    killed = sum(r["outcome"] != "survived" for r in results)
+    score = killed / len(results) if results else 0.0
+    summary = {
+        "seed": args.seed,
+        "sampled": len(results),
+        "of": len(mutants),
+        "killed": killed,
+        "score": round(score, 3),
+        "per_file": per_file,
+        "survivors": [r for r in results if r["outcome"] == "survived"],
+        "results": results,
+    }
+    for rel_path, counts in sorted(per_file.items()):
+        total = sum(counts.values())
+        print(f"{rel_path}: {total - counts['survived']}/{total} killed")
+    print(
+        f"score {killed}/{len(results)} = {score:.1%} (seed {args.seed}, {len(mutants)} mutants in all)"
+    )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+    return 0 if score >= args.min_score else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
