@@ -153,12 +153,12 @@ class WireSampler(threading.Thread):
         super().__init__(daemon=True, name="wire-sampler")
         self._out = out
         self._started_wall_s = started_wall_s
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.first: dict[str, dict[str, Any]] = {}
         self.last: dict[str, dict[str, Any]] = {}
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5.0)
 
     def _ports(self) -> dict[str, int]:
@@ -173,7 +173,7 @@ class WireSampler(threading.Thread):
         return found
 
     def run(self) -> None:
-        while not self._stop.wait(WIRE_POLL_S):
+        while not self._halt.wait(WIRE_POLL_S):
             for node, port in self._ports().items():
                 try:
                     with urllib.request.urlopen(
