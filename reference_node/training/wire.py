@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from swarmshake.kernels.quant import dequantize_int8, quantize_int8
+from swarmshake.kernels.quant import quantize_int8
 from swarmshake.reference_node.training.config import TrainingConfig
 
 # Values per scale: 256 keeps the scales' overhead at 4/256 = 1.6 % of the int8 bytes
@@ -57,8 +57,30 @@ def decode(
     if config.wire_dtype == "fp32":
         return torch.frombuffer(blob, dtype=torch.float32)
     q = torch.frombuffer(blob, dtype=torch.int8, count=numel)
-    scales = torch.frombuffer(blob, dtype=torch.float32, offset=numel, count=scale_count(numel))
-    return dequantize_int8(q, scales, numel, WIRE_BLOCK)
+    # Copied: at offset ``numel`` the scales need not be 4-byte aligned (a few KB).
+    scales = torch.frombuffer(
+        blob, dtype=torch.float32, offset=numel, count=scale_count(numel)
+    ).clone()
+    return dequantize_blocks(q, scales)
+
+
+def dequantize_blocks(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``kernels.quant.dequantize_int8`` to fp32 on the CPU, bit for bit (the same one
+    rounded fp32 product ``q * scale`` per value), ~10x faster: a block-shaped product
+    instead of the reference's gather of one scale index per value (7-10 ms a 1M
+    contribution, three of them a step on the worker's event loop)."""
+    numel = q.numel()
+    full = numel // WIRE_BLOCK * WIRE_BLOCK
+    out = torch.empty(numel, dtype=torch.float32)
+    blocks = full // WIRE_BLOCK
+    torch.mul(
+        q[:full].view(blocks, WIRE_BLOCK).to(torch.float32),
+        scales[:blocks, None],
+        out=out[:full].view(blocks, WIRE_BLOCK),
+    )
+    if full < numel:
+        torch.mul(q[full:].to(torch.float32), scales[blocks], out=out[full:])
+    return out
 
 
 class WireEncoder:

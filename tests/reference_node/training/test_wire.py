@@ -35,7 +35,7 @@ def test_wire_dtype_is_validated() -> None:
 
 
 def test_the_sender_aggregates_exactly_what_every_receiver_decodes() -> None:
-    numel = 1000  # not a multiple of the block: a short last block
+    numel = 1001  # not a multiple of the block (a short last block), nor of 4
     encoder = WireEncoder(INT8)
     gradient = torch.randn(numel, generator=torch.Generator().manual_seed(1))
     payload, own = encoder.encode(gradient)
@@ -73,6 +73,20 @@ def test_a_non_finite_gradient_is_sent_as_nan_and_not_fed_back() -> None:
     assert encoder.residual is not None and torch.isfinite(encoder.residual).all()
     _, own = encoder.encode(torch.ones(2 * WIRE_BLOCK))
     assert torch.isfinite(own).all()  # the next step is clean
+
+
+@pytest.mark.parametrize("numel", [1, WIRE_BLOCK, 3 * WIRE_BLOCK + 17])
+def test_the_fast_dequantization_is_the_kernels_reference_bit_for_bit(numel: int) -> None:
+    from swarmshake.kernels.quant import reference_dequantize_int8, reference_quantize_int8
+    from swarmshake.reference_node.training.wire import dequantize_blocks
+
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel)) * 1e3
+    x[0] = float("nan")  # a non-finite block dequantizes to NaN in both
+    q, scales = reference_quantize_int8(x, WIRE_BLOCK)
+    expected = reference_dequantize_int8(q, scales, numel, WIRE_BLOCK)
+    got = dequantize_blocks(q, scales)
+    assert torch.equal(got.nan_to_num(7.0), expected.nan_to_num(7.0))
+    assert torch.isnan(got).sum() == torch.isnan(expected).sum()
 
 
 def test_int8_is_a_quarter_of_the_fp32_bytes() -> None:
