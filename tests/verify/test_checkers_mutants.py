@@ -1,0 +1,128 @@
+"""Checker behaviour that the first mutation run (scripts/mutation.py, seed 1) showed
+no test pinned down: each test here kills a mutant that survived the other tests.
+
+- S1 reports a diverged step once, however many nodes disagree (safety.py: the
+  ``reported`` set), so one bug is one violation in the summary.
+- L3 calls a restart that crashed again before J undecidable, not a violation
+  (progress.py: every condition of a stable window must hold, not any).
+- A property's evidence is the violation's events; an undecided check adds its events
+  only while nothing is violated (model.py ``Findings.unknown``).
+"""
+
+from __future__ import annotations
+
+from swarmshake.reference_node.protocol.history import (
+    HARNESS,
+    Accept,
+    Commit,
+    EventBase,
+    Fault,
+    History,
+    RejoinDone,
+    Start,
+)
+from swarmshake.verify.checkers import Bounds, check_history
+from swarmshake.verify.checkers.model import EventRef, Findings
+
+NODES = ["n0", "n1", "n2"]
+BOUNDS = Bounds(detection_s=1.0, recovery_s=5.0, rejoin_s=5.0)
+
+
+def _start(node: str, t: float, incarnation: int = 0) -> Start:
+    return Start(t_wall=t, t_mono=t, node=node, incarnation=incarnation, config={"voters": NODES})
+
+
+def _steps(first: int, last: int, nodes: list[str]) -> list[EventBase]:
+    """Steps ``first..last`` (step s commits at t = s + 0.5) on ``nodes``."""
+    events: list[EventBase] = []
+    for step in range(first, last + 1):
+        t = step + 0.5
+        for node in nodes:
+            events.append(
+                Accept(
+                    t_wall=t - 0.1,
+                    t_mono=t - 0.1,
+                    node=node,
+                    step=step,
+                    ballot=[1, 0],
+                    value_fp=f"a{step:04x}",
+                    contributors=NODES,
+                    holds_bytes=True,
+                )
+            )
+        for node in nodes:
+            events.append(_commit(node, step, t, f"f{step:04x}"))
+    return events
+
+
+def _commit(node: str, step: int, t: float, param: str) -> Commit:
+    return Commit(
+        t_wall=t,
+        t_mono=t,
+        node=node,
+        step=step,
+        value_fp=f"a{step:04x}",
+        contributors=NODES,
+        param_fp=param,
+        voters=NODES,
+    )
+
+
+def _fault(op: str, target: list[str], t: float) -> Fault:
+    return Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=target, phase="inject")
+
+
+def _check(events: list[EventBase]):
+    return check_history(History.from_events(events), BOUNDS)
+
+
+def test_s1_a_step_on_which_two_nodes_diverge_is_one_violation():
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 30, NODES)
+    events.append(_commit("n1", 12, 12.6, "deadbeef"))
+    events.append(_commit("n2", 12, 12.7, "cafef00d"))
+    events.sort(key=lambda event: event.t_mono)
+    result = _check(events).results["S1"]
+    assert result.status == "invalid"
+    assert "step 12" in result.message and "more" not in result.message
+
+
+def _restart_without_catch_up(crash_again_at: float | None) -> list[EventBase]:
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
+    events.append(_fault("crash", ["n2"], 10.6))
+    events += _steps(11, 30, ["n0", "n1"])
+    events.append(_start("n2", 15.0, incarnation=1))
+    if crash_again_at is not None:
+        events.append(_fault("crash", ["n2"], crash_again_at))
+    events.sort(key=lambda event: event.t_mono)
+    return events
+
+
+def test_l3_a_restart_that_crashed_again_before_j_is_unknown_not_invalid():
+    # J = 5 s: n2 restarted at 15 s and crashed again at 17 s, before its deadline.
+    assert _check(_restart_without_catch_up(None)).results["L3"].status == "invalid"
+    assert _check(_restart_without_catch_up(17.0)).results["L3"].status == "unknown"
+
+
+def test_l3_a_catch_up_through_rejoin_is_valid():
+    events = _restart_without_catch_up(None)
+    events.append(
+        RejoinDone(t_wall=16, t_mono=16.0, node="n2", step=15, source="n0", param_fp="f000f")
+    )
+    events.sort(key=lambda event: event.t_mono)
+    assert _check(events).results["L3"].status == "valid"
+
+
+def _ref(index: int) -> EventRef:
+    return EventRef(node="n0", index=index, t_mono=float(index), kind="commit")
+
+
+def test_evidence_of_an_undecided_check_is_kept_only_while_nothing_is_violated():
+    undecided = Findings("L3")
+    undecided.unknown("cut by the run's end", _ref(1))
+    assert undecided.result("ok").evidence == [_ref(1)]
+
+    violated = Findings("L3")
+    violated.invalid("did not catch up", _ref(2))
+    violated.unknown("cut by the run's end", _ref(3))
+    result = violated.result("ok")
+    assert result.status == "invalid" and result.evidence == [_ref(2)]
