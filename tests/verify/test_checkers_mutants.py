@@ -1,10 +1,11 @@
 """Checker behaviour that the first mutation run (scripts/mutation.py, seed 1) showed
-no test pinned down: each test here kills a mutant that survived the other tests.
+no test pinned down (the S1 and evidence tests kill survivors of that run; the L3
+test pins the window conditions of progress.py, whose inner ``and`` mutant,
+line 143, still survives).
 
 - S1 reports a diverged step once, however many nodes disagree (safety.py: the
   ``reported`` set), so one bug is one violation in the summary.
-- L3 calls a restart that crashed again before J undecidable, not a violation
-  (progress.py: every condition of a stable window must hold, not any).
+- L3 calls a restart that crashed again before J undecidable, not a violation.
 - A property's evidence is the violation's events; an undecided check adds its events
   only while nothing is violated (model.py ``Findings.unknown``).
 """
