@@ -261,10 +261,11 @@ def test_a_sign_flipping_node_is_tolerated_by_median_but_not_by_mean(
 # Bugs no real run exposes today, with the reason (the simulator's explore still
 # catches each: tests/chaos/sim/test_explore.py).
 REAL_RUN_OPEN = {
-    "no-vote-floor": "open (issue 12): it needs a node restored to a state behind its pruned "
-    "acceptor records (16 steps): a stale peer restarted from an old checkpoint while the "
-    "up-to-date peers are cut off, which no real-run suite lines up yet; the simulator's "
-    "explore catches it (S1, the stale_source block)",
+    "no-vote-floor": "open (issue 13): the simulator's stale_source block replayed as written "
+    "was valid on real nodes (the stale n2 still held accept records of the steps it came "
+    "back to, so the re-proposal adopted the chosen value); the stale-source scenario moves "
+    "n2's checkpoint behind its own kept records and is not yet measured on real nodes; "
+    "the simulator's explore catches the bug (S1)",
     "forget-vote": "timing-dependent (issue 5): the lost-vote blocks line up a restart between "
     "an accept and a second proposer's prepare in most runs (3 of 4 in CI conditions), not all",
 }
