@@ -27,7 +27,12 @@ from typing import Literal
 import msgspec
 
 from swarmshake.chaos import yaml_input
-from swarmshake.reference_node.protocol.history import EVENT_KINDS
+from swarmshake.reference_node.protocol.history import known_kinds
+
+# Importing the neutral history registers its kinds (``collective``, ``step_committed``,
+# ...), so a trigger can name what any system's workload writes, not only the reference
+# node's kinds.
+from swarmshake.verify import history as _neutral_history  # noqa: F401
 
 MAX_SCHEDULE_ENTRIES = 10_000  # a schedule is written or drawn, not streamed; bounds memory
 MAX_SCHEDULE_BYTES = 4 * 1024 * 1024  # 10,000 entries of ~200 bytes, with room
@@ -564,9 +569,9 @@ class OnEvent(
     delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in EVENT_KINDS:
+        if self.kind not in known_kinds():
             raise ValueError(
-                f"kind {self.kind!r} is not an event kind; known: {', '.join(EVENT_KINDS)}"
+                f"kind {self.kind!r} is not an event kind; known: {', '.join(known_kinds())}"
             )
         _check_range("count", self.count, 1, 1_000_000)
         _check_range("delay_s", self.delay_s, 0.0, 86_400.0)

@@ -136,3 +136,63 @@ def test_recorder_writes_the_neutral_history_the_checkers_read(tmp_path):
 
 def test_replica_name_strips_torchfts_uuid():
     assert replica_name("n12:3f0c-11") == "n12" and replica_name("n4") == "n4"
+
+
+CRASH_SCENARIO = """\
+name: torchft-crash
+seed: 3
+system: torchft
+system_options: {step_interval_s: 0.2, join_timeout_ms: 5000}
+cluster: {nodes: 3, model: tiny}
+steady_state: {min_commit_step: 3, timeout_s: 120}
+duration_s: 40
+quiesce_s: 20
+faults:
+  - at_s: 2
+    op: {op: crash, nodes: [n3]}
+    heal_after_s: 8
+bounds: {detection_s: 20, recovery_s: 70, rejoin_s: 60}
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_on_three_replica_groups_is_judged_by_the_neutral_checkers(tmp_path):
+    """Real torchft (3 replica groups, gloo, a Lighthouse) with one group crashed and
+    restarted: the run is judged, not skipped: S1 over the quorums' fingerprints and
+    L1-L3 each come out valid or invalid with a message, never unknown."""
+    import json
+    import subprocess
+    import sys
+
+    from swarmshake.chaos.systems.torchft import TorchFTSystem
+
+    if problems := TorchFTSystem().check():
+        pytest.skip("; ".join(problems))
+    suite = tmp_path / "crash.yaml"
+    suite.write_text(CRASH_SCENARIO)
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmshake.chaos.cli", "run", str(suite), "--out",
+         str(tmp_path / "runs"), "--json", "--quiet"],
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    verdict = json.loads((Path(result["run_dir"]) / "verdict.json").read_text())
+    statuses = {name: r["status"] for name, r in verdict["results"].items()}
+    messages = {name: r["message"] for name, r in verdict["results"].items()}
+    assert all(statuses[p] in ("valid", "invalid") for p in ("S1", "L1", "L2", "L3")), messages
+    assert statuses["S1"] == "valid", messages  # participants of a step agree
+    assert {p.stem for p in (Path(result["run_dir"]) / "events").glob("*.jsonl")} >= {
+        "n1", "n2", "n3"
+    }  # fmt: skip
+
+
+def test_the_allreduce_kill_suite_triggers_on_the_workloads_collective_event():
+    """A trigger may name a neutral kind (``collective``), not only the reference node's."""
+    from swarmshake.chaos import scenario
+
+    suite = Path(__file__).parents[2] / "suites" / "torchft-allreduce-kill.yaml"
+    (entry,) = scenario.load(suite).faults
+    assert entry.when is not None and (entry.when.kind, entry.when.node) == ("collective", "n3")
+    with pytest.raises(scenario.ScenarioError, match="not an event kind"):
+        scenario.loads(suite.read_text().replace("kind: collective", "kind: allreduce_start"))
