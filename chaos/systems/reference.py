@@ -11,6 +11,7 @@ launch the local backend may fork from its torch-preloaded zygote.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +20,20 @@ from swarmshake.chaos.systems.base import Launch, NodeContext, System
 from swarmshake.reference_node.protocol.history import EVENT_KINDS
 
 NODE_MODULE = "swarmshake.reference_node"
+# "0,1,2,3": node i sees only GPU gpus[i % len] (CUDA_VISIBLE_DEVICES), so nodes with
+# ``device = "cuda"`` each train on a GPU of their own; unset, every node sees all.
+NODE_GPUS_ENV = "SWARMSHAKE_NODE_GPUS"
+MAX_GPUS = 64  # more GPU indices than one host has is a typo
+
+
+def node_gpus(value: str) -> list[str]:
+    """The GPU indices of ``SWARMSHAKE_NODE_GPUS``, validated (harness-side input)."""
+    gpus = [part.strip() for part in value.split(",")]
+    if not 1 <= len(gpus) <= MAX_GPUS or not all(g.isdigit() and len(g) <= 3 for g in gpus):
+        raise ValueError(
+            f"{NODE_GPUS_ENV}={value!r}: expected GPU indices such as 0,1,2,3 (at most {MAX_GPUS})"
+        )
+    return gpus
 
 
 class ReferenceSystem(System):
@@ -55,6 +70,11 @@ class ReferenceSystem(System):
         for bug in spec.bugs:
             args += ["--bug", bug]
         env = {"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": ctx.name}
+        gpus = os.environ.get(NODE_GPUS_ENV, "")
+        if gpus:
+            # Read by CUDA at the node's first CUDA call, after the zygote's fork.
+            listed = node_gpus(gpus)
+            env["CUDA_VISIBLE_DEVICES"] = listed[ctx.index % len(listed)]
         program = spec.node_program
         if program.endswith(".py"):  # a test's stand-in program speaking the same config
             argv = (ctx.python, program, *args)

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The chaos run on GPUs, in one script, two halves:
+#
+#   bash scripts/gpu_chaos_run.sh prepare
+#       here (with network): fills .gpu-carry/ (ignored through .git/info/exclude)
+#       with what a bare GPU machine lacks: the node's wheels for CPython 3.12
+#       (aiomqtt, paho-mqtt, msgspec, blake3), the static Toxiproxy build
+#       (.tools/bin/toxiproxy-server) and the mosquitto broker with its shared
+#       libraries (not glibc's own: the machine's newer glibc runs them).
+#       Name .gpu-carry in the device tool's `carry`.
+#
+#   bash scripts/gpu_chaos_run.sh run [SUITE] [PYTHON]
+#       on the GPU machine (or here, with SUITE on the CPU, as a check of the
+#       setup): installs the wheels into a scratch site folder, puts the broker and
+#       Toxiproxy on PATH, builds the CUDA extension once (nodes then load it),
+#       gives each node a GPU of its own (SWARMSHAKE_NODE_GPUS, round robin when
+#       there are fewer GPUs than nodes), runs `swarmshake run SUITE`
+#       (default suites/gpu-smoke.yaml), then the kernel profile
+#       (chaos/bench/gpu_profile.py).  Results go to $OUT (the device tool's folder)
+#       or runs/gpu-chaos: verdict.json, summary.md, the recovery figures, the
+#       profiler table, nvidia-smi samples, a tarball of the run directory.
+#       PROFILE=0 skips the profile; PROFILE_MODEL (default large) sizes it;
+#       PROFILE_TIMEOUT_S (150) and RUN_TIMEOUT_S (420) bound the two parts.
+set -o pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/.gpu-carry
+WHEELS="aiomqtt==2.5.1 paho-mqtt==2.2.0 msgspec==0.22.0 blake3==1.0.11"
+
+prepare() {
+  grep -qx '/.gpu-carry/' "$ROOT/.git/info/exclude" 2>/dev/null \
+    || { mkdir -p "$ROOT/.git/info"; echo '/.gpu-carry/' >>"$ROOT/.git/info/exclude"; }
+  rm -rf "$CARRY"; mkdir -p "$CARRY/whl" "$CARRY/bin" "$CARRY/lib"
+  # shellcheck disable=SC2086
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d "$CARRY/whl" $WHEELS || return 1
+  cp "$ROOT/.tools/bin/toxiproxy-server" "$CARRY/bin/" || return 1
+  local real
+  for tool in /usr/sbin/mosquitto /usr/bin/mosquitto_passwd; do
+    [ -x "$tool" ] || { echo "$tool missing: apt-get install mosquitto" >&2; return 1; }
+    real=$CARRY/bin/$(basename "$tool").real
+    cp "$tool" "$real"
+    ldd "$tool" | awk '/=> \//{print $3}' | while read -r lib; do
+      case $(basename "$lib") in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;
+        *) cp -L "$lib" "$CARRY/lib/" ;;
+      esac
+    done
+    # A wrapper, so only the broker sees the carried libraries (not Python or CUDA).
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' \
+      '"$(dirname "$0")/../lib"' "\"\$(dirname \"\$0\")/$(basename "$real")\"" \
+      >"$CARRY/bin/$(basename "$tool")"
+    chmod +x "$CARRY/bin/$(basename "$tool")"
+  done
+  du -sh "$CARRY"
+}
+
+run() {
+  local suite=${1:-suites/gpu-smoke.yaml} python=${2:-python3}
+  local out=${OUT:-$ROOT/runs/gpu-chaos}
+  mkdir -p "$out"
+  [ -f "$suite" ] || { echo "no suite $suite" >&2; return 64; }
+  [ -d "$CARRY/bin" ] || { echo "$CARRY missing: run '$0 prepare' and carry .gpu-carry" >&2; return 64; }
+  cd "$ROOT" || return 1
+  local site=/tmp/swarmshake_site pp=/tmp/swarmshake_pp
+  if ! "$python" -c 'import aiomqtt, msgspec, blake3' 2>/dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "$CARRY"/whl/*.whl || return 1
+  fi
+  # The package without installing it (gpu_run.sh does the same): swarmshake/ holds
+  # the top-level modules, the parts are linked in.
+  rm -rf "$pp"; mkdir -p "$pp/swarmshake"
+  cp swarmshake/*.py "$pp/swarmshake/"
+  for part in reference_node chaos specs verify kernels reports; do
+    [ -d "$part" ] && ln -s "$ROOT/$part" "$pp/swarmshake/$part"
+  done
+  export PATH=$CARRY/bin:$PATH PYTHONPATH=$pp:$site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
+  export SWARMSHAKE_TOXIPROXY=$CARRY/bin/toxiproxy-server
+  export SWARMSHAKE_KERNELS_BUILD=${SWARMSHAKE_KERNELS_BUILD:-/tmp/swk_build} MAX_JOBS=${MAX_JOBS:-16}
+  # Multicast stays off (the device tool's KINDS.md: it can take a shared host's GPUs down).
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  mosquitto -h 2>&1 | head -1
+  toxiproxy-server --version 2>&1 | head -1
+  local gpus=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$out/gpus.csv"
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+    [ -n "$gpus" ] && export SWARMSHAKE_NODE_GPUS=$gpus
+    SECONDS=0
+    "$python" -c "from swarmshake.kernels import _ext; m = _ext.get(); print('extension:', m is not None, _ext.build_error())" \
+      2>&1 | tail -5
+    echo "extension build took ${SECONDS}s"
+    # GPU use during the run, every 2 s, bounded by the run (killed below).
+    nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 2 \
+      >"$out/nvidia_smi.csv" 2>/dev/null &
+    local smi=$!
+  fi
+  # The profile first: it is short, and a chaos run that overruns its limit must not
+  # take the profile down with it.
+  if [ "${PROFILE:-1}" = 1 ] && [ -n "$gpus" ]; then
+    timeout "${PROFILE_TIMEOUT_S:-150}" "$python" -m swarmshake.chaos.bench.gpu_profile \
+      --model "${PROFILE_MODEL:-large}" --out "$out" 2>&1 | tail -80
+  fi
+  echo "nodes' GPUs: ${SWARMSHAKE_NODE_GPUS:-none (CPU)}"
+  local runs=/tmp/swarmshake-gpu-runs
+  rm -rf "$runs"; mkdir -p "$runs"
+  SECONDS=0
+  # Bounded so the results still come back inside the device tool's 10-minute call.
+  timeout -s INT "${RUN_TIMEOUT_S:-420}" "$python" -m swarmshake.chaos.cli run "$suite" --out "$runs" --quiet --json >"$out/run.json" \
+    2>"$out/run.stderr"
+  local rc=$?
+  echo "swarmshake run exit $rc after ${SECONDS}s"
+  [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
+  local dir
+  dir=$(find "$runs" -mindepth 1 -maxdepth 1 -type d | head -1)
+  if [ -n "$dir" ]; then
+    for f in verdict.json summary.md; do [ -f "$dir/$f" ] && cp "$dir/$f" "$out/"; done
+    cat "$dir/summary.md" 2>/dev/null | head -150
+    # Everything else of the run, without checkpoints (hundreds of MB at 100M).
+    # Logs, histories and the report only: a node's checkpoints are GBs at 100M.
+    (cd "$runs" && find "$(basename "$dir")" -maxdepth 3 \( -name '*.log' -o -name '*.jsonl' \
+      -o -name '*.json' -o -name '*.md' -o -name '*.yaml' -o -name '*.toml' -o -name '*.html' \
+      -o -name '*.svg' -o -name '*.png' \) -size -50M -print0 \
+      | tar -czf "$out/run_dir.tgz" --null -T -) 2>/dev/null
+  fi
+  tail -20 "$out/run.stderr"
+  rm -rf "$runs"
+  return $rc
+}
+
+case ${1:-} in
+  prepare) prepare ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 prepare | run [SUITE] [PYTHON]" >&2; exit 64 ;;
+esac
