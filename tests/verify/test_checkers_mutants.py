@@ -1,11 +1,12 @@
 """Checker behaviour that the first mutation run (scripts/mutation.py, seed 1) showed
-no test pinned down (the S1 and evidence tests kill survivors of that run; the L3
-test pins the window conditions of progress.py, whose inner ``and`` mutant,
-line 143, still survives).
+no test pinned down; they kill three of its five survivors (safety.py:75,
+progress.py:143, model.py:126).
 
 - S1 reports a diverged step once, however many nodes disagree (safety.py: the
   ``reported`` set), so one bug is one violation in the summary.
-- L3 calls a restart that crashed again before J undecidable, not a violation.
+- L3 calls a missed catch-up undecidable, not a violation, when the restarted node
+  crashed again before J or when no single stable stretch covers the whole window
+  (progress.py: a stretch open at the restart is not enough).
 - A property's evidence is the violation's events; an undecided check adds its events
   only while nothing is violated (model.py ``Findings.unknown``).
 """
@@ -127,3 +128,16 @@ def test_evidence_of_an_undecided_check_is_kept_only_while_nothing_is_violated()
     violated.unknown("cut by the run's end", _ref(3))
     result = violated.result("ok")
     assert result.status == "invalid" and result.evidence == [_ref(2)]
+
+
+def test_l3_a_fault_inside_the_rejoin_window_makes_a_miss_unknown():
+    # n2 restarts at 15 s (J = 5 s) and never catches up, but n0 is cut off from 17 s to
+    # 19 s: no stable stretch covers [15, 20], so the miss is undecidable, not a
+    # violation, even though a stable stretch was open when n2 restarted.
+    events = _restart_without_catch_up(None)
+    events.append(_fault("partition", ["n0"], 17.0))
+    events.append(
+        Fault(t_wall=19.0, t_mono=19.0, node=HARNESS, op="partition", target=["n0"], phase="heal")
+    )
+    events.sort(key=lambda event: event.t_mono)
+    assert _check(events).results["L3"].status == "unknown"
