@@ -45,6 +45,10 @@ def device_time_us(event) -> float:  # noqa: ANN001
     return float(getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0.0)))
 
 
+def on_gpu(event) -> bool:  # noqa: ANN001
+    return str(getattr(event, "device_type", "")).endswith("CUDA")
+
+
 def profile_rule(rule: str, args: argparse.Namespace, log) -> dict:  # noqa: ANN001
     from torch.profiler import ProfilerActivity, profile
 
@@ -86,7 +90,9 @@ def profile_rule(rule: str, args: argparse.Namespace, log) -> dict:  # noqa: ANN
         wall_us = (time.perf_counter() - started) * 1e6
     events = [e for e in prof.key_averages() if device_time_us(e) > 0]
     events.sort(key=device_time_us, reverse=True)
-    gpu_us = sum(device_time_us(e) for e in events)
+    # What ran on the GPU (kernels, copies), not the CPU ops that launched it: an
+    # aten:: op's device time is its kernels' again.
+    gpu_us = sum(device_time_us(e) for e in events if on_gpu(e))
     own = {}
     for kernel in OWN_KERNELS:
         matching = [e for e in events if kernel in e.key and not e.key.startswith("aten::")]
