@@ -185,3 +185,43 @@ async def send_chunks(
     except QueueFull:
         return False
     return True
+
+
+class HeldStateChunks:
+    """State chunks that arrive before the pull they answer is set up, held (bounded)
+    instead of dropped.  The control process tells the worker to expect a state
+    (``ExpectState``) and sends the request to the source at once; the source's first
+    chunks can reach the worker's loop before that IPC message does (a restarted
+    worker busy with a backlog of peers' frames), and a dropped first chunk cost the
+    whole rejoin fetch timeout (a 5.4 s rejoin in ``bench recovery``,
+    partition_minority at 8 nodes).  One stream is held, from its chunk 0, in order,
+    up to ``max_bytes``; anything else is not held (the caller drops it)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.sender: str | None = None
+        self.chunks: list[BulkChunk] = []
+        self.nbytes = 0
+
+    def hold(self, sender: str, chunk: BulkChunk) -> bool:
+        if chunk.index == 0:
+            self.clear()
+            self.sender = sender
+        elif sender != self.sender or not self.chunks or self.chunks[-1].index + 1 != chunk.index:
+            return False
+        if self.nbytes + len(chunk.data) > self.max_bytes:
+            self.clear()
+            return False
+        # Copied: the chunk's data is a view of its connection's receive buffer.
+        self.chunks.append(msgspec.structs.replace(chunk, data=memoryview(bytes(chunk.data))))
+        self.nbytes += len(chunk.data)
+        return True
+
+    def take(self, source: str) -> list[BulkChunk]:
+        """The held stream if it came from ``source`` (then forgotten either way)."""
+        chunks = self.chunks if self.sender == source else []
+        self.clear()
+        return chunks
+
+    def clear(self) -> None:
+        self.sender, self.chunks, self.nbytes = None, [], 0

@@ -39,6 +39,7 @@ from swarmshake.reference_node.runtime.bulk import (
     BulkMessage,
     BulkRefusal,
     BulkRequest,
+    HeldStateChunks,
     send_chunks,
     split,
     state_blob,
@@ -122,6 +123,11 @@ class Worker:
         self.prebuilt: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
         self.next_gradient: PrefetchedGradient | None = None
         self.state_pull: tuple[str, checkpoint.StateAssembler] | None = None
+        # State chunks that beat their ExpectState to this loop (bulk.HeldStateChunks):
+        # at most one state, and never more than 64 MiB.
+        self.held_state = HeldStateChunks(
+            min(self.replica.model.parameter_count * 4 * 3 + checkpoint.MAX_PREFIX_BYTES, 64 << 20)
+        )
         # The next state pull lands here: a state-sized buffer whose pages are already
         # mapped (checkpoint.paged_in_payload_buffer: first touches cost more than the
         # transfer on this VM).  Prepared off the critical path after start and after
@@ -602,6 +608,10 @@ class Worker:
         )
         self.state_pull = (source, assembler)
         self.staged = None
+        for chunk in self.held_state.take(source):  # what arrived before this message
+            if self.state_pull is None:
+                break  # the held stream was broken: the pull already failed
+            self._on_state_chunk(source, chunk)
 
     async def serve_state(self, requester: str) -> None:
         """Stream a snapshot of the live state (a committed step boundary) to ``requester``."""
@@ -811,7 +821,8 @@ class Worker:
 
     def _on_state_chunk(self, sender: str, chunk: BulkChunk) -> None:
         if self.state_pull is None or self.state_pull[0] != sender:
-            self.drops.drop("unrequested_state", sender)
+            if not self.held_state.hold(sender, chunk):  # its ExpectState may be on its way
+                self.drops.drop("unrequested_state", sender)
             return
         source, assembler = self.state_pull
         try:

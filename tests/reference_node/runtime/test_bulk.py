@@ -134,3 +134,32 @@ def test_split_keeps_views_and_marks_the_last_chunk() -> None:
     chunks = list(split("contribution", 1, "", memoryview(data)))
     assert [c.last for c in chunks] == [False, True]
     assert chunks[0].data.obj is data and chunks[1].data.nbytes == 10
+
+
+def test_state_chunks_that_beat_their_expect_state_are_held_for_it() -> None:
+    # Seen in bench recovery (partition_minority, 8 nodes): a restarted worker got
+    # n4's state chunks before the ExpectState naming n4, dropped them as
+    # unrequested, and the rejoin waited out its 5 s fetch timeout.
+    from swarmshake.reference_node.runtime.bulk import HeldStateChunks
+
+    def chunk(index: int, last: bool, data: bytes) -> BulkChunk:
+        return BulkChunk(
+            kind="state", step=5, key="fp", index=index, last=last, data=memoryview(data)
+        )
+
+    buffer = bytearray(b"aaaa")
+    held = HeldStateChunks(max_bytes=10)
+    assert held.hold("n4", chunk(0, False, buffer))
+    buffer[:] = b"zzzz"  # the connection's buffer is reused: the held copy is not
+    assert held.hold("n4", chunk(1, True, b"bbbb"))
+    assert not held.hold("n5", chunk(2, False, b"cc"))  # not the held stream
+    assert held.take("n5") == []  # another source's pull: forgotten, not replayed
+    assert held.hold("n4", chunk(0, False, b"aaaa")) and held.hold("n4", chunk(1, True, b"bb"))
+    taken = held.take("n4")
+    assert [bytes(c.data) for c in taken] == [b"aaaa", b"bb"] and taken[-1].last
+    assert held.take("n4") == []  # taken once
+    assert not held.hold("n4", chunk(3, False, b"x"))  # a stream's middle, not its start
+    assert held.hold("n4", chunk(0, False, b"123456")) and not held.hold(
+        "n4", chunk(1, False, b"12345")
+    )
+    assert held.take("n4") == []  # over max_bytes: nothing kept
