@@ -27,6 +27,7 @@ DEFAULT_SYSTEM = "reference"
 BUILTIN = {
     "reference": "swarmshake.chaos.systems.reference:ReferenceSystem",
     "torchelastic": "swarmshake.chaos.systems.torchelastic:TorchElasticSystem",
+    "torchft": "swarmshake.chaos.systems.torchft:TorchFTSystem",
 }
 # ``name`` or ``pkg.module:Class``: what a scenario's ``system:`` may hold.
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}|[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
