@@ -36,7 +36,9 @@ faults:
 def test_load_section_is_validated() -> None:
     assert loads("name: x\n").load is None  # off unless asked for
     assert loads("name: x\nload: {}\n").load.users == 4
-    with pytest.raises(ScenarioError, match=r"<scenario>:2: load: users = 0 must lie in \[1, 64\]"):
+    with pytest.raises(
+        ScenarioError, match=r"<scenario>:2: load.users: users = 0 must lie in \[1, 64\]"
+    ):
         loads("name: x\nload: {users: 0}\n")
     with pytest.raises(ScenarioError, match="did you mean `rate_per_user`"):
         loads("name: x\nload: {rate_per_usr: 3}\n")
