@@ -565,3 +565,18 @@ def test_verify_command_bad_input_is_a_usage_error(tmp_path):
     (tmp_path / "events" / "n0.jsonl").write_text('{"kind": "nope"}\n{"kind": "start"}\n')
     with pytest.raises(UsageError, match="n0.jsonl:1"):
         verify_command.main([str(tmp_path)])
+
+
+def test_a_history_with_no_node_event_is_unknown_not_vacuously_valid():
+    """Nodes that never ran (a config they refused) leave only the harness's events:
+    every property would hold vacuously, so each must say unknown with the reason."""
+    events = [
+        RunMark(t_wall=1.0, t_mono=1.0, node=HARNESS, mark="steady_state"),
+        Fault(
+            t_wall=2.0, t_mono=2.0, node=HARNESS, op="crash", target="n1", params={}, phase="inject"
+        ),
+    ]
+    verdict = check_history(History.from_events(events))
+    assert verdict.status == "unknown"
+    assert set(statuses(verdict).values()) == {"unknown"}
+    assert all("no node wrote an event" in r.message for r in verdict.results.values())

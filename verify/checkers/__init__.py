@@ -86,6 +86,7 @@ def check_neutral(history: History, bounds: Bounds, system: RunSystem) -> Verdic
                 status="unknown",
                 message=f"checker raised {type(error).__name__}: {error}",
             )
+    _undecided_without_nodes(history, results)
     return Verdict(
         status=overall_status(results),
         results=results,
@@ -134,10 +135,7 @@ def check_history(
                 status="unknown",
                 message=f"checker raised {type(error).__name__}: {error}",
             )
-    if not history.events:
-        for result in results.values():
-            result.status = "unknown"
-            result.message = "the history is empty: nothing to decide"
+    _undecided_without_nodes(history, results)
     return Verdict(
         status=overall_status(results),
         results=results,
@@ -145,3 +143,21 @@ def check_history(
         events=len(history.events),
         torn_lines=history.torn_lines,
     )
+
+
+def _undecided_without_nodes(history: History, results: dict[str, PropertyResult]) -> None:
+    """A history in which no node wrote a single event (nodes that never started, a
+    config they refused, the harness's events alone) makes every property hold
+    vacuously; that is not evidence, so every property is ``unknown``."""
+    if not history.events:
+        reason = "the history is empty: nothing to decide"
+    elif not history.nodes():
+        reason = (
+            f"no node wrote an event ({len(history.events)} harness events only):"
+            " the nodes never ran, so nothing can be judged; see the run's logs/"
+        )
+    else:
+        return
+    for result in results.values():
+        result.status = "unknown"
+        result.message = reason
