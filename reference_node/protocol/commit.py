@@ -658,8 +658,10 @@ class StepCommit:
         elif self.acting_coordinator(self.step) == self.node != self.coordinator(self.step):
             # The coordinator is out of our view: lead now, not after a backoff.
             self._start_round(now, actions)
-        elif acceptor is not None and acceptor.promised is not None and (
-            self.coordinator(self.step) == self.node or acceptor.accepted_value == event.value
+        elif (
+            acceptor is not None
+            and acceptor.promised is not None
+            and (self.coordinator(self.step) == self.node or acceptor.accepted_value == event.value)
         ):
             # Round 0 is gone for this step (this acceptor already promised a ballot):
             # the coordinator, or a restarted node re-proposing the value it accepted
