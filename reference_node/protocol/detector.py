@@ -124,9 +124,9 @@ suspects many peers doubts itself first), every verdict now carries its provenan
 
 1. *Quorum-formed or local.*  A verdict is quorum-formed when at least
    ``confirm_suspicions`` monitors agreed (a lone suspicion that times out is one
-   observer's word), its node hears a majority (``in_quorum``: itself plus the
-   members it neither holds dead nor suspects are more than half the members, and
-   likewise for the peers it watches), it is past its own start-up grace (its
+   observer's word), its node hears a majority without the subject (``in_quorum``:
+   itself plus the members it neither holds dead nor suspects are more than half
+   the members, and likewise for the peers it watches), it is past its own start-up grace (its
    peers may not know its incarnation yet, so their silence is no evidence), and
    it is of the node's current incarnation (a refutation or restart voids the
    verdicts of the old one).  A local verdict is acted on (view, commit, L1) but
@@ -138,7 +138,11 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    not confirm a death of a peer this node hears (its own watch times out within a
    threshold if the peer really crashed, and its own suspicion confirms).
 3. *A no-quorum verdict never overrules a node that hears a majority without its
-   claimer*: the claimer is the one cut off; it is told dead in turn.  Between two
+   claimer*: the claimer is the one cut off.  If the subject holds the claimer dead,
+   it tells it dead in turn; if not, it refutes (a new incarnation, as for a
+   suspicion) and the claimer takes it back: its monitors could not confirm the
+   claimer dead, since only the subject misses the claimer's heartbeats and its
+   lone suspicions are refuted (views stayed split for ever).  Between two
    nodes that both lack a quorum the mutual-death rule below still picks one.
 4. *Verdicts die with the cut.*  Every gossip message names its sender's
    incarnation; claims of an older incarnation of the sender than the one known
@@ -1344,12 +1348,15 @@ class FailureDetector:
                 # timed out, a node that does not hear a majority, or one within its
                 # start-up grace (its peers may not know this incarnation yet, so
                 # their silence is no evidence) forms a local verdict: acted on
-                # here, never passed on.
+                # here, never passed on.  The subject is no part of the majority
+                # (its suspicion was popped above, so it would count as heard: a
+                # 2-of-5 side exported its verdicts on the 3-node side, and a node
+                # that had just rejoined held those live nodes dead).
                 self._verdicts[subject] = (
                     self.incarnation,
                     backed
                     and at >= self._started_at + self.config.startup_grace_s
-                    and self.in_quorum(),
+                    and self.in_quorum(without=subject),
                 )
             self.status[subject] = new_status
             self.known_incarnation[subject] = max(known, incarnation)
@@ -1410,14 +1417,7 @@ class FailureDetector:
                 # views while it holds them dead; it lets their verdict come and
                 # rejoins as a new incarnation instead.
                 return
-            self.incarnation = item.incarnation + 1
-            actions.append(Refuted(incarnation=self.incarnation, suspected_by=item.origin, at=at))
-            alive = GossipItem(
-                subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
-            )
-            self._enqueue(alive)
-            actions.append(SendGossip(to=(item.origin,), message=self._gossip([alive]), at=at))
-            actions.append(self._plan(at))
+            self._refute(item, at, actions)
         elif item.status in ("dead", "left"):
             if (
                 message.sender == item.origin
@@ -1433,9 +1433,18 @@ class FailureDetector:
                 # The claimer formed its verdict without a quorum (it did not hear a
                 # majority, its suspicion stood alone, or it had just started) and
                 # this node hears a majority without it: the claimer is the one cut
-                # off.  If this node holds it dead, it tells it so (with a quorum);
-                # if not, its monitors, hearing nothing from a claimer that holds
-                # it dead, confirm it dead in turn and tell it.
+                # off.  If this node holds it dead, it tells it so (with a quorum).
+                # If not, the claimer is back among the living and must take this
+                # node back: its monitors cannot confirm it dead in turn (only this
+                # node misses its heartbeats, and this node's lone suspicions are
+                # refuted for ever: views stayed split after a 2-2 split healed in
+                # 0.3 s, the rejoined n2 holding n0 dead on a start-up-grace
+                # verdict).  So this node refutes, as a suspicion: the new
+                # incarnation's alive item ends the claimer's local verdict.  One
+                # refutation per claim at the current incarnation; later notices of
+                # the old one are answered below without a new incarnation.
+                if self.status.get(item.origin) in _IN_VIEW:
+                    self._refute(item, at, actions)
                 return
             if self.status.get(item.origin) in ("dead", "left") and self._outranks(
                 item.origin, message
@@ -1455,6 +1464,18 @@ class FailureDetector:
                     start_at=at,
                 )
             )
+
+    def _refute(self, item: GossipItem, at: float, actions: list) -> None:
+        """Answer a claim about this node's current incarnation with a higher one,
+        told to the claimer directly and to everyone by gossip."""
+        self.incarnation = item.incarnation + 1
+        actions.append(Refuted(incarnation=self.incarnation, suspected_by=item.origin, at=at))
+        alive = GossipItem(
+            subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
+        )
+        self._enqueue(alive)
+        actions.append(SendGossip(to=(item.origin,), message=self._gossip([alive]), at=at))
+        actions.append(self._plan(at))
 
     def _needed(self, subject: str) -> int:
         """Suspicions that confirm ``subject`` dead: ``confirm_suspicions``, or fewer
