@@ -261,8 +261,13 @@ def test_anonymous_other_node_forged_and_replayed_commands_are_refused(tmp_path)
             "every node commits 5 more steps",
         )
         for node in spec.nodes:
-            kinds = {type(e) for e in events(session, node)}
-            assert history.Stop not in kinds and history.ByzantineSwitch not in kinds, node
+            node_events = events(session, node)
+            assert not any(isinstance(e, history.Stop) for e in node_events), node
+            # A node that fell behind on this loaded machine installs a peer's state
+            # and logs a switch back to honest (worker.py); only a switch to another
+            # mode would be the forged command taking effect.
+            switches = [e.mode for e in node_events if isinstance(e, history.ByzantineSwitch)]
+            assert set(switches) <= {ByzantineBehaviour().mode}, (node, switches)
             assert sorted(status(session, node)["view"]) == list(spec.nodes)
 
         # The retained address book survives a restart: taken again by the new
