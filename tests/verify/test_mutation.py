@@ -75,6 +75,10 @@ def _run(args: list[str], out: Path, timeout_s: int) -> dict:
     return summary
 
 
+# In test-long, not make test: 7-9 minutes on this 2-core machine would take make
+# test past its 45-minute budget with set-up, and the sample is redrawn by every edit
+# of a mutated file (the detector changed after the 0.85 was measured).
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_sampled_mutants_are_killed(tmp_path: Path) -> None:
