@@ -23,9 +23,12 @@ SCRIPT = ROOT / "scripts" / "mutation.py"
 # before tests/verify/test_checkers_mutants.py, 28/30 after; the threshold sits between,
 # so the sample fails if the checker tests that killed three survivors are lost.  The
 # sample is drawn from the current code, so edits to the mutated files redraw it:
-# then re-measure (`make mutation`) and move the threshold with a reason.
+# then re-measure (`make mutation`) and move the threshold with a reason.  Redrawn
+# after the detector fix 1aed035 (the CI check of the final code): 25/30 (0.833),
+# survivors in checkers/neutral.py:122, progress.py:32 and :152, timeline.py:175 and
+# :324; the threshold sits just below that measurement.
 SAMPLE_SIZE = 30
-SAMPLE_MIN_SCORE = 0.85
+SAMPLE_MIN_SCORE = 0.80
 # Not yet measured on every mutant (hours on two cores): the sample's "before" score,
 # to be replaced by the first full run's figure.
 FULL_MIN_SCORE = 0.80
