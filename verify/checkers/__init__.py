@@ -86,14 +86,7 @@ def check_neutral(history: History, bounds: Bounds, system: RunSystem) -> Verdic
                 status="unknown",
                 message=f"checker raised {type(error).__name__}: {error}",
             )
-    _undecided_without_nodes(history, results)
-    return Verdict(
-        status=overall_status(results),
-        results=results,
-        bounds=bounds,
-        events=len(history.events),
-        torn_lines=history.torn_lines,
-    )
+    return _verdict(history, bounds, results)
 
 
 def check_history(
@@ -135,6 +128,11 @@ def check_history(
                 status="unknown",
                 message=f"checker raised {type(error).__name__}: {error}",
             )
+    return _verdict(history, bounds, results)
+
+
+def _verdict(history: History, bounds: Bounds, results: dict[str, PropertyResult]) -> Verdict:
+    """The verdict of both checker paths (reference and neutral)."""
     _undecided_without_nodes(history, results)
     return Verdict(
         status=overall_status(results),
