@@ -42,7 +42,10 @@ from swarmshake.verify.history import (
     Stop,
 )
 
-INPUT_DIM = 16
+# The reference node's defaults (reference_node/training/config.TrainingConfig), so a
+# scenario's ``cluster.model`` names a model of the same parameter count on every system.
+INPUT_DIM = 32
+OUTPUT_DIM = 8
 BATCH = 32
 KEEP_CHECKPOINTS = 3  # older ones are deleted: the newest is what a restart loads
 
@@ -55,6 +58,8 @@ class Worker:
         self.world = int(env["WORLD_SIZE"])
         self.seed = int(env.get("SWARMSHAKE_SEED", "0"))
         self.hidden = [int(h) for h in env.get("SWARMSHAKE_HIDDEN", "64,64").split(",") if h]
+        self.input_dim = int(env.get("SWARMSHAKE_INPUT_DIM", str(INPUT_DIM)))
+        self.output_dim = int(env.get("SWARMSHAKE_OUTPUT_DIM", str(OUTPUT_DIM)))
         self.lr = float(env.get("SWARMSHAKE_LR", "0.05"))
         self.interval_s = float(env.get("SWARMSHAKE_STEP_INTERVAL_S", "0.2"))
         self.checkpoint_every = int(env.get("SWARMSHAKE_CHECKPOINT_EVERY", "5"))
@@ -95,18 +100,18 @@ class Worker:
     def build_model(self) -> nn.Module:
         torch.manual_seed(self.seed)  # every rank builds the same initial model
         layers: list[nn.Module] = []
-        width = INPUT_DIM
+        width = self.input_dim
         for hidden in self.hidden:
             layers += [nn.Linear(width, hidden), nn.Tanh()]
             width = hidden
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, self.output_dim))
         return nn.Sequential(*layers)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 131 + self.rank)
-        x = torch.randn(BATCH, INPUT_DIM, generator=generator)
+        x = torch.randn(BATCH, self.input_dim, generator=generator)
         teacher = torch.Generator().manual_seed(self.seed + 7)
-        w = torch.randn(INPUT_DIM, 1, generator=teacher)
+        w = torch.randn(self.input_dim, self.output_dim, generator=teacher)
         return x, torch.tanh(x @ w)
 
     # --- checkpoints ------------------------------------------------------------------

@@ -123,6 +123,9 @@ class TorchFTSystem(System):
             "SWARMSHAKE_EVENTS": str(ctx.events_path),
             "SWARMSHAKE_SEED": str(ctx.spec.seed),
             "SWARMSHAKE_HIDDEN": ",".join(str(int(h)) for h in hidden),
+            # The reference node's defaults (TrainingConfig): the same model on every system.
+            "SWARMSHAKE_INPUT_DIM": str(int(training.get("input_dim", 32))),
+            "SWARMSHAKE_OUTPUT_DIM": str(int(training.get("output_dim", 8))),
             "SWARMSHAKE_LR": str(float(o["lr"])),
             "SWARMSHAKE_STEP_INTERVAL_S": str(float(o["step_interval_s"])),
             "SWARMSHAKE_MAX_STEPS": str(int(o["max_steps"])),

@@ -46,7 +46,10 @@ from swarmshake.verify.history import (
     Stop,
 )
 
-INPUT_DIM = 16
+# The reference node's defaults (reference_node/training/config.TrainingConfig), so a
+# scenario's ``cluster.model`` names a model of the same parameter count on every system.
+INPUT_DIM = 32
+OUTPUT_DIM = 8
 BATCH = 32
 
 
@@ -62,6 +65,8 @@ class WorkerConfig:
     events: str
     seed: int
     hidden: tuple[int, ...]
+    input_dim: int
+    output_dim: int
     lr: float
     interval_s: float
     max_steps: int
@@ -111,6 +116,8 @@ class WorkerConfig:
             events=need("SWARMSHAKE_EVENTS"),
             seed=number("SWARMSHAKE_SEED", "0", int, 0, 2**63 - 1),
             hidden=hidden,
+            input_dim=number("SWARMSHAKE_INPUT_DIM", str(INPUT_DIM), int, 1, 4096),
+            output_dim=number("SWARMSHAKE_OUTPUT_DIM", str(OUTPUT_DIM), int, 1, 4096),
             lr=number("SWARMSHAKE_LR", "0.05", float, 1e-9, 10.0),
             interval_s=number("SWARMSHAKE_STEP_INTERVAL_S", "0.2", float, 0.0, 60.0),
             max_steps=number("SWARMSHAKE_MAX_STEPS", "100000", int, 1, 1_000_000),
@@ -198,22 +205,26 @@ class _QuorumTap:
         return getattr(self._client, name)
 
 
-def build_model(seed: int, hidden: tuple[int, ...]) -> nn.Module:
+def build_model(
+    seed: int, hidden: tuple[int, ...], input_dim: int = INPUT_DIM, output_dim: int = OUTPUT_DIM
+) -> nn.Module:
     torch.manual_seed(seed)  # every group builds the same initial model
     layers: list[nn.Module] = []
-    width = INPUT_DIM
+    width = input_dim
     for units in hidden:
         layers += [nn.Linear(width, units), nn.Tanh()]
         width = units
-    layers.append(nn.Linear(width, 1))
+    layers.append(nn.Linear(width, output_dim))
     return nn.Sequential(*layers)
 
 
-def batch(seed: int, step: int, replica: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    seed: int, step: int, replica: int, input_dim: int = INPUT_DIM, output_dim: int = OUTPUT_DIM
+) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step * 131 + replica)
-    x = torch.randn(BATCH, INPUT_DIM, generator=generator)
+    x = torch.randn(BATCH, input_dim, generator=generator)
     teacher = torch.Generator().manual_seed(seed + 7)
-    w = torch.randn(INPUT_DIM, 1, generator=teacher)
+    w = torch.randn(input_dim, output_dim, generator=teacher)
     return x, torch.tanh(x @ w)
 
 
@@ -234,7 +245,7 @@ def run(cfg: WorkerConfig, stopping: threading.Event) -> int:
     recorder = Recorder(EventWriter(cfg.events), cfg.node, incarnation=_incarnation(cfg))
     recorder.start(cfg.seed)
     replica = int("".join(c for c in cfg.node if c.isdigit()))
-    model = build_model(cfg.seed, cfg.hidden)
+    model = build_model(cfg.seed, cfg.hidden, cfg.input_dim, cfg.output_dim)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
     def state_dict() -> dict[str, Any]:
@@ -273,7 +284,7 @@ def run(cfg: WorkerConfig, stopping: threading.Event) -> int:
             break
         optimizer.zero_grad()
         manager.start_quorum()
-        x, y = batch(cfg.seed, step_before, replica)
+        x, y = batch(cfg.seed, step_before, replica, cfg.input_dim, cfg.output_dim)
         loss = nn.functional.mse_loss(net(x), y)
         recorder.collective(step_before)  # before the all-reduce starts
         loss.backward()  # the DDP wrapper all-reduces here through its comm hook
