@@ -117,6 +117,12 @@ class StateBytes(msgspec.Struct, frozen=True):
     nbytes: int
 
 
+# isinstance() with tuples (``A | B`` builds a union object at every call).
+_CARRY_CONTRIBUTORS = (AcceptRequest, Decided)
+_STATE_MESSAGES = (StateOffer, StateBytes)
+_COMMIT_MESSAGES = CommitMessage.__args__  # type: ignore[attr-defined]
+
+
 @dataclass
 class NodeDisk:
     """What a node's disk keeps across crashes."""
@@ -304,13 +310,16 @@ class NodeApp:
             return  # a gradient of a step this node has left: never sent
         # To every other member, as the runtime's worker does: whoever ends up
         # proposing holds the gradients, and every acceptor can rebuild the aggregate.
+        # (The most frequent event and message of a run: sim.log and sim.send are
+        # called directly, and the peers share one read-only message.)
+        sim, proc, name = self.sim, self.proc, self.name
+        nbytes = self.settings.aggregate_nbytes
+        contribution = Contribution(step, name)
         for peer in commit.members:
-            if peer == self.name:
+            if peer == name:
                 continue
-            self._log(AggSend, t, step=step, to=peer, nbytes=self.settings.aggregate_nbytes)
-            self._send(
-                t, peer, Contribution(step, self.name), "bulk", self.settings.aggregate_nbytes
-            )
+            sim.log(AggSend, proc, t, step=step, to=peer, nbytes=nbytes)
+            sim.send(proc, t, peer, contribution, nbytes=nbytes, channel="bulk")
         self._lead(t, nc.OwnContribution(step=step))
 
     def _propose(self, t: float, action: nc.BuildProposal) -> None:
@@ -504,12 +513,12 @@ class NodeApp:
     def receive(self, t: float, sender: str, message: Any) -> None:
         if type(message) is Contribution:  # the most frequent message by far
             self._contribution(t, message)
-        elif isinstance(message, CommitMessage.__args__):  # type: ignore[attr-defined]
+        elif isinstance(message, _COMMIT_MESSAGES):
             step = message.step
             self.highest_step_seen = max(self.highest_step_seen, step)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
-            if isinstance(message, AcceptRequest | Decided) and self._window(step):
+            if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):
                 key = (step, message.value.agg_fp)
                 self.values[key] = tuple(message.value.contributors)
             if self.commit is not None:
@@ -527,7 +536,7 @@ class NodeApp:
             self._fetch_next(t, (message.step, message.value_fp), sender)
         elif isinstance(message, StateRequest):
             self._serve_state(t, sender)
-        elif isinstance(message, StateOffer | StateBytes):
+        elif isinstance(message, _STATE_MESSAGES):
             self._state_arrived(t, sender, message)
 
     def _contribution(self, t: float, message: Contribution) -> None:

@@ -230,12 +230,7 @@ class Simulation:
         self.now = until
 
     def _dispatch(self, proc: NodeProcess, t: float, kind: int, payload: Any) -> None:
-        if kind == LOOK:
-            if t != proc.next_look:
-                return  # superseded by an earlier wake-up
-            proc.next_look = math.inf
-            self.detector_event(proc, t, _TICK)  # becomes proc.lazy_tick after delivery
-        elif kind == MESSAGE:
+        if kind == MESSAGE:  # the most frequent kind: tested first
             sender, message, sender_gen = payload
             if sender_gen >= 0:
                 origin = self.processes.get(sender)
@@ -249,6 +244,11 @@ class Simulation:
                 self.detector_event(proc, t, GossipReceived(message=message))
             elif proc.app is not None:
                 proc.app.receive(t, sender, message)
+        elif kind == LOOK:
+            if t != proc.next_look:
+                return  # superseded by an earlier wake-up
+            proc.next_look = math.inf
+            self.detector_event(proc, t, _TICK)  # becomes proc.lazy_tick after delivery
         elif kind == TIMER:
             if proc.app is not None:
                 proc.app.timer(t, payload)
@@ -260,15 +260,12 @@ class Simulation:
     ) -> EventBase | None:
         if not proc.up:
             return None  # killed mid-handler: a dead process writes nothing
-        fields.setdefault("incarnation", proc.incarnation)
-        event = cls(
-            t_wall=t,
-            t_mono=t,
-            node=proc.name,
-            lamport=self.recorder.next_lamport(proc.name),
-            **fields,
-        )
-        self.recorder.log(event)
+        if "incarnation" not in fields:
+            fields["incarnation"] = proc.incarnation
+        recorder = self.recorder
+        recorder.lamport += 1  # next_lamport, without the call (most events pass here)
+        event = cls(t_wall=t, t_mono=t, node=proc.name, lamport=recorder.lamport, **fields)
+        recorder.log(event)
         return event
 
     # --- node lifecycle -------------------------------------------------------------------
@@ -444,7 +441,11 @@ class Simulation:
         if receiver is None or not receiver.up:
             return  # nobody listens: the dial fails
         sender_gen = proc.gen if channel == "bulk" else -1
-        self.push(arrival, MESSAGE, to, receiver.gen, (proc.name, message, sender_gen))
+        self._seq += 1  # push(), inlined: most heap entries are messages
+        heapq.heappush(
+            self._heap,
+            (arrival, self._seq, MESSAGE, to, receiver.gen, (proc.name, message, sender_gen)),
+        )
 
     def timer(self, proc: NodeProcess, t: float, payload: Any) -> None:
         self.push(max(t, self.now) + proc.slowness_s, TIMER, proc.name, proc.gen, payload)
@@ -560,7 +561,7 @@ class Simulation:
                 for peer in action.to:
                     self.send(proc, t, peer, action.message)
                 continue
-            if isinstance(action, Refuted | SelfDeclaredDead):
+            if isinstance(action, (Refuted, SelfDeclaredDead)):
                 # The process's incarnation rises before the event is stamped with it.
                 if isinstance(action, Refuted):
                     proc.incarnation = action.incarnation

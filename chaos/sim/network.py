@@ -47,6 +47,8 @@ class Network:
         "bandwidth",
         "slowness",
         "_fast_path",
+        "_default_latency",
+        "_bulk_rate",
     )
 
     def __init__(self, profile: LinkProfile, rngs: RngStreams):
@@ -61,6 +63,10 @@ class Network:
         # A CPU-throttled sender: its messages leave up to this many seconds late.
         self.slowness: dict[str, float] = {}
         self._fast_path = True  # no fault active: skip the override lookups
+        # The profile's numbers in the units the hot path uses, computed once (the
+        # same floats as computing them per message).
+        self._default_latency = (profile.delay_ms * MS, profile.jitter_ms * MS)
+        self._bulk_rate = profile.bulk_kbps * 1000.0
 
     def _refresh(self) -> None:
         self._fast_path = not (
@@ -133,15 +139,15 @@ class Network:
 
     def delay_bounds(self, src: str, dst: str) -> tuple[float, float]:
         """``(min, max)`` one-way delay of ``src → dst`` now, sender slowness included."""
-        delay, jitter = self.latency.get(
-            (src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS)
-        )
+        delay, jitter = self.latency.get((src, dst), self._default_latency)
         return delay - jitter, delay + jitter + self.slowness.get(src, 0.0)
 
     def sample_delay(self, src: str, dst: str, rng: object) -> float:
         """One delay of ``src → dst`` drawn from ``rng``."""
-        delay, jitter = self.latency.get(
-            (src, dst), (self.profile.delay_ms * MS, self.profile.jitter_ms * MS)
+        delay, jitter = (
+            self.latency.get((src, dst), self._default_latency)
+            if self.latency
+            else self._default_latency
         )
         draw = rng.random  # type: ignore[attr-defined]
         if jitter > 0.0:
@@ -181,13 +187,16 @@ class Network:
         departure = now
         rate = self.bandwidth.get((src, dst)) if self.bandwidth else None
         if channel == "bulk":
-            rate = min(rate or math.inf, self.profile.bulk_kbps * 1000.0)
+            rate = min(rate or math.inf, self._bulk_rate)
         elif rate is None and self.profile.bandwidth_kbps > 0:
             rate = self.profile.bandwidth_kbps * 1000.0
         if rate and nbytes:
             departure = max(now, state[1]) + nbytes / rate
             state[1] = departure
-        arrival = departure + self.sample_delay(src, dst, self._sender_rng(src, channel))
+        rng = self._rngs_by_sender.get((src, channel))
+        if rng is None:
+            rng = self._sender_rng(src, channel)
+        arrival = departure + self.sample_delay(src, dst, rng)
         if arrival < state[0]:
             arrival = state[0]  # FIFO: one TCP connection per direction and channel
         state[0] = arrival

@@ -28,7 +28,7 @@ class Recorder:
         "_buffers",
         "_sizes",
         "_out",
-        "_lamport",
+        "lamport",
         "count",
         "watchers",
         "keep",
@@ -45,7 +45,7 @@ class Recorder:
             self._out.mkdir(parents=True, exist_ok=True)
             for stale in self._out.glob("*.jsonl"):
                 stale.unlink()  # a rerun into the same folder must not append to old lines
-        self._lamport: dict[str, int] = {}
+        self.lamport = 0  # the run-wide Lamport counter (next_lamport)
         self.count = 0
         # Called with each event after it is logged (fault triggers watch the history).
         self.watchers: list[Callable[[EventBase], None]] = []
@@ -55,9 +55,8 @@ class Recorder:
         order is a total order consistent with causality (a valid Lamport clock), and
         events at the same virtual time sort in the order they happened — a fault an
         event triggered sorts after that event."""
-        value = self._lamport.get("", 0) + 1
-        self._lamport[""] = value
-        return value
+        self.lamport += 1
+        return self.lamport
 
     def log(self, event: EventBase) -> None:
         line = encode_event(event)
@@ -73,8 +72,9 @@ class Recorder:
                 self._flush(event.node)
                 size = 0
             self._sizes[event.node] = size
-        for watcher in self.watchers:
-            watcher(event)
+        if self.watchers:
+            for watcher in self.watchers:
+                watcher(event)
 
     def _flush(self, node: str) -> None:
         assert self._out is not None

@@ -396,6 +396,13 @@ class _Proposer:
         )
 
 
+# isinstance() with a tuple of classes: ``A | B`` builds a union object at every
+# call, and these tests run for every message a node handles.
+_VOTES = (PromiseReply, AcceptedReply, Nack)
+_BALLOT_REQUESTS = (Prepare, AcceptRequest)
+_CARRY_VALUE = (AcceptRequest, Decided, PromiseReply)
+
+
 def _tuple(ballot: object) -> tuple[int, int] | None:
     return None if ballot is None else (int(ballot[0]), int(ballot[1]))  # type: ignore[index]
 
@@ -446,6 +453,7 @@ class StepCommit:
         self.learners: tuple[str, ...] = tuple(sorted(learners))
         self.step = first_step
         self.view: tuple[str, ...] = tuple(sorted(set(voters) | set(learners)))
+        self._members_of: tuple[tuple[str, ...] | None, ...] = (None, None, ())  # members
         self._clock = Clock()
         self._acceptors: dict[int, _Acceptor] = {}
         for record in persisted:
@@ -497,7 +505,13 @@ class StepCommit:
 
     @property
     def members(self) -> tuple[str, ...]:
-        return tuple(sorted(self.voters + self.learners))
+        # Asked for every message; recomputed only when the configuration tuples are
+        # replaced (they are immutable, so the same objects mean the same members).
+        voters, learners = self.voters, self.learners
+        cached = self._members_of
+        if voters is not cached[0] or learners is not cached[1]:
+            self._members_of = (voters, learners, tuple(sorted(voters + learners)))
+        return self._members_of[2]
 
     def quorum_size(self) -> int:
         if self._no_quorum:  # bug: a majority of whoever the detector sees
@@ -614,18 +628,18 @@ class StepCommit:
             raise RemoteProtocolError(
                 f"{type(message).__name__} from non-member {sender!r}", reason="unknown-peer"
             )
-        if isinstance(message, PromiseReply | AcceptedReply | Nack) and sender not in self.voters:
+        if isinstance(message, _VOTES) and sender not in self.voters:
             raise RemoteProtocolError(
                 f"{sender!r} is not a voter and cannot vote", reason="not-voter"
             )
-        if isinstance(message, Prepare | AcceptRequest):
+        if isinstance(message, _BALLOT_REQUESTS):
             if message.ballot[1] != self._index(sender):
                 raise RemoteProtocolError(
                     f"ballot {tuple(message.ballot)} does not carry {sender!r}'s index "
                     f"{self._index(sender)}",
                     reason="forged-ballot",
                 )
-        if isinstance(message, AcceptRequest | Decided | PromiseReply):
+        if isinstance(message, _CARRY_VALUE):
             value = (
                 message.value if not isinstance(message, PromiseReply) else message.accepted_value
             )
@@ -694,7 +708,7 @@ class StepCommit:
         if step < self.step:
             self._answer_laggard(message, actions)
             return
-        if isinstance(message, Prepare | AcceptRequest) and step <= self.vote_floor:
+        if isinstance(message, _BALLOT_REQUESTS) and step <= self.vote_floor:
             self.dropped += 1  # records of this step are gone: silence, like a lost reply
             return
         if isinstance(message, Prepare):
@@ -1122,7 +1136,7 @@ class StepCommit:
         actions.append(ApplyStep(step=self.step, value=value))
 
     def _answer_laggard(self, message: CommitMessage, actions: list) -> None:
-        if isinstance(message, Prepare | AcceptRequest):
+        if isinstance(message, _BALLOT_REQUESTS):
             entry = self._decided.get(message.step)
             far_behind = self.step - message.step >= self.config.state_transfer_gap_steps
             if entry is not None and not far_behind:
