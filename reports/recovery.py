@@ -5,10 +5,12 @@ in ``bench.json`` and in ``report.html``, for simulated and real runs alike.  Pe
 injected fault (a harness ``fault`` event with ``phase="inject"``):
 
 - **detection**: inject → the moment every *observer* (a node that is not a victim
-  and is up at the inject) has logged ``declare_dead`` of every victim; ``None`` if
-  one never did while the fault lasted (or the fault is not one a detector should
-  see, e.g. a latency spike inside the envelope).
-- **recovery**: inject → the first ``commit`` of a step above the highest step
+  and is up at the inject) has logged ``declare_dead`` of every victim, or (systems
+  without a failure detector of their own, such as torchft and TorchElastic, which
+  write the neutral history of ``verify/history.py``) a ``membership`` that leaves
+  every victim out; ``None`` if one never did while the fault lasted (or the fault
+  is not one a detector should see, e.g. a latency spike inside the envelope).
+- **recovery**: inject → the first ``commit`` (or neutral ``step_committed``) of a step above the highest step
   committed before the inject that either leaves every victim out of its
   contributors, or comes after the heal (a partition whose fault event names every
   node without its ``groups`` has no known victims: its first new commit counts); for faults that keep the victims in the
@@ -17,6 +19,10 @@ injected fault (a harness ``fault`` event with ``phase="inject"``):
 - **rejoin**: for a victim that restarts, its ``start`` (or ``ready``) → its first
   ``rejoin_done``/``commit`` whose ``param_fp`` equals the majority's fingerprint of
   that step (the most common ``param_fp`` among the step's commits, as L3 reads it).
+  Commits are read through ``verify.history.step_commits``, so the reference node's
+  ``commit`` and a neutral ``step_committed`` count alike.
+- **why**: for each figure that is ``None``, the reason (``FaultMeasurement.why``),
+  so a table prints "—" with it rather than a number nobody measured.
 - **throughput kept**: committed steps per second during the fault window over the
   rate in the fault-free stretch before the first fault.
 - **false positives**: the declarations (and forced restarts whose verdict the history
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from swarmshake.reference_node.protocol.history import (
     Commit,
@@ -44,6 +50,7 @@ from swarmshake.reference_node.protocol.history import (
 from swarmshake.reports.series import ALL_NODES, fault_windows, run_origin
 from swarmshake.verify.checkers import Bounds, build_timeline
 from swarmshake.verify.checkers.detector import false_positive_refs
+from swarmshake.verify.history import MembershipChange, StepCommitted, StepView, step_commits
 
 # Faults after which the victims stay members that should keep contributing: recovery
 # is the next commit, not one without them.
@@ -66,7 +73,13 @@ class FaultMeasurement:
     recovery_s: float | None
     rejoin_s: float | None  # restart → majority fingerprint
     rejoin_from_ready_s: float | None  # ready → majority fingerprint
+    # the harness's restart command → majority fingerprint: the same clock on every
+    # system (a TorchElastic worker logs its start only once the group re-formed)
+    rejoin_from_restart_s: float | None
     throughput_kept: float | None  # fault-window commit rate / steady commit rate
+    # figure name ("detection", "recovery", "rejoin", "rejoin_from_ready",
+    # "rejoin_from_restart", "throughput_kept") -> why it is None; figures that were measured have no entry
+    why: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -163,10 +176,10 @@ def _sides_from_cuts(cuts: object, nodes: list[str]) -> list[list[str]] | None:
     return sides if len(sides) > 1 else None
 
 
-def _majority_fingerprints(history: History) -> dict[int, str]:
+def _majority_fingerprints(views: list[StepView]) -> dict[int, str]:
     by_step: dict[int, Counter[str]] = defaultdict(Counter)
-    for event in history.of_kind(Commit):
-        by_step[event.step][event.param_fp] += 1
+    for view in views:
+        by_step[view.step][view.param_fp] += 1
     return {step: counts.most_common(1)[0][0] for step, counts in by_step.items()}
 
 
@@ -183,7 +196,8 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     origin = run_origin(history)
     nodes = history.nodes()
     events = history.events
-    commits = [(e.t_mono - origin, e) for e in events if isinstance(e, Commit)]
+    views = list(step_commits(history))
+    commits = [(view.t_mono - origin, view) for view in views]
     commit_times = [t for t, _ in commits]
     rise_times: list[float] = []
     top_by_position: list[int] = []  # the highest step committed up to each commit
@@ -207,7 +221,7 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     steady = _rate(rise_times, steady_start, steady_end) if rise_times else None
     if steady == 0:
         steady = None
-    fingerprints = _majority_fingerprints(history)
+    fingerprints = _majority_fingerprints(views)
     index_ = _Index(history, origin)
     measurements: list[FaultMeasurement] = []
     for index, event in injects:
@@ -216,23 +230,35 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
         window = windows.get(index)
         heal_t = window.end if window is not None and window.healed else None
         window_end = window.end if window is not None else t0
+        figures = {
+            "detection": _detection(index_, t0, victims, heal_t, event.op),
+            "recovery": _recovery(
+                commits, commit_times, top_by_position, t0, victims, heal_t, event.op
+            ),
+            "rejoin": _rejoin(index_, t0, victims, fingerprints, Start),
+            "rejoin_from_ready": _rejoin(index_, t0, victims, fingerprints, Ready),
+            "rejoin_from_restart": _rejoin_from_restart(
+                index_, event.op, t0, heal_t, victims, fingerprints
+            ),
+            "throughput_kept": (
+                None
+                if steady is None or window_end <= t0
+                else min(1.0, (_rate(rise_times, t0, window_end) or 0.0) / steady)
+            ),
+        }
         measurements.append(
             FaultMeasurement(
                 op=event.op,
                 victims=tuple(victims),
                 inject_t=t0,
                 inject_index=index,
-                detection_s=_detection(index_, t0, victims, heal_t, event.op),
-                recovery_s=_recovery(
-                    commits, commit_times, top_by_position, t0, victims, heal_t, event.op
-                ),
-                rejoin_s=_rejoin(index_, t0, victims, fingerprints, Start),
-                rejoin_from_ready_s=_rejoin(index_, t0, victims, fingerprints, Ready),
-                throughput_kept=(
-                    None
-                    if steady is None or window_end <= t0
-                    else min(1.0, (_rate(rise_times, t0, window_end) or 0.0) / steady)
-                ),
+                detection_s=figures["detection"],
+                recovery_s=figures["recovery"],
+                rejoin_s=figures["rejoin"],
+                rejoin_from_ready_s=figures["rejoin_from_ready"],
+                rejoin_from_restart_s=figures["rejoin_from_restart"],
+                throughput_kept=figures["throughput_kept"],
+                why=_why_missing(figures, index_, event.op, victims, t0, steady, window_end),
             )
         )
     timeline = build_timeline(history, bounds)
@@ -244,25 +270,88 @@ def measure_run(history: History, bounds: Bounds | None = None) -> RunMeasuremen
     )
 
 
+def _why_missing(
+    figures: dict[str, float | None],
+    index: _Index,
+    op: str,
+    victims: list[str],
+    t0: float,
+    steady: float | None,
+    window_end: float,
+) -> dict[str, str]:
+    """Why each figure that is ``None`` is: what the history lacks, or what never came."""
+    why: dict[str, str] = {}
+    if figures["detection"] is None:
+        if op not in DETECTABLE_OPS:
+            why["detection"] = f"{op} is not a fault a failure detector should see"
+        elif not victims:
+            why["detection"] = "the fault names no victim"
+        elif not (index.has_declarations or index.has_membership):
+            why["detection"] = "the history has no declare_dead and no membership events"
+        elif index.has_declarations:
+            why["detection"] = "not every observer declared every victim dead while it lasted"
+        else:
+            why["detection"] = "no observer's group left the victim out while the fault lasted"
+    if figures["recovery"] is None:
+        why["recovery"] = (
+            "no new step committed without the victims (or after the heal) before the run ended"
+        )
+    for name in ("rejoin", "rejoin_from_ready", "rejoin_from_restart"):
+        if figures[name] is not None:
+            continue
+        restarted = [v for v in victims if _started_after(index, v, t0)]
+        if name == "rejoin_from_restart" and op not in ("crash", "restart"):
+            why[name] = f"{op} restarts no node"
+        elif not restarted:
+            why[name] = "no victim restarted after the fault"
+        elif name == "rejoin_from_ready" and not any(
+            isinstance(e, Ready) for v in restarted for _, e in index.by_node.get(v, [])
+        ):
+            why[name] = "the system writes no ready event"
+        else:
+            why[name] = "a restarted victim never matched the majority's fingerprint"
+    if figures["throughput_kept"] is None:
+        why["throughput_kept"] = (
+            "no steady commit rate before the first fault"
+            if steady is None
+            else "the fault window has no length (not healed before the run ended)"
+            if window_end <= t0
+            else "not measured"
+        )
+    return why
+
+
+def _started_after(index: _Index, node: str, t0: float) -> bool:
+    return any(isinstance(e, Start) and t >= t0 for t, e in index.by_node.get(node, []))
+
+
 class _Index:
     """The events each measurement reads, in time order, built once per run: a run of
     thousands of events and faults would otherwise be rescanned per fault."""
 
     def __init__(self, history: History, origin: float):
         self.nodes = history.nodes()
-        # Detection reads starts, declarations and kills; rejoin reads one node's starts,
-        # readies, rejoins and commits.
+        # Detection reads starts, declarations (or neutral membership changes) and
+        # kills; rejoin reads one node's starts, readies, rejoins and commits.
         self.detector: list[tuple[float, EventBase]] = []
         self.by_node: dict[str, list[tuple[float, EventBase]]] = defaultdict(list)
+        # The reference node has a failure detector (declare_dead); a system that has
+        # none says who is in the group (membership): detection is read from that.
+        self.has_declarations = False
+        self.has_membership = False
         for event in history.events:
             t = event.t_mono - origin
-            if isinstance(event, Start | DeclareDead | DeclareAlive) or (
+            if isinstance(event, DeclareDead):
+                self.has_declarations = True
+            if isinstance(event, MembershipChange):
+                self.has_membership = True
+            if isinstance(event, Start | DeclareDead | DeclareAlive | MembershipChange) or (
                 isinstance(event, Fault)
                 and event.phase == "inject"
                 and event.op in ("crash", "restart")
             ):
                 self.detector.append((t, event))
-            if isinstance(event, Start | Ready | RejoinDone | Commit):
+            if isinstance(event, Start | Ready | RejoinDone | Commit | StepCommitted):
                 self.by_node[event.node].append((t, event))
         self.detector_times = [t for t, _ in self.detector]
         self.node_times = {node: [t for t, _ in items] for node, items in self.by_node.items()}
@@ -292,6 +381,14 @@ def _detection(
             standing.add((event.node, event.peer))
         elif isinstance(event, DeclareAlive) and event.peer in victim_set:
             standing.discard((event.node, event.peer))
+        elif isinstance(event, MembershipChange):
+            # A group that leaves a victim out holds it dead; one that names it, alive.
+            members = set(event.members)
+            for victim in victim_set:
+                if victim in members:
+                    standing.discard((event.node, victim))
+                elif event.node != victim:
+                    standing.add((event.node, victim))
     observers = (started or set(index.nodes)) - down - victim_set
     if not observers:
         return None
@@ -306,13 +403,16 @@ def _detection(
             pending = {(o, v) for o, v in pending if o not in event.target}
         elif isinstance(event, DeclareDead):
             pending.discard((event.node, event.peer))
+        elif isinstance(event, MembershipChange):
+            members = set(event.members)
+            pending = {(o, v) for o, v in pending if o != event.node or v in members}
         if not pending:
             return t - t0
     return None
 
 
 def _recovery(
-    commits: list[tuple[float, Commit]],
+    commits: list[tuple[float, StepView]],
     commit_times: list[float],
     top_by_position: list[int],
     t0: float,
@@ -326,17 +426,43 @@ def _recovery(
     for t, commit in commits[split:]:
         if commit.step <= top_before or commit.node in victim_set:
             continue
-        if op in STAY_IN_OPS or not victim_set.intersection(commit.contributors):
+        if op in STAY_IN_OPS or not victim_set.intersection(commit.participants):
             return t - t0
         if heal_t is not None and t >= heal_t:
             return t - t0
     return None
 
 
-def _rejoin(
-    index: _Index, t0: float, victims: list[str], fingerprints: dict[int, str], since: type
+def _rejoin_from_restart(
+    index: _Index,
+    op: str,
+    t0: float,
+    heal_t: float | None,
+    victims: list[str],
+    fingerprints: dict[int, str],
 ) -> float | None:
-    """Worst over the victims that restarted: ``since`` event → caught up."""
+    """A crash healed by a restart (or a restart op): the restart command → caught up."""
+    if op == "restart":
+        restart_t: float | None = t0
+    elif op == "crash":
+        restart_t = heal_t
+    else:
+        return None
+    if restart_t is None:
+        return None
+    return _rejoin(index, restart_t, victims, fingerprints, Start, measured_from=restart_t)
+
+
+def _rejoin(
+    index: _Index,
+    t0: float,
+    victims: list[str],
+    fingerprints: dict[int, str],
+    since: type,
+    measured_from: float | None = None,
+) -> float | None:
+    """Worst over the victims that restarted: ``since`` event (or ``measured_from``,
+    when given) → caught up."""
     worst: float | None = None
     for victim in victims:
         items = index.by_node.get(victim, [])
@@ -348,7 +474,7 @@ def _rejoin(
                     began = t
                 continue
             if (
-                isinstance(event, RejoinDone | Commit)
+                isinstance(event, RejoinDone | Commit | StepCommitted)
                 and fingerprints.get(event.step) == event.param_fp
             ):
                 caught = t
@@ -357,5 +483,5 @@ def _rejoin(
             continue
         if caught is None:
             return None  # a victim restarted but never caught up: the cell shows a miss
-        worst = max(worst or 0.0, caught - began)
+        worst = max(worst or 0.0, caught - (began if measured_from is None else measured_from))
     return worst

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from swarmshake.chaos import faults as F
 from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState
+from swarmshake.reference_node.training.config import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class Timing:
 
 QUICK_TIMING = Timing(fault_window_s=(1.0, 2.0), hold_s=2.0, duration_s=4.0, quiesce_s=4.0)
 FULL_TIMING = Timing(fault_window_s=(2.0, 5.0), hold_s=4.0, duration_s=10.0, quiesce_s=8.0)
+# With a system other than the reference node, every system (the reference node too, so
+# the cells compare) gets a longer quiesce: seen here, a TorchElastic group stalls for
+# its 10 s gloo timeout, then restarts from a checkpoint through a new rendezvous,
+# and had committed nothing new 14 s after the fault when FULL_TIMING's run ended.
+SYSTEMS_TIMING = Timing(fault_window_s=(2.0, 5.0), hold_s=4.0, duration_s=10.0, quiesce_s=25.0)
 
 Builder = Callable[[list[str], random.Random, Timing], list[F.ScheduleEntry]]
 
@@ -73,6 +79,11 @@ def partition_minority(
     return _timed(F.Partition(grouping="isolate", nodes=sorted(minority)), rng, timing)
 
 
+def isolate(nodes: list[str], rng: random.Random, timing: Timing) -> list[F.ScheduleEntry]:
+    """One node cut off from every other (the smoke suites' "isolate one node")."""
+    return _timed(F.Partition(grouping="isolate", nodes=[_victim(nodes, rng)]), rng, timing)
+
+
 def partition_majority(
     nodes: list[str], rng: random.Random, timing: Timing
 ) -> list[F.ScheduleEntry]:
@@ -116,6 +127,7 @@ FAULT_TYPES: dict[str, Builder] = {
     "crash_in_aggregation": crash_in_aggregation,
     "pause": pause,
     "partition_minority": partition_minority,
+    "isolate": isolate,
     "partition_majority": partition_majority,
     "blackhole": blackhole,
     "latency_spike": latency_spike,
@@ -141,27 +153,53 @@ def default_trials(backend: str, *, quick: bool) -> int:
     return QUICK_TRIALS.get(backend, 1) if quick else FULL_TRIALS
 
 
+# The options each system runs with in the bench, as in its smoke suite
+# (suites/torchft-smoke.yaml, suites/torchelastic-smoke.yaml): torchft's Lighthouse
+# waits 5 s (not its default 60 s) for stragglers before it forms a quorum, so a
+# restarted group is let in within a trial; TorchElastic's gloo timeout is 10 s and
+# its restarted node does not deadlock the rendezvous (share_rendezvous_store: false,
+# chaos/systems/torchelastic.py says why).  Everything else is the system's default.
+BENCH_SYSTEM_OPTIONS: dict[str, dict[str, object]] = {
+    "reference": {},
+    "torchft": {"join_timeout_ms": 5000},
+    "torchelastic": {"collective_timeout_s": 10.0, "share_rendezvous_store": False},
+}
+
+
 @dataclass(frozen=True)
 class Cell:
     fault: str
     nodes: int
     backend: str
+    system: str = "reference"
+
+    @property
+    def fault_key(self) -> str:
+        """The cell without its system: trials of every system draw the same faults."""
+        return f"{self.fault}/{self.backend}/{self.nodes}"
 
     @property
     def key(self) -> str:
-        return f"{self.fault}/{self.backend}/{self.nodes}"
+        # The reference node's cells keep the key they had before systems existed.
+        return self.fault_key if self.system == "reference" else f"{self.system}/{self.fault_key}"
 
 
 def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Scenario:
-    """The scenario of one trial; its seed fixes the victim, the moment and the run."""
+    """The scenario of one trial; its seed fixes the victim, the moment and the run.
+
+    The draw does not depend on the system, so trial *t* of a cell hits the same
+    victim at the same moment on every system (the side-by-side compares like with like)."""
     seed = (base_seed * 1_000_003 + trial) % (2**63)
-    rng = random.Random(f"{cell.key}/{seed}")
+    rng = random.Random(f"{cell.fault_key}/{seed}")
     names = [f"n{i}" for i in range(1, cell.nodes + 1)]  # Scenario.node_names
     entries = FAULT_TYPES[cell.fault](names, rng, timing)
+    system_part = "" if cell.system == "reference" else f"{cell.system}-"
     return Scenario(
-        name=f"bench-{cell.fault}-{cell.backend}-{cell.nodes}-t{trial}",
+        name=f"bench-{system_part}{cell.fault}-{cell.backend}-{cell.nodes}-t{trial}",
         description=f"recovery benchmark cell {cell.key}, trial {trial}",
         seed=seed,
+        system=cell.system,
+        system_options=dict(BENCH_SYSTEM_OPTIONS.get(cell.system, {})),
         cluster=Cluster(
             nodes=cell.nodes, backend="docker" if cell.backend == "docker" else "local"
         ),
@@ -170,3 +208,16 @@ def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Sc
         quiesce_s=timing.quiesce_s,
         faults=entries,
     )
+
+
+def model_description(cluster: Cluster | None = None) -> dict[str, object]:
+    """The model every trial trains (``Cluster.model``; the torchft and TorchElastic
+    workloads build the same MLP shape from the same training section)."""
+    cluster = cluster or Cluster()
+    config = TrainingConfig(**cluster.training_section(0))
+    return {
+        "preset": cluster.model,
+        "layers": [config.input_dim, *config.hidden, config.output_dim],
+        "parameters": config.parameter_count(),
+        "batch_per_node": config.batch_per_node,
+    }

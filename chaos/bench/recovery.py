@@ -1,11 +1,13 @@
 """``swarmshake bench recovery``: the matrix run, its aggregation and its files.
 
-For every cell (fault type × cluster size × backend) it runs ``trials`` scenarios
+For every cell (system × fault type × cluster size × backend) it runs ``trials`` scenarios
 (``matrix.trial_scenario``), measures each run's history with
 ``swarmshake.reports.recovery.measure_run`` and summarises the cell.  Writes
 the formats a run directory has: ``bench.json`` (schema in docs/report-schemas.md),
 ``report.html``, ``junit.xml`` and ``summary.md`` into the output folder, next to one
-run directory per trial.
+run directory per trial.  With several systems (``--system reference,torchft``) it
+also writes the side-by-side comparison (:func:`side_by_side`): ``side_by_side.json``,
+``side_by_side.md`` and ``side_by_side.svg``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Any
 
 import msgspec
 
-from swarmshake.chaos.bench.matrix import FAULT_TYPES, Cell, Timing, trial_scenario
+from swarmshake.chaos.bench.matrix import (
+    BENCH_SYSTEM_OPTIONS,
+    FAULT_TYPES,
+    Cell,
+    Timing,
+    model_description,
+    trial_scenario,
+)
 from swarmshake.chaos.bench.stats import summarize_ms
 from swarmshake.chaos.bench.trials import (
     BackendUnavailable,
@@ -52,6 +61,8 @@ class CellResult:
     run_dirs: list[str] = field(default_factory=list)
     failed_trials: int = 0
     skipped: str = ""  # why the cell was not run (the backend cannot inject its fault)
+    # The run's commit rate before its first fault (steps/s), per measured trial.
+    steady_rates: list[float | None] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         detection = [f.detection_s for f in self.faults if f.detection_s is not None]
@@ -60,8 +71,12 @@ class CellResult:
         rejoin_ready = [
             f.rejoin_from_ready_s for f in self.faults if f.rejoin_from_ready_s is not None
         ]
+        rejoin_restart = [
+            f.rejoin_from_restart_s for f in self.faults if f.rejoin_from_restart_s is not None
+        ]
         kept = [f.throughput_kept for f in self.faults if f.throughput_kept is not None]
         return {
+            "system": self.cell.system,
             "backend": self.cell.backend,
             "nodes": self.cell.nodes,
             "trials": self.trials,
@@ -70,11 +85,30 @@ class CellResult:
             "recovery_ms": summarize_ms(recovery, self.trials),
             "rejoin_ms": summarize_ms(rejoin, self.trials),
             "rejoin_from_ready_ms": summarize_ms(rejoin_ready, self.trials),
+            "rejoin_from_restart_ms": summarize_ms(rejoin_restart, self.trials),
             "throughput_kept": round(statistics.median(kept), 4) if kept else None,
             "false_positives": self.false_positives,
             "loop_stalls": self.loop_stalls,
             "run_dirs": self.run_dirs,
             "skipped": self.skipped,
+            # Every measured trial's figures (seconds) and why a missing one is missing:
+            # the side-by-side table and its tests are built from these.
+            "per_trial": [self._trial(i) for i in range(len(self.faults))],
+        }
+
+    def _trial(self, position: int) -> dict[str, Any]:
+        fault = self.faults[position]
+        run_dir = self.run_dirs[position] if position < len(self.run_dirs) else ""
+        rates = self.steady_rates
+        return {
+            "run_dir": Path(run_dir).name,
+            "detection_s": fault.detection_s,
+            "recovery_s": fault.recovery_s,
+            "rejoin_s": fault.rejoin_s,
+            "rejoin_from_restart_s": fault.rejoin_from_restart_s,
+            "throughput_kept": fault.throughput_kept,
+            "steady_steps_per_s": rates[position] if position < len(rates) else None,
+            "why": dict(fault.why),
         }
 
 
@@ -106,8 +140,9 @@ class TrialNotRun(RuntimeError):
     """The run ended before its fault was injected (no steady state, an abort)."""
 
 
-def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int]:
-    """The trial's fault (its first inject), the run's false positives and loop stalls."""
+def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int, float | None]:
+    """The trial's fault (its first inject), the run's false positives, loop stalls and
+    steady commit rate (steps/s before the fault)."""
     history = History.load(run_dir)
     measurement = measure_run(history)
     if not measurement.faults:
@@ -121,7 +156,12 @@ def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int]:
         raise TrialNotRun(
             f"no fault was injected in {run_dir.name}" + (f": {reason}" if reason else "")
         )
-    return measurement.faults[0], measurement.false_positives, len(loop_stalls(history))
+    return (
+        measurement.faults[0],
+        measurement.false_positives,
+        len(loop_stalls(history)),
+        measurement.steady_commits_per_s,
+    )
 
 
 def run_matrix(
@@ -145,7 +185,15 @@ def run_matrix(
     errors: list[dict[str, Any]] = []
     for cell in cells:
         result = CellResult(cell=cell)
-        missing = unsupported_ops(trial_scenario(cell, 0, seed, timing), cell.backend)
+        try:
+            missing = unsupported_ops(trial_scenario(cell, 0, seed, timing), cell.backend)
+        except ValueError as error:
+            # The system cannot take this fault (Scenario._check_system says why): a
+            # cell that is not run, like one the backend cannot inject.
+            missing, result.skipped = [], str(error)
+            progress(f"{cell.key}: skipped: {result.skipped}")
+            results.append(result)
+            continue
         if missing:
             # Not a failed trial: this backend cannot inject the fault at all.
             result.skipped = f"{cell.backend} cannot inject {', '.join(missing)}"
@@ -157,7 +205,7 @@ def run_matrix(
             started = time.monotonic()
             try:
                 run_dir = runner(scenario, cell.backend, out / "runs")
-                fault, false_positives, stalls = measure_trial(run_dir)
+                fault, false_positives, stalls, steady_rate = measure_trial(run_dir)
             except BackendUnavailable:
                 raise
             except (OSError, HistoryError, RuntimeError, ValueError) as error:
@@ -177,6 +225,7 @@ def run_matrix(
             result.false_positives += false_positives
             result.loop_stalls += stalls
             result.faults.append(fault)
+            result.steady_rates.append(steady_rate)
             progress(
                 f"{cell.key} trial {trial}: detection {_ms(fault.detection_s)} "
                 f"recovery {_ms(fault.recovery_s)} rejoin {_ms(fault.rejoin_s)} "
@@ -191,9 +240,14 @@ def _ms(seconds: float | None) -> str:
 
 
 def results_by_fault(results: Sequence[CellResult]) -> dict[str, Any]:
+    """Pooled per fault type; another system's cells under ``system/fault`` (a pool
+    over systems would mix what the side-by-side keeps apart, and the goals judged on
+    ``results[fault]`` are the reference node's)."""
     by_fault: dict[str, list[CellResult]] = {}
     for result in results:
-        by_fault.setdefault(result.cell.fault, []).append(result)
+        system = result.cell.system
+        key = result.cell.fault if system == "reference" else f"{system}/{result.cell.fault}"
+        by_fault.setdefault(key, []).append(result)
     return {fault: pooled(cells) for fault, cells in by_fault.items()}
 
 
@@ -213,6 +267,12 @@ def bench_document(
         "quick": quick,
         "seed": seed,
         "backends": sorted({r.cell.backend for r in results}),
+        # system -> the options its trials ran with (matrix.BENCH_SYSTEM_OPTIONS)
+        "systems": {
+            system: dict(BENCH_SYSTEM_OPTIONS.get(system, {}))
+            for system in dict.fromkeys(r.cell.system for r in results)
+        },
+        "model": model_description(),
         "timing": {
             "fault_window_s": list(timing.fault_window_s),
             "hold_s": timing.hold_s,
@@ -248,10 +308,54 @@ def write_bench_files(document: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
-def cells_for(faults: Sequence[str], sizes: Sequence[int], backends: Sequence[str]) -> list[Cell]:
+def merge_documents(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``bench.json`` documents of one sitting as one: their cells side by side
+    (a fault run in two calls keeps both calls' cells), every call's command kept."""
+    merged: dict[str, Any] = dict(documents[0])
+    results: dict[str, Any] = {}
+    systems: dict[str, Any] = {}
+    for document in documents:
+        systems.update(document.get("systems", {}))
+        for key, pooled_cells in document.get("results", {}).items():
+            entry = results.setdefault(key, {"cells": []})
+            entry["cells"] = entry["cells"] + list(pooled_cells.get("cells", []))
+    merged["results"] = results
+    merged["systems"] = systems
+    merged["command"] = " ; ".join(str(d.get("command", "")) for d in documents)
+    merged["errors"] = [e for d in documents for e in d.get("errors", [])]
+    return merged
+
+
+def write_side_by_side_files(
+    document: dict[str, Any], out: Path, *, reference: str = "reference"
+) -> list[Path]:
+    """``side_by_side.json``, ``.md`` and ``.svg`` (``reports/side_by_side.py``)."""
+    from swarmshake.reports.side_by_side import render_markdown, render_svg, side_by_side
+
+    out.mkdir(parents=True, exist_ok=True)
+    table = side_by_side(document, reference=reference)
+    paths = [out / "side_by_side.json", out / "side_by_side.md", out / "side_by_side.svg"]
+    paths[0].write_bytes(msgspec.json.format(msgspec.json.encode(table), indent=2) + b"\n")
+    paths[1].write_text(render_markdown(table), encoding="utf-8")
+    paths[2].write_text(render_svg(table), encoding="utf-8")
+    return paths
+
+
+def cells_for(
+    faults: Sequence[str],
+    sizes: Sequence[int],
+    backends: Sequence[str],
+    systems: Sequence[str] = ("reference",),
+) -> list[Cell]:
+    """Every cell, ordered so that one fault's cells of every system run back to back
+    (the side-by-side compares them under the same machine load)."""
     unknown = sorted(set(faults) - set(FAULT_TYPES))
     if unknown:
         raise ValueError(f"unknown fault type(s) {unknown}; choose from {', '.join(FAULT_TYPES)}")
     return [
-        Cell(fault, size, backend) for backend in backends for fault in faults for size in sizes
+        Cell(fault, size, backend, system)
+        for backend in backends
+        for fault in faults
+        for size in sizes
+        for system in systems
     ]

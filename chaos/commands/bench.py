@@ -3,10 +3,14 @@
 Every benchmark takes the same two flags (``_args.bench_flags``): ``--quick`` runs
 its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
 
-- ``recovery [--backend sim|local|docker] [--faults A,B] [--sizes 4,8] [--trials N]
-  [--seed S] [--out DIR]``: the recovery matrix; writes ``bench.json``,
-  ``report.html``, ``junit.xml`` and ``summary.md`` into ``--out``; ``--json`` prints
-  the results keyed by fault type.  ``--quick`` runs 3 trials per cell on the
+- ``recovery [--system reference,torchft,torchelastic] [--backend sim|local|docker]
+  [--faults A,B] [--sizes 4,8] [--trials N] [--seed S] [--out DIR]``: the recovery
+  matrix; writes ``bench.json``, ``report.html``, ``junit.xml`` and ``summary.md`` into
+  ``--out``; ``--json`` prints the results keyed by fault type.  Several systems run
+  the same faults (trial *t* hits the same victim at the same moment on each) one
+  after the other, and ``side_by_side.{json,md,svg}`` compares them, with ratios to
+  the first system named (the reference node when it is named); a system other than
+  the reference node needs a real backend (``--backend`` defaults to local then).  ``--quick`` runs 3 trials per cell on the
   simulator and 1 on real backends (each real trial is a cluster brought up, faulted
   and torn down: ~25 s here, so 11 fault types x 1 trial is the few minutes CI affords).
 - ``overhead [--world 4] [--steps N]``: steady-state cost of fault tolerance against
@@ -72,7 +76,15 @@ def recovery_parser() -> ArgumentParser:
         parents=[bench_flags()],
     )
     parser.add_argument(
-        "--backend", default="sim", help="sim, local or docker; several comma-separated"
+        "--system",
+        default="reference",
+        help="systems under test, comma-separated: reference, torchft, torchelastic or "
+        "pkg.module:Class (default: reference)",
+    )
+    parser.add_argument(
+        "--backend",
+        help="sim, local or docker; several comma-separated (default: sim for the "
+        "reference node alone, local with another system)",
     )
     parser.add_argument("--faults", help=f"subset of: {', '.join(matrix.FAULT_TYPES)}")
     parser.add_argument("--sizes", help="cluster sizes, e.g. 4,8 (default: per backend)")
@@ -83,22 +95,113 @@ def recovery_parser() -> ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench-recovery"))
+    parser.add_argument(
+        "--combine",
+        metavar="BENCH_JSON,...",
+        help="run nothing: write side_by_side.{json,md,svg} into --out from these bench.json "
+        "files (one sitting split into several calls); ratios to the first --system",
+    )
     return parser
 
 
+MAX_COMBINED = 64  # bench.json files one side-by-side reads; more is not one sitting
+MAX_BENCH_JSON_BYTES = 64 * 1024 * 1024  # a 10k-trial matrix is a few MB
+
+
+def _combine(text: str, out: Path, reference: str) -> int:
+    """``--combine``: the side-by-side of bench.json files written by earlier calls."""
+    from swarmshake.chaos.bench import recovery
+
+    paths = [Path(part.strip()) for part in text.split(",") if part.strip()]
+    if not 1 <= len(paths) <= MAX_COMBINED:
+        raise UsageError(f"--combine {text!r}: name 1 to {MAX_COMBINED} bench.json files")
+    documents = []
+    for path in paths:
+        try:
+            if path.stat().st_size > MAX_BENCH_JSON_BYTES:
+                raise UsageError(f"--combine: {path}: larger than {MAX_BENCH_JSON_BYTES} bytes")
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise UsageError(f"--combine: {path}: {error}; name a bench.json file") from None
+        if not isinstance(document, dict) or document.get("schema") != recovery.SCHEMA:
+            raise UsageError(
+                f"--combine: {path}: not a recovery benchmark (schema {recovery.SCHEMA}); "
+                "name the bench.json that `swarmshake bench recovery` wrote"
+            )
+        documents.append(document)
+    merged = recovery.merge_documents(documents)
+    written = recovery.write_side_by_side_files(merged, out, reference=reference)
+    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return EXIT_VALID
+
+
+MAX_SYSTEMS = 16  # a side-by-side of more systems than this is not a table anyone reads
+
+
+def _systems(text: str) -> list[str]:
+    """``--system``'s names, each one a system this environment knows (else exit 64
+    naming it) and each one installed (else exit 2 saying what to install)."""
+    from swarmshake.chaos.systems import SystemConfigError, load_system
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names or len(names) > MAX_SYSTEMS:
+        raise UsageError(f"--system {text!r}: name 1 to {MAX_SYSTEMS} systems, comma-separated")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--system {text!r}: a system is named twice")
+    for name in names:
+        try:
+            system = load_system(name)
+        except SystemConfigError as error:
+            raise UsageError(f"--system {name!r}: {error}") from None
+        problems = system.check()
+        if problems:
+            raise SystemUnavailable(f"system {name} cannot run here: {'; '.join(problems)}")
+    return names
+
+
+class SystemUnavailable(RuntimeError):
+    """A known system that is not installed here; the message says what to install."""
+
+
 def recovery_main(argv: list[str]) -> int:
+    try:
+        return _recovery_main(argv)
+    except SystemUnavailable as error:
+        print(f"swarmshake bench recovery: cannot measure: {error}", file=sys.stderr)
+        return EXIT_UNKNOWN
+
+
+def _recovery_main(argv: list[str]) -> int:
     from swarmshake.chaos.bench import matrix, recovery
     from swarmshake.chaos.bench.trials import BACKENDS, BackendUnavailable
 
     args = recovery_parser().parse_args(argv)
-    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    systems = _systems(args.system)
+    if args.combine is not None:
+        return _combine(args.combine, args.out, systems[0])
+    only_reference = systems == ["reference"]
+    backend_text = (
+        args.backend if args.backend is not None else "sim" if only_reference else "local"
+    )
+    backends = [b.strip() for b in backend_text.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
-        raise UsageError(f"--backend {args.backend!r}: choose from {', '.join(BACKENDS)}")
+        raise UsageError(f"--backend {backend_text!r}: choose from {', '.join(BACKENDS)}")
+    if "sim" in backends and not only_reference:
+        others = ", ".join(s for s in systems if s != "reference")
+        raise UsageError(
+            f"--backend sim runs the reference node only, not {others}: use --backend local"
+        )
     faults = (
         [f.strip() for f in args.faults.split(",")] if args.faults else list(matrix.FAULT_TYPES)
     )
-    timing = matrix.QUICK_TIMING if args.quick else matrix.FULL_TIMING
+    timing = (
+        matrix.QUICK_TIMING
+        if args.quick
+        else matrix.FULL_TIMING
+        if only_reference
+        else matrix.SYSTEMS_TIMING
+    )
     plan: list[tuple[list[matrix.Cell], int]] = []  # (cells, trials per cell) per backend
     try:
         for backend in backends:
@@ -112,7 +215,7 @@ def recovery_main(argv: list[str]) -> int:
                 if args.trials is not None
                 else matrix.default_trials(backend, quick=args.quick)
             )
-            plan.append((recovery.cells_for(faults, sizes, [backend]), trials))
+            plan.append((recovery.cells_for(faults, sizes, [backend], systems), trials))
     except ValueError as error:
         raise UsageError(str(error)) from None
     results: list[recovery.CellResult] = []
@@ -134,6 +237,8 @@ def recovery_main(argv: list[str]) -> int:
         results, errors, command=command, quick=args.quick, seed=args.seed, timing=timing
     )
     paths = recovery.write_bench_files(document, args.out)
+    if len(systems) > 1:
+        paths += recovery.write_side_by_side_files(document, args.out, reference=systems[0])
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(document["results"], indent=2) + "\n")

@@ -1,0 +1,156 @@
+"""``swarmshake bench recovery --system A,B,C``: argument checks and the side-by-side table.
+
+The table tests read per-trial figures recorded from real runs of this machine
+(``data/side_by_side_probe.json``: one trial a system of ``bench recovery --system
+reference,torchft,torchelastic --backend local --faults restart --sizes 4 --trials 1``,
+2026-11-26 17:53 UTC, measured by ``reports.recovery.measure_run``), not made-up values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmshake.chaos.bench import matrix, recovery
+from swarmshake.chaos.commands import bench as bench_command
+from swarmshake.chaos.commands._args import UsageError
+from swarmshake.reports.side_by_side import render_markdown, render_svg, side_by_side
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_bad_system_name_exits_64_naming_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmshake", "bench", "recovery", "--system",
+         "reference,torchfx", "--faults", "restart"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 64, done.stderr
+    assert "'torchfx'" in done.stderr and "known: reference, torchelastic, torchft" in done.stderr
+
+
+def test_system_arguments_are_checked_before_anything_runs() -> None:
+    with pytest.raises(UsageError, match="named twice"):
+        bench_command.main(["recovery", "--system", "torchft,torchft"])
+    with pytest.raises(UsageError, match="pkg.module:Class"):
+        bench_command.main(["recovery", "--system", "no spaces allowed"])
+    with pytest.raises(UsageError, match="runs the reference node only, not torchft"):
+        bench_command.main(["recovery", "--system", "reference,torchft", "--backend", "sim"])
+    with pytest.raises(UsageError, match="unknown fault type"):
+        bench_command.main(["recovery", "--system", "torchft", "--faults", "meteor"])
+
+
+def test_combine_rejects_files_that_are_not_a_recovery_bench(tmp_path: Path) -> None:
+    other = tmp_path / "verdict.json"
+    other.write_text('{"schema": "swarmshake.verdict/1"}')
+    with pytest.raises(UsageError, match="not a recovery benchmark"):
+        bench_command.main(["recovery", "--combine", str(other), "--out", str(tmp_path)])
+    with pytest.raises(UsageError, match="missing.json"):
+        bench_command.main(
+            ["recovery", "--combine", str(tmp_path / "missing.json"), "--out", str(tmp_path)]
+        )
+
+
+def test_every_system_gets_the_same_fault_at_the_same_moment() -> None:
+    cells = recovery.cells_for(["restart", "isolate"], [4], ["local"], ["reference", "torchft"])
+    assert [c.key for c in cells] == [
+        "restart/local/4",
+        "torchft/restart/local/4",
+        "isolate/local/4",
+        "torchft/isolate/local/4",
+    ]
+    timing = matrix.SYSTEMS_TIMING
+    for trial in range(3):
+        ours = matrix.trial_scenario(cells[2], trial, 0, timing)
+        theirs = matrix.trial_scenario(cells[3], trial, 0, timing)
+        assert ours.faults == theirs.faults and ours.seed == theirs.seed
+        assert theirs.system == "torchft" and theirs.system_options == {"join_timeout_ms": 5000}
+        assert ours.name != theirs.name  # one run directory each
+    assert matrix.model_description()["parameters"] == 6792  # 32→64→64→8
+
+
+def _probe_document() -> dict:
+    return json.loads((DATA / "side_by_side_probe.json").read_text())
+
+
+def test_side_by_side_table_from_recorded_trials() -> None:
+    table = side_by_side(_probe_document())
+    (cell,) = table["cells"]
+    assert (cell["fault"], cell["backend"], cell["nodes"]) == ("restart", "local", 4)
+    ref, tft, tel = (cell["systems"][s] for s in ("reference", "torchft", "torchelastic"))
+    assert ref["detection"]["median_ms"] == 162.5 and ref["detection"]["ratio_to_reference"] == 1
+    assert tft["detection"]["median_ms"] == 5025.5
+    assert tft["detection"]["ratio_to_reference"] == pytest.approx(30.93)
+    assert tft["rejoin"]["median_ms"] == 2578.1  # from the harness's restart, not its start
+    assert tel["detection"]["n"] == 0 and "left the victim out" in tel["detection"]["missing"]
+    markdown = render_markdown(table)
+    assert "6,792 parameters" in markdown
+    assert (
+        "| restart (local, 4 nodes) | torchft | 1 | 5,026 / 5,026 | ×30.93 | 5,023 / 5,023 "
+        "| ×23.91 | 2,578 / 2,578 | ×7.41 | 0% (0%) | ×0.00 | 3.91 |" in markdown
+    )
+    row = next(line for line in markdown.splitlines() if "| torchelastic |" in line)
+    assert row.count("— [") == 3  # detection, recovery, rejoin: each with a numbered reason
+    assert "] no victim restarted after the fault" in markdown
+    assert "`torchft` join_timeout_ms=5000" in markdown
+    svg = render_svg(table)
+    assert 'id="bar-detection-restart-torchft"' in svg
+    assert 'id="bar-detection-restart-torchelastic"' not in svg  # nothing measured, no bar
+
+
+def test_a_partly_measured_figure_says_how_many_and_why() -> None:
+    document = _probe_document()
+    (cell,) = document["results"]["torchft/restart"]["cells"]
+    reference = document["results"]["restart"]["cells"][0]
+    missed = dict(reference["per_trial"][0], detection_s=None)
+    missed["why"] = {"detection": "not every observer declared every victim dead while it lasted"}
+    reference["per_trial"].append(missed)
+    reference["trials"] = 2
+    table = side_by_side(document)
+    figures = table["cells"][0]["systems"]["reference"]
+    assert figures["detection"] == {
+        "n": 1,
+        "trials": 2,
+        "median_ms": 162.5,
+        "max_ms": 162.5,
+        "missing": "not every observer declared every victim dead while it lasted",
+        "ratio_to_reference": 1.0,
+    }
+    assert "| restart (local, 4 nodes) | reference | 2 | 162 / 162 (1/2 [1]) | ×1.00 |" in (
+        render_markdown(table)
+    )
+    assert cell["trials"] == 1
+
+
+@pytest.mark.slow
+def test_one_real_cell_side_by_side(tmp_path: Path) -> None:
+    """One trial of the reference node and of torchft, a 4-node restart, end to end."""
+    out = tmp_path / "bench"
+    env = {**os.environ, "SWARMSHAKE_STATE_DIR": str(tmp_path / "state"), "CI": "1"}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "swarmshake", "bench", "recovery", "--system",
+            "reference,torchft", "--faults", "restart", "--sizes", "4", "--trials", "1",
+            "--out", str(out),
+        ],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = json.loads((out / "side_by_side.json").read_text())
+    (cell,) = table["cells"]
+    systems = cell["systems"]
+    assert set(systems) == {"reference", "torchft"}
+    assert systems["reference"]["trials"] == 1 and systems["torchft"]["trials"] == 1
+    # torchft leaves a killed group out of its next quorum and commits without it.
+    assert systems["torchft"]["detection"]["n"] == 1
+    assert systems["torchft"]["recovery"]["n"] == 1
+    assert systems["torchft"]["detection"]["ratio_to_reference"] is not None
+    markdown = (out / "side_by_side.md").read_text()
+    assert "| restart (local, 4 nodes) | torchft | 1 |" in markdown
+    assert (out / "side_by_side.svg").read_text().startswith("<svg")
