@@ -82,6 +82,14 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
             lines.append(
                 f"| … {len(measurement.faults) - MAX_FAULT_ROWS} more in report.html | | | | |"
             )
+        missing = [
+            f"- {_cell(fault.op)} at {fault.inject_t:.2f} s: {name}: {_cell(fault.why[name])}"
+            for fault in measurement.faults[:MAX_FAULT_ROWS]
+            for name in ("detection", "recovery", "rejoin")
+            if name in fault.why
+        ]
+        if missing:
+            lines += ["", "Why a figure is —:", *missing]
     if run.load is not None:
         lines += [
             "",
