@@ -26,7 +26,9 @@ CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # 4 MiB: see checkpoint.DEFAULT_CHUNK_BYTES f
 # plus an aggregate and a state stream, for clusters up to ~60 nodes.
 MAX_ASSEMBLIES = 128
 
-BlobKind = Literal["contribution", "aggregate", "state", "replica"]
+# shard: one shard of a contribution, to its owner; shard_aggregate: an owner's
+# aggregate of one shard (protocol.sharding: keys "i/n" and "i/n/contributors").
+BlobKind = Literal["contribution", "aggregate", "state", "replica", "shard", "shard_aggregate"]
 
 
 class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_unknown_fields=True):
@@ -46,7 +48,7 @@ class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_u
 class BulkRequest(
     msgspec.Struct, kw_only=True, frozen=True, tag="request", forbid_unknown_fields=True
 ):
-    kind: Literal["aggregate", "state", "replica"]
+    kind: Literal["aggregate", "state", "replica", "shard_aggregate"]
     step: int = -1
     key: str = ""
 
@@ -54,7 +56,7 @@ class BulkRequest(
 class BulkRefusal(
     msgspec.Struct, kw_only=True, frozen=True, tag="refusal", forbid_unknown_fields=True
 ):
-    kind: Literal["aggregate", "state", "replica"]
+    kind: Literal["aggregate", "state", "replica", "shard_aggregate"]
     step: int
     key: str
     reason: str

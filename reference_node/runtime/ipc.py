@@ -54,6 +54,16 @@ class Contribute(_Msg, tag="contribute"):
     to: NodeList
 
 
+class ShardPlan(_Msg, tag="shard_plan"):
+    """Sharded aggregation (protocol.sharding): ``step``'s shard owners (its sorted
+    members) and who aggregates each shard now in this node's view (``plan[i]``).
+    Sent before ``Contribute`` and again whenever a view change moves a shard."""
+
+    step: int
+    owners: NodeList
+    plan: NodeList
+
+
 class BuildAggregate(_Msg, tag="build_aggregate"):
     """Aggregate the held contributions of ``contributors`` for ``step``."""
 
@@ -139,6 +149,7 @@ ToWorker = (
     WorkerInit
     | UpdatePeers
     | Contribute
+    | ShardPlan
     | BuildAggregate
     | FetchAggregate
     | ApplyCommitted

@@ -55,6 +55,7 @@ from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin as rj
+from swarmshake.reference_node.protocol import sharding
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
@@ -221,6 +222,10 @@ class StepDriver:
         self.errors: dict[str, int] = {}
         self.loop_iterations = 0
         self.last_due: float | None = None
+        # Sharded aggregation: the (step, owner plan) last told to the worker.
+        training = self.config.training
+        self.sharded = sharding.uses_sharding(training.aggregation_path, training.aggregation)
+        self.shard_plan_sent: tuple[int, tuple[str, ...]] | None = None
 
     def _new_core(
         self, first_step: int, configuration: Configuration | None = None
@@ -295,6 +300,8 @@ class StepDriver:
             case det.ViewChanged():
                 self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
                 self.lead(nc.ViewChanged(alive=tuple(action.alive)))
+                if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
+                    self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
                 self.schedule.failure(now)  # Young-Daly's input: the observed failures
                 self.membership.feed(
@@ -867,6 +874,8 @@ class StepDriver:
         step = self.step
         if self.name not in self.core.members:
             return None  # removed: the node is stopping
+        if self.requested_contribution < step:
+            self._send_shard_plan(step)  # before Contribute: the worker sends by it
         if self.requested_contribution < step and not self.leader.contributes():
             self.requested_contribution = step  # re-proposing a stored value: no gradient
         if self.requested_contribution < step:
@@ -879,6 +888,18 @@ class StepDriver:
             self.lead(nc.Tick())
             due = self.leader.next_deadline()
         return due
+
+    def _send_shard_plan(self, step: int) -> None:
+        """Tell the worker who aggregates each shard of ``step`` (protocol.sharding
+        decides; sent again only when the plan changed)."""
+        if not self.sharded:
+            return
+        owners = sharding.shard_owners(self.core.members)
+        plan = sharding.owner_plan(owners, self._alive(), self.name)
+        if self.shard_plan_sent == (step, plan):
+            return
+        self.shard_plan_sent = (step, plan)
+        self.node.to_worker(ipc.ShardPlan(step=step, owners=list(owners), plan=list(plan)))
 
     def _join_progress_timeout_only(self) -> None:
         if self.node.clock.now() - self.join_started > self.config.node.join_timeout_s:

@@ -30,6 +30,7 @@ from swarmshake.kernels import fingerprint_hex
 from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.config import NodeConfig, load
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol.sharding import uses_sharding
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.aggregate_store import AggregateStore, AggregateStoreError
 from swarmshake.reference_node.runtime.bulk import (
@@ -48,6 +49,7 @@ from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaServ
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
 from swarmshake.reference_node.runtime.malloc_tuning import keep_freed_memory
+from swarmshake.reference_node.runtime.sharded import ShardExchange
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
@@ -168,6 +170,13 @@ class Worker:
             seed=config.node.seed,
         )
         self.group: asyncio.TaskGroup | None = None
+        # Sharded aggregation (runtime/sharded.py), or None: contributions all-to-all.
+        training = config.training
+        self.sharded = (
+            ShardExchange(self)
+            if uses_sharding(training.aggregation_path, training.aggregation)
+            else None
+        )
         self.last_step_s = 0.0
         self._param_fp_cache: tuple[int, str] | None = None
 
@@ -192,6 +201,11 @@ class Worker:
 
     async def run_compute(self, function, *args):  # noqa: ANN001, ANN201
         return await asyncio.get_running_loop().run_in_executor(self.compute, function, *args)
+
+    def spawn(self, coroutine):  # noqa: ANN001, ANN201
+        """A task of the worker's group (it lives as long as the worker)."""
+        assert self.group is not None
+        return self.group.create_task(coroutine)
 
     # -- startup ------------------------------------------------------------------------------
 
@@ -294,6 +308,9 @@ class Worker:
         match message:
             case ipc.Contribute():
                 await self.contribute(message)
+            case ipc.ShardPlan():
+                if self.sharded is not None:
+                    self.sharded.set_plan(message)
             case ipc.BuildAggregate():
                 await self.build_aggregate(message.step, message.contributors)
             case ipc.FetchAggregate():
@@ -375,6 +392,10 @@ class Worker:
         self.log(history.TrainStep, step=step, loss=result.loss, samples=result.samples)
         # Our own contribution as every receiver decodes it (the same bits: S1).
         self.contributions.setdefault(step, {})[self.node] = own
+        if self.sharded is not None:
+            self.channel.send(ipc.Contributed(step=step, loss=result.loss, samples=result.samples))
+            self.sharded.contribute(step, payload, own)  # shard i to its owner only
+            return
         self._maybe_prebuild(step)
         self.channel.send(ipc.Contributed(step=step, loss=result.loss, samples=result.samples))
         for peer in message.to:
@@ -425,7 +446,9 @@ class Worker:
     async def build_aggregate(self, step: int, contributors: list[str]) -> None:
         held = self.contributions.get(step, {})
         prebuilt = self.prebuilt.get((step, tuple(sorted(contributors))))
-        if prebuilt is not None:
+        if self.sharded is not None:
+            outcome = await self.sharded.gather(step, tuple(contributors))  # shards joined
+        elif prebuilt is not None:
             outcome = await prebuilt  # the same set: the same bits
         else:
             missing = sorted(set(contributors) - set(held))
@@ -468,6 +491,8 @@ class Worker:
         self._param_fp_cache = (self.replica.step, param_fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s > message.step}
         self._forget_speculation_through(message.step)
+        if self.sharded is not None:
+            self.sharded.forget_through(message.step)
         self.aggregates = {
             key: value
             for key, value in self.aggregates.items()
@@ -692,6 +717,8 @@ class Worker:
         self._param_fp_cache = (state.step, fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s >= state.step}
         self._forget_speculation_through(state.step - 1)
+        if self.sharded is not None:
+            self.sharded.forget_through(state.step - 1)
         self.prune_stored_aggregates(state.step - KEEP_AGGREGATE_STEPS)
         # A restarted node runs honest whatever its previous incarnation did; the
         # replay learns from this event which behaviour produced its next gradients.
@@ -743,10 +770,15 @@ class Worker:
                 self.group.create_task(self.serve_aggregate(sender, message.step, message.key))
             elif message.kind == "replica":
                 self.group.create_task(self.replicas.serve(sender))
+            elif message.kind == "shard_aggregate" and self.sharded is not None:
+                self.sharded.on_request(sender, message)
             else:
                 self.drops.drop("unsupported_request", sender)  # state goes via StateRequest
         elif isinstance(message, BulkRefusal) and message.kind == "replica":
             self.replicas.on_refusal(sender)
+        elif isinstance(message, BulkRefusal) and message.kind == "shard_aggregate":
+            if self.sharded is not None:
+                self.sharded.on_refusal(sender, message)
         elif isinstance(message, BulkRefusal):
             key = (message.step, message.key)
             if self.aggregate_waiters.pop(key, None) is not None:
@@ -764,8 +796,14 @@ class Worker:
 
     def _on_blob_chunk(self, sender: str, chunk: BulkChunk) -> None:
         step = self.replica.step
-        if chunk.kind == "contribution" and not step <= chunk.step <= step + AHEAD_STEPS:
+        sharded_kind = chunk.kind in ("shard", "shard_aggregate")
+        if (chunk.kind == "contribution" or sharded_kind) and not (
+            step <= chunk.step <= step + AHEAD_STEPS
+        ):
             self.drops.drop("stale_step", sender)
+            return
+        if sharded_kind and self.sharded is None:
+            self.drops.drop("unsupported_shard", sender)  # this node aggregates all-to-all
             return
         try:
             blob = self.assembler.feed(sender, chunk)
@@ -773,6 +811,10 @@ class Worker:
             self.drops.drop(error.reason, sender)
             return
         if blob is None:
+            return
+        if sharded_kind:
+            assert self.sharded is not None
+            self.sharded.on_chunk_blob(sender, chunk, blob)
             return
         numel = self.replica.model.parameter_count
         if chunk.kind == "contribution":

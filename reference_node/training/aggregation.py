@@ -118,3 +118,25 @@ def finite_mean(rows: list[torch.Tensor]) -> torch.Tensor:
     for row in kept[1:]:
         total.add_(row)
     return total.div_(len(kept))
+
+
+def aggregate_shard(
+    config: TrainingConfig, size: int, chosen: Mapping[str, torch.Tensor]
+) -> torch.Tensor | AggregationError:
+    """One shard's aggregate (sharded aggregation, ``protocol.sharding``) over
+    ``chosen``, each a slice of ``size`` values of a contributor's gradient: this
+    module's ``aggregate`` itself, so an owner runs the rule and kernels the
+    all-to-all path runs; the error is returned, not raised (the owner sends it on
+    as a refusal)."""
+    if size == 0:
+        return torch.empty(0, dtype=torch.float32)  # an empty tail shard
+    try:
+        return aggregate(config, chosen)
+    except AggregationError as error:
+        return error
+
+
+def join_shards(shards: list[torch.Tensor]) -> tuple[torch.Tensor, str]:
+    """The whole aggregate from its shards in order, and its fingerprint."""
+    whole = torch.cat(shards)
+    return whole, kernels.fingerprint_hex(whole)

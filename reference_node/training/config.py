@@ -20,6 +20,11 @@ OptimizerKind = Literal["sgd", "adam"]
 # How a contribution travels: fp32 as computed, or int8 blocks with error feedback
 # (``training.wire``; every node aggregates the dequantized values).
 WireDtype = Literal["fp32", "int8"]
+# How a step's contributions reach the aggregate (protocol.sharding): every node
+# sends its whole gradient to every peer ("all_to_all", the reference), or one shard
+# of it to each shard owner, which aggregates that shard for everyone ("sharded":
+# about 2G(n-1)/n bytes a node per step instead of 2G(n-1)).  Krum stays all-to-all.
+AggregationPath = Literal["sharded", "all_to_all"]
 
 # A bound on a configured model: 2**31 float32 parameters is 8 GiB, beyond what a
 # node on these machines holds, and flat-buffer offsets stay within int32 kernels.
@@ -66,6 +71,7 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     # replay of a GPU run is not promised bit-exact (environment.py, verify.replay).
     device: str = "cpu"
     wire_dtype: WireDtype = "fp32"
+    aggregation_path: AggregationPath = "all_to_all"
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -104,6 +110,11 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
             self.wire_dtype in ("fp32", "int8"),
             "wire_dtype",
             f'must be "fp32" or "int8", got {self.wire_dtype!r}',
+        )
+        _require(
+            self.aggregation_path in ("sharded", "all_to_all"),
+            "aggregation_path",
+            f'must be "sharded" or "all_to_all", got {self.aggregation_path!r}',
         )
 
     def layer_dims(self) -> list[tuple[int, int]]:

@@ -114,3 +114,31 @@ class WireEncoder:
         residual = corrected.cpu() - own
         self.residual = torch.where(torch.isfinite(residual), residual, 0.0)
         return view, own
+
+
+def shard_payload(
+    config: TrainingConfig, payload: memoryview, numel: int, start: int, end: int
+) -> memoryview:
+    """The part of a whole contribution's ``payload`` that carries values
+    ``[start, end)``, itself a payload of ``end - start`` values that ``decode``
+    turns into exactly those values of the whole one (protocol.sharding cuts at
+    multiples of ``WIRE_BLOCK``, so an int8 shard takes whole blocks and their
+    scales).  fp32: a view, no copy; int8: a copy of the shard's bytes (a quarter of
+    its fp32 size)."""
+    if not 0 <= start <= end <= numel:
+        raise WireError(f"shard [{start}, {end}) is not within {numel} values")
+    if config.wire_dtype == "fp32":
+        return payload[4 * start : 4 * end]
+    if start == end:
+        return memoryview(b"")  # an empty tail shard of a model smaller than its owners
+    if start % WIRE_BLOCK != 0 or (end % WIRE_BLOCK != 0 and end != numel):
+        raise WireError(
+            f"an int8 shard must cover whole {WIRE_BLOCK}-value blocks: [{start}, {end})"
+        )
+    first_scale = start // WIRE_BLOCK
+    scales = scale_count(end - start)
+    piece = bytearray(payload_nbytes(config, end - start))
+    piece[: end - start] = payload[start:end]
+    offset = numel + 4 * first_scale
+    piece[end - start :] = payload[offset : offset + 4 * scales]
+    return memoryview(piece)

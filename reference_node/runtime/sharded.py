@@ -1,0 +1,401 @@
+"""The worker's side of sharded aggregation: it moves shards, it decides nothing.
+
+Who owns which shard, and who replaces a dead owner, is ``protocol.sharding``'s
+decision, made by the control process from the step's members and its detector
+view and handed over as ``ipc.ShardPlan``.  Per step this moves:
+
+1. ``contribute``: shard ``i`` of this node's wire payload to ``plan[i]`` (its own
+   shards stay here); the payload is kept until the step is applied, so a shard
+   whose owner changes (``replan``) is sent again to the new owner.
+2. An owner holding shard ``i`` from every one of the step's owners (the fast path:
+   every member contributed) aggregates it at once and sends the result to every
+   member (``shard_aggregate``, key ``i/n/contributors``).  For any other
+   contributor set (a straggler left out, a dead node) a node asks the shard's
+   current owner for it (``BulkRequest(kind="shard_aggregate")``); the owner
+   answers once it holds that set's inputs.
+3. ``gather(step, contributors)``: the whole aggregate, the shards joined in order,
+   and its fingerprint: what ``BuildAggregate`` returns on this path.  It waits for
+   a broadcast shard ``BROADCAST_GRACE_S`` before asking, asks again every
+   ``REQUEST_RETRY_S`` (and at once when the plan moves the shard), and gives up
+   after ``GATHER_TIMEOUT_S``: the control process then proposes again or fetches
+   the whole aggregate from the proposer, as on the all-to-all path.
+
+An aggregated shard is computed by ``training.aggregation.aggregate`` over the
+shard's slices of the contributors' (decoded) gradients, the same kernels as the
+whole vector: for median and trimmed mean the joined shards are bit-equal to the
+all-to-all aggregate (tests/reference_node/runtime/test_sharded.py).  The plain mean
+drops a contribution holding a non-finite value *per shard* rather than everywhere:
+equal bits whenever every contribution is finite.
+
+Trust: an owner's aggregated shard is taken as sent (acceptors do not recompute it,
+as an all-to-all acceptor rebuilds the aggregate): a Byzantine *owner* could bias
+its shard.  The threat model's Byzantine nodes send bad gradients, which the robust
+rules absorb; a node that also lies about its aggregation is not covered here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import sharding as sh
+from swarmshake.reference_node.protocol.errors import LocalProtocolError
+from swarmshake.reference_node.runtime import ipc
+from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRefusal, BulkRequest, split
+from swarmshake.reference_node.training.aggregation import (
+    AggregationError,
+    aggregate_shard,
+    join_shards,
+)
+from swarmshake.reference_node.training.wire import WireError, decode, shard_payload
+
+if TYPE_CHECKING:
+    from swarmshake.reference_node.runtime.worker import AggregateOutcome, Worker
+
+# A broadcast shard of the full contributor set leaves its owner as soon as the
+# last input arrives there; healthy inputs land within ~0.1 s of each other, so this
+# long without it means the owner is slow or gone: ask (the plan may have moved it).
+BROADCAST_GRACE_S = 0.3
+# An asked owner that has not answered this long later is asked again (it may have
+# been waiting for an input that a replanned contributor only now resent).
+REQUEST_RETRY_S = 0.5
+# One gather gives up after this long: the control process then proposes again
+# (BuildFailed) or pulls the whole aggregate from the proposer (its fetch retry).
+# Longer than a detection (~0.15 s) plus a resend of a 100M model's shard.
+GATHER_TIMEOUT_S = 3.0
+# Contributor sets whose aggregated shards are held per step: the full set plus a
+# few retries without stragglers; more is a peer flooding us.
+RESULT_SETS_PER_STEP_MAX = 8
+# Requests waiting at an owner for their inputs, per step: a few per peer.
+WAITING_PER_STEP_MAX = 256
+
+
+class ShardExchange:
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.node = worker.node
+        self.config = worker.config.training
+        self.numel = worker.replica.model.parameter_count
+        self.owners: dict[int, tuple[str, ...]] = {}  # step -> its owners (sorted members)
+        self.plans: dict[int, tuple[str, ...]] = {}  # step -> who aggregates shard i now
+        self.payloads: dict[int, memoryview] = {}  # step -> this node's whole wire payload
+        self.own: dict[int, torch.Tensor] = {}  # step -> this node's decoded contribution
+        self.inputs: dict[tuple[int, int], dict[str, torch.Tensor]] = {}  # (step, shard)
+        self.reported: dict[int, set[str]] = {}  # step -> senders reported as arrived
+        self.results: dict[tuple[int, tuple[str, ...]], dict[int, torch.Tensor]] = {}
+        self.computing: dict[tuple[int, int, tuple[str, ...]], asyncio.Task[None]] = {}
+        self.waiting: dict[tuple[int, int, tuple[str, ...]], set[str]] = {}
+        self.refused: dict[tuple[int, tuple[str, ...]], str] = {}
+        self.gathers: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
+        self._changed: dict[int, asyncio.Event] = {}
+        self.bounds_cache: dict[int, tuple[tuple[int, int], ...]] = {}
+
+    # -- plan and contribution ----------------------------------------------------------------
+
+    def bounds(self, count: int) -> tuple[tuple[int, int], ...]:
+        cached = self.bounds_cache.get(count)
+        if cached is None:
+            cached = self.bounds_cache[count] = sh.shard_bounds(self.numel, count)
+        return cached
+
+    def set_plan(self, message: ipc.ShardPlan) -> None:
+        step = message.step
+        if step < self.worker.replica.step:
+            return  # a plan of a step already applied
+        owners, plan = tuple(message.owners), tuple(message.plan)
+        before = self.plans.get(step)
+        self.owners[step] = owners
+        self.plans[step] = plan
+        if before is None or len(before) != len(plan):
+            return
+        for index in sh.reassigned(before, plan):
+            # Contributors keep their payload until the step commits: resend the
+            # shard to its new owner (DESIGN: a send is logged before it is done).
+            if step in self.payloads:
+                self._place_own_shard(step, index)
+        self._bump(step)  # gathers ask the new owners
+
+    def contribute(self, step: int, payload: memoryview, own: torch.Tensor) -> None:
+        """Send this node's shards of ``step`` to their owners (plan of ``set_plan``)."""
+        if step not in self.plans:
+            self.worker.drops.drop("shard_plan_missing", self.node)
+            return
+        self.payloads[step] = payload
+        self.own[step] = own
+        for index in range(len(self.plans[step])):
+            self._place_own_shard(step, index)
+
+    def _place_own_shard(self, step: int, index: int) -> None:
+        owner = self.plans[step][index]
+        count = len(self.plans[step])
+        if owner == self.node:
+            start, end = self.bounds(count)[index]
+            self._add_input(step, index, self.node, self.own[step][start:end])
+            return
+        start, end = self.bounds(count)[index]
+        piece = shard_payload(self.config, self.payloads[step], self.numel, start, end)
+        self.worker.log(history.AggSend, step=step, to=owner, nbytes=piece.nbytes)
+        chunks = split("shard", step, sh.shard_key(index, count), piece)
+        self.worker.spawn(self.worker.send_blob(owner, chunks))
+
+    # -- inbound --------------------------------------------------------------------------------
+
+    def on_chunk_blob(self, sender: str, chunk: BulkChunk, blob: bytearray) -> None:
+        try:
+            index, count, contributors = sh.parse_shard_key(chunk.key)
+            start, end = self.bounds(count)[index]
+        except (ValueError, LocalProtocolError):
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        known = self.owners.get(chunk.step)
+        if known is not None and len(known) != count:
+            self.worker.drops.drop("shard_count_mismatch", sender)
+            return
+        if chunk.kind == "shard":
+            if contributors is not None:
+                self.worker.drops.drop("bad_shard_key", sender)
+                return
+            try:
+                tensor = (
+                    decode(self.config, blob, end - start)
+                    if end > start
+                    else torch.empty(0, dtype=torch.float32)
+                )
+                if end == start and len(blob) != 0:
+                    raise WireError("an empty shard carries no bytes")
+            except WireError:
+                self.worker.drops.drop("wrong_tensor_size", sender)
+                return
+            self._add_input(chunk.step, index, sender, tensor)
+            return
+        if contributors is None or len(blob) != 4 * (end - start):
+            self.worker.drops.drop("wrong_tensor_size", sender)
+            return
+        key = (chunk.step, contributors)
+        if key not in self.results and self._result_sets(chunk.step) >= RESULT_SETS_PER_STEP_MAX:
+            self.worker.drops.drop("too_many_shard_sets", sender)
+            return
+        tensor = (
+            torch.frombuffer(blob, dtype=torch.float32)
+            if end > start
+            else torch.empty(0, dtype=torch.float32)
+        )
+        self._store_result(chunk.step, contributors, index, tensor)
+
+    def on_request(self, sender: str, request: BulkRequest) -> None:
+        try:
+            index, count, contributors = sh.parse_shard_key(request.key)
+        except ValueError:
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        if contributors is None:
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        step = request.step
+        held = self.results.get((step, contributors), {}).get(index)
+        if held is not None:
+            self._send_result(sender, step, index, count, contributors, held)
+            return
+        waiting_key = (step, index, contributors)
+        if sum(len(w) for k, w in self.waiting.items() if k[0] == step) >= WAITING_PER_STEP_MAX:
+            self.worker.drops.drop("too_many_shard_requests", sender)
+            return
+        self.waiting.setdefault(waiting_key, set()).add(sender)
+        self._maybe_compute(step, index, contributors)
+
+    def on_refusal(self, sender: str, refusal: BulkRefusal) -> None:
+        try:
+            _, _, contributors = sh.parse_shard_key(refusal.key)
+        except ValueError:
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        if contributors is not None and (refusal.step, contributors) in self.gathers:
+            self.refused[(refusal.step, contributors)] = refusal.reason[:120]
+            self._bump(refusal.step)
+
+    # -- owners: aggregate a shard ----------------------------------------------------------------
+
+    def _add_input(self, step: int, index: int, sender: str, tensor: torch.Tensor) -> None:
+        self.inputs.setdefault((step, index), {})[sender] = tensor
+        reported = self.reported.setdefault(step, set())
+        if sender != self.node and sender not in reported:
+            reported.add(sender)
+            self.worker.channel.send(ipc.ContributionArrived(step=step, sender=sender))
+        for waiting_step, waiting_index, contributors in list(self.waiting):
+            if waiting_step == step and waiting_index == index:
+                self._maybe_compute(step, index, contributors)
+        owners = self.owners.get(step)
+        if owners is not None and set(owners) <= self.inputs[(step, index)].keys():
+            # Every member's shard is here: the fast path's set, sent to everyone.
+            self._maybe_compute(step, index, owners, broadcast=True)
+        self._bump(step)
+
+    def _maybe_compute(
+        self, step: int, index: int, contributors: tuple[str, ...], broadcast: bool = False
+    ) -> None:
+        held = self.inputs.get((step, index), {})
+        key = (step, index, contributors)
+        if key in self.computing or not set(contributors) <= held.keys():
+            return
+        chosen = {name: held[name] for name in contributors}
+        self.computing[key] = self.worker.spawn(self._compute(key, chosen, broadcast))
+
+    def _aggregate_shard(
+        self, count: int, index: int, chosen: dict[str, torch.Tensor]
+    ) -> torch.Tensor | AggregationError:
+        start, end = self.bounds(count)[index]
+        return aggregate_shard(self.config, end - start, chosen)
+
+    async def _compute(
+        self,
+        key: tuple[int, int, tuple[str, ...]],
+        chosen: dict[str, torch.Tensor],
+        broadcast: bool,
+    ) -> None:
+        step, index, contributors = key
+        count = len(self.owners.get(step, ())) or self._count_of(step, index)
+        result = await self.worker.run_compute(self._aggregate_shard, count, index, chosen)
+        waiters = self.waiting.pop(key, set())
+        if isinstance(result, AggregationError):
+            shard_key = sh.aggregate_shard_key(index, count, contributors)
+            refusal = BulkRefusal(
+                kind="shard_aggregate", step=step, key=shard_key, reason=str(result)[:200]
+            )
+            for peer in waiters - {self.node}:
+                self.worker.spawn(self.worker.send_blob(peer, iter([refusal])))
+            if (step, contributors) in self.gathers:
+                self.refused[(step, contributors)] = str(result)[:120]
+                self._bump(step)
+            return
+        self._store_result(step, contributors, index, result)
+        peers = set(waiters)
+        if broadcast:
+            peers |= set(self.owners.get(step, ()))
+        for peer in sorted(peers - {self.node}):
+            self._send_result(peer, step, index, count, contributors, result)
+
+    def _count_of(self, step: int, index: int) -> int:
+        plan = self.plans.get(step)
+        return len(plan) if plan else index + 1
+
+    def _send_result(
+        self,
+        peer: str,
+        step: int,
+        index: int,
+        count: int,
+        contributors: tuple[str, ...],
+        result: torch.Tensor,
+    ) -> None:
+        payload = memoryview(result.numpy()).cast("B")
+        key = sh.aggregate_shard_key(index, count, contributors)
+        self.worker.spawn(self.worker.send_blob(peer, split("shard_aggregate", step, key, payload)))
+
+    # -- everyone: gather the whole aggregate --------------------------------------------------
+
+    def _result_sets(self, step: int) -> int:
+        return sum(1 for s, _ in self.results if s == step)
+
+    def _store_result(
+        self, step: int, contributors: tuple[str, ...], index: int, tensor: torch.Tensor
+    ) -> None:
+        if step < self.worker.replica.step:
+            return
+        held = self.results.setdefault((step, contributors), {})
+        held[index] = tensor
+        count = len(self.owners.get(step, ())) or None
+        key = (step, contributors)
+        if count is not None and len(held) == count and key not in self.gathers:
+            # Every shard is here before anyone asked: join and store it now, so the
+            # fsync is off the vote's path (like the all-to-all prebuild).
+            self.gathers[key] = self.worker.spawn(self._gather(step, contributors))
+        self._bump(step)
+
+    def gather(self, step: int, contributors: tuple[str, ...]) -> asyncio.Task[AggregateOutcome]:
+        key = (step, tuple(sorted(contributors)))
+        task = self.gathers.get(key)
+        if task is None or (task.done() and isinstance(task.result(), AggregationError)):
+            self.refused.pop(key, None)
+            task = self.gathers[key] = self.worker.spawn(self._gather(*key))
+        return task
+
+    async def _gather(self, step: int, contributors: tuple[str, ...]) -> AggregateOutcome:
+        started = time.monotonic()
+        asked: dict[int, tuple[str, float]] = {}
+        key = (step, contributors)
+        while True:
+            if step < self.worker.replica.step:
+                return AggregationError(f"step {step} was applied meanwhile")
+            owners = self.owners.get(step)
+            plan = self.plans.get(step)
+            if owners is None or plan is None:
+                return AggregationError(f"no shard plan for step {step}")
+            if not set(contributors) <= set(owners):
+                return AggregationError(f"contributors {contributors} are not step {step}'s owners")
+            refused = self.refused.pop(key, None)
+            if refused is not None:
+                return AggregationError(f"a shard owner refused: {refused}")
+            count = len(plan)
+            held = self.results.get(key, {})
+            missing = [index for index in range(count) if index not in held]
+            if not missing:
+                break
+            now = time.monotonic()
+            if now - started > GATHER_TIMEOUT_S:
+                return AggregationError(
+                    f"shards {missing} of step {step} not received in {GATHER_TIMEOUT_S}s"
+                )
+            broadcast_due = contributors == owners and now - started < BROADCAST_GRACE_S
+            for index in missing:
+                owner = plan[index]
+                if owner == self.node:
+                    self.waiting.setdefault((step, index, contributors), set()).add(self.node)
+                    self._maybe_compute(step, index, contributors)
+                    continue
+                if broadcast_due:
+                    continue
+                previous = asked.get(index)
+                if previous is None or previous[0] != owner or now - previous[1] > REQUEST_RETRY_S:
+                    asked[index] = (owner, now)
+                    request = BulkRequest(
+                        kind="shard_aggregate",
+                        step=step,
+                        key=sh.aggregate_shard_key(index, count, contributors),
+                    )
+                    self.worker.spawn(self.worker.send_blob(owner, iter([request])))
+            changed = self._changed.setdefault(step, asyncio.Event())
+            wait_s = BROADCAST_GRACE_S if broadcast_due else REQUEST_RETRY_S
+            try:
+                async with asyncio.timeout(wait_s):  # bounded: the loop re-asks
+                    await changed.wait()
+            except TimeoutError:
+                pass
+        held = self.results[key]
+        parts = [held[index] for index in range(len(held))]
+        whole, agg_fp = await self.worker.run_compute(join_shards, parts)
+        self.worker.make_durable(step, agg_fp, whole)
+        return whole, agg_fp
+
+    def _bump(self, step: int) -> None:
+        event = self._changed.pop(step, None)
+        if event is not None:
+            event.set()
+
+    # -- forgetting -------------------------------------------------------------------------------
+
+    def forget_through(self, step: int) -> None:
+        """Drop everything of steps <= ``step`` (applied, or a state was installed)."""
+        for table in (self.owners, self.plans, self.payloads, self.own, self.reported):
+            for key in [k for k in table if k <= step]:
+                del table[key]
+        for table in (self.inputs, self.results, self.computing, self.waiting, self.refused):
+            for key in [k for k in table if k[0] <= step]:
+                del table[key]
+        for key in [k for k in self.gathers if k[0] <= step]:
+            del self.gathers[key]
+        for key in [k for k in self._changed if k <= step]:
+            self._changed.pop(key).set()  # wake gathers so they return

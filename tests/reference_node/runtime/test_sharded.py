@@ -1,0 +1,94 @@
+"""Sharded aggregation gives the all-to-all aggregate's bits (CPU, the kernels'
+torch reference): each owner's ``aggregate_shard`` over its slices, joined in order,
+equals ``aggregate`` over the whole gradients, and an int8 payload cut along the
+shard bounds decodes to the same values as the whole payload."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swarmshake.kernels import fingerprint_hex
+from swarmshake.reference_node.protocol.sharding import shard_bounds
+from swarmshake.reference_node.training.aggregation import (
+    AggregationError,
+    aggregate,
+    aggregate_shard,
+    join_shards,
+)
+from swarmshake.reference_node.training.config import TrainingConfig
+from swarmshake.reference_node.training.wire import WireEncoder, decode, shard_payload
+
+NAMES = ["n1", "n2", "n3", "n4", "n5"]
+
+
+def contributions(numel: int, count: int, seed: int, poison: bool) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    rows = {name: torch.randn(numel, generator=generator) for name in NAMES[:count]}
+    if poison:  # outliers the robust rules exclude per coordinate
+        rows[NAMES[0]][::7] = float("nan")
+        rows[NAMES[1]][3::11] = float("inf")
+        rows[NAMES[2]][5::13] = -1e30
+    return rows
+
+
+def sharded(config: TrainingConfig, rows: dict[str, torch.Tensor], owners: int) -> torch.Tensor:
+    numel = next(iter(rows.values())).numel()
+    parts = []
+    for start, end in shard_bounds(numel, owners):
+        part = aggregate_shard(config, end - start, {n: r[start:end] for n, r in rows.items()})
+        assert not isinstance(part, AggregationError), part
+        parts.append(part)
+    whole, agg_fp = join_shards(parts)
+    assert agg_fp == fingerprint_hex(whole)
+    return whole
+
+
+@pytest.mark.parametrize("rule", ["median", "trimmed_mean", "mean"])
+@pytest.mark.parametrize("numel", [1, 255, 1000, 100_003])
+@pytest.mark.parametrize("owners", [1, 3, 4, 5])
+def test_sharded_equals_all_to_all_bits(rule, numel, owners):
+    config = TrainingConfig(aggregation=rule, byzantine_f=1)
+    # The plain mean drops a non-finite contribution per shard, all-to-all drops it
+    # everywhere: the same bits are promised for finite contributions only.
+    for seed, poison in ((0, False), (1, rule != "mean")):
+        rows = contributions(numel, 5 if rule != "mean" else 4, seed, poison)
+        reference = aggregate(config, rows)
+        assert torch.equal(
+            sharded(config, rows, owners).view(torch.int32), reference.view(torch.int32)
+        )
+        assert fingerprint_hex(sharded(config, rows, owners)) == fingerprint_hex(reference)
+
+
+@pytest.mark.parametrize("numel", [1, 300, 1000, 65_537])
+@pytest.mark.parametrize("owners", [2, 4, 7])
+def test_int8_shards_decode_to_the_whole_payloads_values(numel, owners):
+    config = TrainingConfig(wire_dtype="int8")
+    gradient = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
+    payload, own = WireEncoder(config).encode(gradient)
+    whole = decode(config, payload, numel)
+    assert torch.equal(whole, own)
+    for start, end in shard_bounds(numel, owners):
+        piece = shard_payload(config, payload, numel, start, end)
+        if end == start:
+            assert piece.nbytes == 0
+            continue
+        assert torch.equal(decode(config, piece, end - start), whole[start:end])
+
+
+def test_a_non_finite_shard_is_refused_like_the_whole():
+    config = TrainingConfig(aggregation="median", byzantine_f=1)
+    rows = contributions(600, 3, 0, False)
+    for name in ("n1", "n2", "n3"):
+        rows[name][10] = float("nan")  # every value bad at one coordinate: no median
+    with pytest.raises(AggregationError):
+        aggregate(config, rows)
+    first, second = shard_bounds(600, 2)
+    assert isinstance(
+        aggregate_shard(config, first[1], {n: r[: first[1]] for n, r in rows.items()}),
+        AggregationError,
+    )
+    assert not isinstance(
+        aggregate_shard(config, 600 - second[0], {n: r[second[0] :] for n, r in rows.items()}),
+        AggregationError,
+    )
