@@ -7,6 +7,12 @@ shrinks it and prints a scenario that ``swarmshake run`` replays.  The run direc
 of the last run that confirmed the shrunk scenario's violation gets ``shrunk.yaml``
 (that scenario) and its reports regenerated to show it (``chaos/shrunk.py``).
 
+A system that writes its own history kinds (``System.produces``, e.g. torchft's
+``collective``) gets event-triggered faults as well as timed ones: a drawn crash or
+pause fires, half the time, when its target logs a kind the system writes
+(:func:`with_triggers`), so a schedule can land a kill inside an all-reduce or a
+quorum change, which a timed fault hits only by luck.
+
 Why a greedy shrinker rather than Hypothesis's: one real run costs tens of seconds,
 and Hypothesis's shrinker spends hundreds of examples; removing one entry at a
 time (then shortening heal delays), each candidate confirmed by re-runs, finds a
@@ -29,6 +35,14 @@ from swarmshake.chaos.runner import RunOptions, RunResult, run_scenario
 from swarmshake.chaos.scenario import GENERATOR_OPS, Generator, Scenario, draw, dumps, resolve
 from swarmshake.chaos.shrunk import point_latest, write_shrunk
 
+# Kinds that cannot usefully trigger a fault on the node that logs them: the harness's
+# own records, and a node's start, stop or death (a fault there hits nothing running).
+UNTRIGGERABLE_KINDS = frozenset({"fault", "run_mark", "start", "stop", "node_error"})
+TRIGGER_OPS = ("crash", "pause")  # the drawn ops that become event-triggered
+TRIGGER_SHARE = 0.5  # of those, how many fire on an event rather than at a time
+# ``step_at_least`` is drawn from this range: past steady state (a step or two) and
+# early enough that a workload at a few steps a second reaches it within the run.
+TRIGGER_STEPS = (5, 60)
 CONFIRM_ATTEMPTS = 3  # a real violation that shows 0 of 3 times is treated as noise
 MAX_SHRINK_RUNS = 40  # bounds the shrink phase's cost (each run is tens of seconds)
 
@@ -55,6 +69,30 @@ class ExploreResult:
 
     def scenario_yaml(self) -> str:
         return dumps(self.failing) if self.failing else ""
+
+
+def with_triggers(
+    entries: list[F.ScheduleEntry], kinds: list[str], seed: int
+) -> list[F.ScheduleEntry]:
+    """``entries`` with about ``TRIGGER_SHARE`` of the crashes and pauses fired on an event.
+
+    The entry fires when its target first logs one of ``kinds`` at a step of at least
+    a drawn ``step_at_least``, instead of at its drawn time (pure: same inputs, same
+    list).  No kind to trigger on: ``entries`` unchanged."""
+    usable = sorted(set(kinds) - UNTRIGGERABLE_KINDS)
+    if not usable:
+        return list(entries)
+    rng = random.Random(seed)
+    out: list[F.ScheduleEntry] = []
+    for entry in entries:
+        targets = entry.op.targets()
+        if entry.op.name in TRIGGER_OPS and len(targets) == 1 and rng.random() < TRIGGER_SHARE:
+            when = F.OnEvent(
+                node=targets[0], kind=rng.choice(usable), step_at_least=rng.randint(*TRIGGER_STEPS)
+            )
+            entry = msgspec.structs.replace(entry, at_s=None, when=when)
+        out.append(entry)
+    return out
 
 
 def scenario_for(
@@ -160,8 +198,12 @@ async def explore(
     out: Path = Path("runs"),
     base: Scenario | None = None,
     ops: list[str] | None = None,
+    trigger_kinds: list[str] | None = None,
 ) -> ExploreResult:
-    """Draw up to ``budget`` schedules; stop at the first confirmed violation and shrink it."""
+    """Draw up to ``budget`` schedules; stop at the first confirmed violation and shrink it.
+
+    ``trigger_kinds``: the history kinds the system writes; drawn crashes and pauses
+    then fire on them too (:func:`with_triggers`)."""
     result = ExploreResult()
     rng = random.Random(seed)
     template = base or Scenario(name="explore", duration_s=30.0, quiesce_s=15.0)
@@ -173,6 +215,8 @@ async def explore(
         entries = draw(
             generator, [f"n{i}" for i in range(1, nodes + 1)], template.duration_s, run_seed
         )
+        if trigger_kinds:
+            entries = with_triggers(entries, trigger_kinds, run_seed)
         scenario = scenario_for(
             F.FaultSchedule(entries=entries),
             backend=backend,
@@ -204,4 +248,4 @@ def explore_blocking(**kwargs) -> ExploreResult:  # noqa: ANN003 - same keywords
 
 
 __all__ = ["GENERATOR_OPS", "ExploreResult", "RealOutcome", "confirm", "explore", "explore_blocking",
-           "run_schedule", "scenario_for", "shrink"]  # fmt: skip
+           "run_schedule", "scenario_for", "shrink", "with_triggers"]  # fmt: skip

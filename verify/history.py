@@ -16,6 +16,9 @@ loop can see.  What every checker can rely on, whatever the system:
 ``rejoin_done``     then holds state verified against a fingerprint
 ``collective``      a node is about to start a collective (all-reduce) of step *s*:
                     the trigger point for a fault "inside an all-reduce"
+``node_error``      a node's process is exiting on an error it did not handle (a
+                    survivor that dies after a peer's fault); a death the process
+                    cannot see (SIGKILL, a segfault) has none
 ``fault``,          the harness's own records: faults injected and healed, milestones
 ``run_mark``
 ==================  =====================================================================
@@ -88,14 +91,31 @@ class Collective(EventBase, tag="collective", kw_only=True, frozen=True):
     nbytes: int = 0
 
 
-NEUTRAL_CLASSES: tuple[type[EventBase], ...] = (StepCommitted, MembershipChange, Collective)
+class NodeError(EventBase, tag="node_error", kw_only=True, frozen=True):
+    """``node``'s process is exiting on an error it did not handle (logged on the way out).
+
+    ``error``: the exception's type and message, one line; ``where``: the innermost
+    frame (``file:line``).  A clean stop is ``stop``; a death the process cannot see
+    (SIGKILL, a segfault) has no event of its own: the harness finds that node not
+    running at the quiesce and records its restart."""
+
+    error: str
+    where: str = ""
+
+
+NEUTRAL_CLASSES: tuple[type[EventBase], ...] = (
+    StepCommitted,
+    MembershipChange,
+    Collective,
+    NodeError,
+)
 _reference.register_kinds(*NEUTRAL_CLASSES)
 
 #: The neutral vocabulary every checker may rely on (the reference kinds among them
 #: are already generic: start, stop, rejoin, fault, run_mark).
 NEUTRAL_KINDS: frozenset[str] = frozenset(
     {"start", "stop", "step_committed", "membership", "rejoin_begin", "rejoin_done",
-     "collective", "fault", "run_mark"}
+     "collective", "node_error", "fault", "run_mark"}
 )  # fmt: skip
 #: Which neutral kind each reference kind stands in for.
 REFERENCE_MAP: dict[str, str] = {"commit": "step_committed", "config_change": "membership"}
@@ -210,6 +230,7 @@ __all__ = [
     "HistoryError",
     "MembershipChange",
     "MembershipView",
+    "NodeError",
     "RejoinBegin",
     "RejoinDone",
     "RunMark",

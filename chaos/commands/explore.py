@@ -80,12 +80,26 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
     # cannot delay a namespace's links: latency is left out, not skipped at run time).
     ops = [op for op in ("crash", "pause", "partition", "latency") if op in system.supported_ops()]
     base = None
+    trigger_kinds = None
     if args.system != "reference":
+        from swarmshake.verify.checkers import Bounds
+
+        try:
+            bounds = Bounds(**system.bounds)
+        except (TypeError, ValueError) as error:
+            raise UsageError(
+                f"system {args.system}: bad bounds {dict(system.bounds)}: {error}"
+            ) from None
         # Another system's workers import torch in every process: start-up takes longer.
+        # The run lasts --duration (a stall of a 60 s timeout needs room to show), then
+        # quiesces half as long; the system's bounds fit its own timeouts.
         base = Scenario(
-            name="explore", duration_s=30.0, quiesce_s=15.0, system=args.system,
+            name="explore", duration_s=args.duration, quiesce_s=max(15.0, args.duration / 2),
+            system=args.system, bounds=bounds,
             steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
         )  # fmt: skip
+        # Its own history kinds (torchft's ``collective``) trigger drawn crashes and pauses.
+        trigger_kinds = sorted(system.produces)
     result = explore_blocking(
         backend=args.backend,
         budget=args.budget,
@@ -95,6 +109,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         out=args.out,
         base=base,
         ops=ops,
+        trigger_kinds=trigger_kinds,
     )
     run_dir = str(result.run_dir) if result.run_dir else None
     if args.json:
@@ -124,7 +139,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bug", choices=sorted(BUGS), help="switch on a known bug")
     parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
     parser.add_argument(
-        "--duration", type=parse_duration_s, default=40.0, help="virtual time per run"
+        "--duration",
+        type=parse_duration_s,
+        default=40.0,
+        help="time per run (sim: virtual; a real backend and a system other than the "
+        "reference: the fault phase)",
     )
     parser.add_argument(
         "--property", action="append", choices=PROPERTIES, help="what counts as a violation"

@@ -151,6 +151,10 @@ class System(abc.ABC):
     produces: ClassVar[frozenset[str]] = frozenset()
     #: option names ``system_options`` may hold, with their defaults
     option_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: checker bounds (``Bounds`` fields: detection_s, recovery_s, rejoin_s) that fit the
+    #: system's own timeouts; ``swarmshake explore`` judges its generated runs by them
+    #: (a scenario file states its own).  Empty: the reference node's defaults.
+    bounds: ClassVar[Mapping[str, float]] = {}
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         options = dict(options or {})

@@ -40,8 +40,18 @@ class TorchFTSystem(System):
     ports: ClassVar[tuple[str, ...]] = ()  # the manager, store and gloo pick their own ports
     produces: ClassVar[frozenset[str]] = frozenset(
         {"start", "stop", "step_committed", "membership", "rejoin_begin", "rejoin_done",
-         "collective", "fault", "run_mark"}
+         "collective", "node_error", "fault", "run_mark"}
     )  # fmt: skip
+    bounds: ClassVar[dict[str, float]] = {
+        # D: the Lighthouse drops a silent group after heartbeat_timeout_ms (5 s) and
+        # the next quorum round forms without it; 20 s leaves room on a loaded machine.
+        "detection_s": 20.0,
+        # R: half of torchft's 60 s collective and quorum timeouts, so a stall of one
+        # timeout is caught while a normal reconfiguration (about 5 s here) is not.
+        "recovery_s": 30.0,
+        # J: a restarted group waits for the next quorum, then heals from a peer.
+        "rejoin_s": 60.0,
+    }
     option_defaults: ClassVar[dict[str, Any]] = {
         "min_replicas": 0,  # 0: one fewer than the cluster (a quorum goes on without one)
         # torchft's defaults (60 s): how long a lost peer can stall a collective, a quorum.

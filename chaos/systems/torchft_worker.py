@@ -13,7 +13,10 @@ schema of ``verify/history.py``: ``start``; ``membership`` when the quorum id ch
 / ``rejoin_done`` when the group healed from a peer; ``collective`` just before the
 all-reduce starts (the trigger point for a kill inside an all-reduce);
 ``step_committed`` after a committed step with the quorum's members as participants
-and the parameters' fingerprint (``swarmshake.kernels``); ``stop`` on SIGTERM.
+and the parameters' fingerprint (``swarmshake.kernels``); ``stop`` on SIGTERM;
+``node_error`` when the loop dies on an exception (torchft's DDP comm hook's
+``assert fut._fut`` after a peer's kill, a gloo error the Manager let through),
+before the process exits with status 1.
 A step that ``should_commit`` refuses writes nothing: it was not applied.
 
 Configured by the environment ``chaos/systems/torchft.py`` sets (``SWARMSHAKE_*``).
@@ -26,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,6 +43,7 @@ from swarmshake.verify.history import (
     Collective,
     EventWriter,
     MembershipChange,
+    NodeError,
     RejoinBegin,
     RejoinDone,
     Start,
@@ -51,6 +56,7 @@ from swarmshake.verify.history import (
 INPUT_DIM = 32
 OUTPUT_DIM = 8
 BATCH = 32
+ERROR_TEXT_MAX = 500  # characters of an exception's message kept in a node_error event
 
 
 class WorkerConfigError(ValueError):
@@ -179,6 +185,15 @@ class Recorder:
     def stop(self, step: int, reason: str) -> None:
         self.emit(Stop, step, reason=reason)
 
+    def error(self, step: int, error: BaseException) -> None:
+        """The loop died on ``error``: one line naming it and its innermost frame."""
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        message = " ".join(str(error).split())  # torchft's bare asserts have none
+        name = type(error).__name__
+        text = (f"{name}: {message}" if message else name)[:ERROR_TEXT_MAX]
+        self.emit(NodeError, step, error=text, where=where)
+
 
 class _QuorumTap:
     """Stands between the Manager and its client to see each quorum's replica ids.
@@ -278,33 +293,39 @@ def run(cfg: WorkerConfig, stopping: threading.Event) -> int:
     manager._client = tap
     net: nn.Module = DistributedDataParallel(manager, model) if cfg.ddp else model
     seen_quorum = None
-    while not stopping.is_set():
-        step_before = manager.current_step()
-        if step_before >= cfg.max_steps:
-            break
-        optimizer.zero_grad()
-        manager.start_quorum()
-        x, y = batch(cfg.seed, step_before, replica, cfg.input_dim, cfg.output_dim)
-        loss = nn.functional.mse_loss(net(x), y)
-        recorder.collective(step_before)  # before the all-reduce starts
-        loss.backward()  # the DDP wrapper all-reduces here through its comm hook
-        if not cfg.ddp:
-            works = [manager.allreduce(p.grad) for p in model.parameters() if p.grad is not None]
-            for work in works:
-                work.wait()
-        quorum = tap.newest()
-        if quorum is not None and quorum is not seen_quorum:
-            seen_quorum = quorum
-            recorder.quorum(step_before, quorum.quorum_id, list(quorum.replica_ids))
-            if quorum.heal and quorum.recover_src_replica_rank is not None:
-                recorder.healed(step_before, manager.current_step(), "peer", _fp(model))
-        step = manager.current_step()
-        if manager.should_commit():
-            optimizer.step()
-            value = float(loss.item())
-            recorder.committed(step, _fp(model), value if value == value else None)
-        if cfg.interval_s:
-            time.sleep(cfg.interval_s)
+    try:
+        while not stopping.is_set():
+            step_before = manager.current_step()
+            if step_before >= cfg.max_steps:
+                break
+            optimizer.zero_grad()
+            manager.start_quorum()
+            x, y = batch(cfg.seed, step_before, replica, cfg.input_dim, cfg.output_dim)
+            loss = nn.functional.mse_loss(net(x), y)
+            recorder.collective(step_before)  # before the all-reduce starts
+            loss.backward()  # the DDP wrapper all-reduces here through its comm hook
+            if not cfg.ddp:
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                for work in [manager.allreduce(g) for g in grads]:
+                    work.wait()
+            quorum = tap.newest()
+            if quorum is not None and quorum is not seen_quorum:
+                seen_quorum = quorum
+                recorder.quorum(step_before, quorum.quorum_id, list(quorum.replica_ids))
+                if quorum.heal and quorum.recover_src_replica_rank is not None:
+                    recorder.healed(step_before, manager.current_step(), "peer", _fp(model))
+            step = manager.current_step()
+            if manager.should_commit():
+                optimizer.step()
+                value = float(loss.item())
+                recorder.committed(step, _fp(model), value if value == value else None)
+            if cfg.interval_s:
+                time.sleep(cfg.interval_s)
+    except Exception as error:
+        # Recorded, then raised on: the process exits with the error as it would
+        # without the harness (the traceback goes to the node's log).
+        recorder.error(manager.current_step(), error)
+        raise
     recorder.stop(manager.current_step(), "sigterm" if stopping.is_set() else "max_steps")
     manager.shutdown(wait=False)
     return 0

@@ -196,3 +196,24 @@ def test_the_allreduce_kill_suite_triggers_on_the_workloads_collective_event():
     assert entry.when is not None and (entry.when.kind, entry.when.node) == ("collective", "n3")
     with pytest.raises(scenario.ScenarioError, match="not an event kind"):
         scenario.loads(suite.read_text().replace("kind: collective", "kind: allreduce_start"))
+
+
+def test_recorder_writes_node_error_with_the_exception_and_where_it_was_raised(tmp_path):
+    from swarmshake.verify.history import NodeError
+
+    path = tmp_path / "events" / "n1.jsonl"
+    recorder = Recorder(EventWriter(str(path)), "n1")
+    try:
+        raise AssertionError  # what torchft/ddp.py:76's bare ``assert fut._fut`` raises
+    except AssertionError as error:
+        recorder.error(16, error)
+    try:
+        raise RuntimeError("Connection reset by peer\n  (gloo)" + "x" * 2000)
+    except RuntimeError as error:
+        recorder.error(17, error)
+    first, second = read_events(path).events
+    assert isinstance(first, NodeError) and first.step == 16
+    assert first.error == "AssertionError"
+    assert first.where.endswith(f"test_torchft.py:{first.where.rsplit(':', 1)[1]}")
+    assert second.error.startswith("RuntimeError: Connection reset by peer (gloo)")
+    assert "\n" not in second.error and len(second.error) == 500

@@ -156,3 +156,96 @@ def test_run_system_is_read_from_run_json_and_old_runs_are_reference(tmp_path):
     assert system.name == "torchelastic" and system.produces == {"step_committed"}
     write_history(tmp_path / "events" / "n1.jsonl", steady(0, 1))
     assert len(load_history(tmp_path).events) == 2 * len(WORLD)
+
+
+def mark(name: str, t: float) -> RunMark:
+    return RunMark(t_wall=t, t_mono=t, node=HARNESS, mark=name)
+
+
+def test_l2_a_stall_of_the_survivors_while_one_node_is_down_is_invalid():
+    """n3 is killed: n1 and n2 (a majority the harness left alone) must go on within R."""
+    events = [mark("steady_state", 0.0), *steady(0, 3)]
+    events += [fault("crash", "inject", "n3", 3.2), fault("crash", "heal", "n3", 13.2)]
+    events += steady(64, 70, members=["n1", "n2"], quorum="q1")  # one 60 s timeout later
+    events.append(mark("run_end", 70.0))
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=30))
+    assert result.status == "invalid", result.message
+    assert "no step committed for 61.50s" in result.message and "n1, n2" in result.message
+    assert "after crash n3" in result.message
+    assert [ref.kind for ref in result.evidence] == ["step_committed", "step_committed"]
+    # The same history with the survivors back after 5 s holds.
+    quick = [e for e in events if e.t_mono < 60.0 or e.node == HARNESS]
+    quick += steady(8, 70, members=["n1", "n2"], quorum="q1")
+    assert neutral.check_l2(History.from_events(quick), Bounds(recovery_s=30)).status == "valid"
+
+
+def test_l2_judges_a_partition_by_its_connected_majority_and_skips_other_link_faults():
+    isolate = Fault(t_wall=3, t_mono=3.0, node=HARNESS, op="partition", target=WORLD,
+                    params={"cuts": [["n1", "n3"], ["n2", "n3"]]}, phase="inject")  # fmt: skip
+    heal = Fault(t_wall=50, t_mono=50.0, node=HARNESS, op="partition", target=WORLD,
+                 phase="heal")  # fmt: skip
+    events = [mark("steady_state", 0.0), *steady(0, 3), isolate, heal, *steady(50, 55)]
+    events.append(mark("run_end", 55.0))
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=30))
+    assert result.status == "invalid" and "n1, n2 were left alone" in result.message
+    # A black hole is not judged: whether the others count as connected is not known.
+    hole = [
+        msgspec_replace(e, op="blackhole", params={}) if isinstance(e, Fault) else e for e in events
+    ]
+    result = neutral.check_l2(History.from_events(hole), Bounds(recovery_s=30))
+    assert result.status == "valid", result.message
+    # Cutting a majority apart (every pair) leaves no majority: not judged either.
+    split = Fault(t_wall=3, t_mono=3.0, node=HARNESS, op="partition", target=WORLD,
+                  params={"cuts": [["n1", "n2"], ["n1", "n3"], ["n2", "n3"]]}, phase="inject")  # fmt: skip
+    alone = [split if e is isolate else e for e in events]
+    assert neutral.check_l2(History.from_events(alone), Bounds(recovery_s=30)).status == "valid"
+
+
+def msgspec_replace(event, **changes):
+    import msgspec
+
+    return msgspec.structs.replace(event, **changes)
+
+
+def test_l2_a_survivor_that_dies_on_its_own_is_invalid():
+    from swarmshake.verify.history import NodeError
+
+    events = [mark("steady_state", 0.0), *steady(0, 3), fault("crash", "inject", "n3", 3.2)]
+    events.append(NodeError(t_wall=3.3, t_mono=3.3, node="n1", step=6, error="AssertionError",
+                            where="torchft/ddp.py:76"))  # fmt: skip
+    events += [fault("crash", "heal", "n3", 13.2), *steady(14, 20, members=["n2", "n3"])]
+    events.append(mark("run_end", 20.0))
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=30))
+    assert result.status == "invalid"
+    assert "n1 died on its own (AssertionError)" in result.message
+    assert result.evidence[0].kind == "node_error"
+
+
+def test_l2_a_death_only_the_quiesce_restart_shows_is_invalid_a_crashed_node_is_not():
+    quiesce_restart = Fault(t_wall=40, t_mono=40.0, node=HARNESS, op="crash", target=["n2"],
+                            params={"quiesce": True}, phase="heal")  # fmt: skip
+    events = [mark("steady_state", 0.0), *steady(0, 3), fault("crash", "inject", "n3", 3.2)]
+    events += steady(4, 10, members=["n1", "n2"], quorum="q1")
+    events = [e for e in events if not (e.node == "n2" and e.t_mono > 6)]  # n2 goes silent
+    events += [fault("crash", "heal", "n3", 13.2), *steady(14, 40, members=["n1", "n3"])]
+    events += [quiesce_restart, mark("quiesce", 40.0), *steady(41, 45), mark("run_end", 45.0)]
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=30))
+    assert result.status == "invalid"
+    assert "n2 died on its own (found not running at the quiesce)" in result.message
+    assert result.evidence[0].node == "n2" and result.evidence[0].t_mono <= 6.0
+    # The harness's own crash of n2, restarted at the quiesce, is no death of its own.
+    crashed = [*events, fault("crash", "inject", "n2", 6.1)]
+    result = neutral.check_l2(History.from_events(crashed), Bounds(recovery_s=30))
+    assert result.status == "valid", result.message
+
+
+def test_l2_says_unknown_when_the_harness_never_left_a_majority_alone():
+    events = [mark("steady_state", 0.0), *steady(0, 3)]
+    events += [fault("pause", "inject", n, 3.0) for n in ("n1", "n2")]
+    events += [mark("quiesce", 30.0)]
+    events += [mark("run_end", 30.0)]
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=5))
+    assert result.status == "valid" and "over 3.0s" in result.message  # until the pause
+    only_faulted = [mark("steady_state", 3.0), *events[1:]]
+    result = neutral.check_l2(History.from_events(only_faulted), Bounds(recovery_s=5))
+    assert result.status == "unknown" and "no stretch" in result.message
