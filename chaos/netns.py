@@ -1,4 +1,4 @@
-"""Link faults without proxies: each node in its own network namespace (local backend).
+"""Link faults without proxies: each node in its own network namespace.
 
 Systems whose nodes dial addresses learned at run time (gloo, NCCL and gRPC find
 their peers through a rendezvous store) cannot be pointed at a Toxiproxy proxy per
@@ -20,6 +20,10 @@ private range below exists only inside the run's namespaces.  Cluster services
 (a rendezvous store, a Lighthouse) run in the hub, on the bridge's address.  Every
 namespace is named ``ssw-<tag>-…`` and recorded in the run's cleanup registry
 (``chaos/cleanup.py``), so a killed harness's namespaces are removed by the next run.
+
+That is the local backend (:class:`NetnsNetwork`).  On the Docker backend every node
+already has a namespace of its own, its holder container's, on the project network;
+:class:`HolderNamespaces` applies the same rules there (:class:`NetnsLink` unchanged).
 """
 
 from __future__ import annotations
@@ -236,6 +240,35 @@ class NetnsNetwork:
             await _run([*tc, "filter", "add", "dev", NODE_IF, "parent", "1:", "protocol", "ip",
                         "prio", "1", "u32", "match", "ip", "dst",
                         f"{self.addresses[peer]}/32", "flowid", f"1:{number}"])  # fmt: skip
+
+
+@dataclass
+class HolderNamespaces(NetnsNetwork):
+    """Namespaces that exist already: the Docker backend's network holders.
+
+    Each node's holder container owns its namespace and address (``chaos/backends/
+    docker.py``), so nothing is created or destroyed here; the same rules as on the
+    local backend are entered from the host with ``nsenter --net=/proc/<pid>/ns/net``
+    (the host's ``iptables`` and ``tc``: the node image needs neither).  A holder
+    outlives its node's crashes and restarts, so its pid, and the rules, stay."""
+
+    holder_pids: dict[str, int] = field(default_factory=dict)
+
+    def exec_prefix(self, node: str | None) -> list[str]:
+        if node is None:
+            raise NetnsError("the Docker backend has no hub namespace: services run in holders")
+        return ["nsenter", f"--net=/proc/{self.holder_pids[node]}/ns/net"]
+
+    async def create(self, nodes: list[str] | tuple[str, ...]) -> None:
+        missing = sorted(set(nodes) - set(self.holder_pids) | set(nodes) - set(self.addresses))
+        if missing:
+            raise NetnsError(f"no holder pid or address for node(s) {missing}")
+        for node in nodes:
+            # The namespace must answer now: a holder that died leaves no /proc entry.
+            await _run([*self.exec_prefix(node), "iptables", "-w", "5", "-S", "OUTPUT"])
+
+    async def destroy(self) -> None:
+        return None  # the holders' namespaces go with their containers
 
 
 # iptables rule per toxic kind (Toxiproxy's names, as the nemesis passes them).

@@ -27,6 +27,19 @@ holders the alias vanished with the killed container, and Toxiproxy, which resol
 its upstream inside its accept loop, waited on Docker's DNS for the unknown name
 (5 s timeouts seen) while every client of that proxy queued in the backlog, so a
 restarted node heard nothing from its peers for seconds and declared them dead.
+
+**Other systems** (torchft, TorchElastic, a user's): the reference node has the
+Toxiproxy path above; any system whose nodes take link faults in a namespace
+(``link_faults = "netns"``) or none runs its own commands (``System.launch``) in the
+node image instead.  Each node's process runs in its holder's namespace, which is
+that node's namespace for link faults: the same iptables/``tc`` rules as on the local
+backend (``chaos/netns.py``), entered from the host.  Each cluster service (the
+rendezvous store, the Lighthouse) runs in a holder of its own on the project network,
+so no node fault reaches it, and the nodes start once it accepts connections.  No
+broker and no Toxiproxy are started for them.  A program of the harness's virtual
+environment (the interpreter, ``torchrun``, ``torchft_lighthouse``) is run from the
+image's ``/opt/venv``, which holds the same pinned packages (the ``torchft`` extra
+included).
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +67,8 @@ from swarmshake.chaos.backends.base import (
 from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
 from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
 from swarmshake.chaos.mosquitto import auth_config_lines, mosquitto_binary
+from swarmshake.chaos.netns import HolderNamespaces, NetnsLink
+from swarmshake.chaos.systems.base import Launch, NodeContext, System
 from swarmshake.chaos.toxiproxy import (
     ChannelSplit,
     Toxic,
@@ -77,6 +93,12 @@ FREEZER_TRIES = 3
 FREEZER_RETRY_S = 0.2
 # Node containers created at once by ``up`` (see there).
 NODE_START_CONCURRENCY = 4
+IMAGE_VENV_BIN = "/opt/venv/bin"  # the node image's virtual environment (docker_image.py)
+SERVICE_PORT = 29400  # a cluster service's port, alone in its holder's namespace
+# A service (rendezvous store, Lighthouse) listens once its interpreter has imported
+# torch: up to ~20 s seen on a loaded 2-core machine; past this it is not coming.
+SERVICE_READY_TIMEOUT_S = 90.0
+SERVICE_PROBE_TIMEOUT_S = 1.0  # one connect to a container on the local bridge
 
 
 class DockerNode(NodeHandle):
@@ -291,6 +313,10 @@ class DockerBackend(Backend):
         self._nodes: dict[str, DockerNode] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._netem_nodes: set[str] = set()
+        # Systems other than the reference node (module docstring): link faults in
+        # the holders' namespaces, and the cluster services' containers by name.
+        self.netns: HolderNamespaces | None = None
+        self._services: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self.incidents: list[dict[str, Any]] = []
 
@@ -336,18 +362,21 @@ class DockerBackend(Backend):
 
         started = time.monotonic()
         spec = self.spec
-        if self.system.name != "reference":
-            # Containers run the reference node's image and config; another system's
-            # command in a holder container is not built yet.
-            raise BackendError(
-                f"system {self.system.name} runs on the local backend only for now; "
-                "use --backend local"
-            )
+        launched = self.system.name != "reference"
+        if launched and (why := launched_unsupported(self.system)):
+            raise BackendError(why)
         if spec.direct_links:
             raise BackendError("links: direct is a local-backend mode; Docker nodes always "
                                "talk through Toxiproxy")  # fmt: skip
-        for folder in ("logs", "events", "checkpoints", "nodes", "broker"):
+        for folder in (
+            "logs",
+            "events",
+            "checkpoints",
+            "nodes",
+            *(() if launched else ("broker",)),
+        ):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
+        self.record_system()
         if self.registry:
             self.registry.uses_docker()
         self.client = await asyncio.to_thread(docker.from_env, timeout=DOCKER_TIMEOUT_S)
@@ -356,6 +385,9 @@ class DockerBackend(Backend):
         self.network = await asyncio.to_thread(
             self.client.networks.create, self._name("net"), driver="bridge", labels=self.labels
         )
+        if launched:
+            await self._up_launched(node_image, started)
+            return
         base = docker_image.base_tag()
         # Every holder first, all at once: a name exists before anyone dials it.
         aliases = ("broker", *spec.nodes, "toxiproxy")
@@ -426,6 +458,117 @@ class DockerBackend(Backend):
         started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
         self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
         self.timings["nodes_started_s"] = time.monotonic() - started
+
+    async def _up_launched(self, node_image: str, started: float) -> None:
+        """A system's own commands in holder containers (module docstring, "Other systems")."""
+        spec, system = self.spec, self.system
+        services = system.services(spec)
+        aliases = (*spec.nodes, *(f"service-{service.name}" for service in services))
+        # Every holder first, all at once: an address exists before anyone dials it.
+        holders = await asyncio.gather(*(self._holder(alias) for alias in aliases))
+        node_holders = dict(zip(spec.nodes, holders[: len(spec.nodes)], strict=True))
+        addresses = {
+            name: await asyncio.to_thread(self._ip, holder) for name, holder in node_holders.items()
+        }
+        if system.link_faults == "netns":
+            pids = {
+                name: await asyncio.to_thread(self._pid, holder)
+                for name, holder in node_holders.items()
+            }
+            self.netns = HolderNamespaces(spec.run_id, addresses=dict(addresses), holder_pids=pids)
+            await self.netns.create(spec.nodes)
+            for src in spec.nodes:
+                for dst in spec.nodes:
+                    if src != dst:
+                        self._links[(src, dst)] = NetnsLink(self.netns, src, dst)  # type: ignore[assignment]
+        uid = f"{os.getuid()}:{os.getgid()}"
+        service_addresses: dict[str, tuple[str, int]] = {}
+        for service, holder in zip(services, holders[len(spec.nodes) :], strict=True):
+            host = await asyncio.to_thread(self._ip, holder)
+            self._services[service.name] = await self._run_launch(
+                node_image, f"service-{service.name}", service.launch(host, SERVICE_PORT),
+                holder, uid,
+            )  # fmt: skip
+            service_addresses[service.name] = (host, SERVICE_PORT)
+        await asyncio.gather(
+            *(self._wait_listening(name, *address) for name, address in service_addresses.items())
+        )
+        self.timings["infrastructure_s"] = time.monotonic() - started
+        # Each node is alone in its namespace, so its ports are the same fixed ones.
+        ports = {port_name: CONTROL_PORT + i for i, port_name in enumerate(system.ports)}
+        launches: dict[str, Launch] = {}
+        for index, name in enumerate(spec.nodes):
+            peers = {
+                peer: {port_name: (addresses[peer], port) for port_name, port in ports.items()}
+                for peer in spec.nodes if peer != name
+            }  # fmt: skip
+            ctx = NodeContext(
+                spec=spec, name=name, index=index, address=addresses[name], ports=ports,
+                peers=peers, addresses=addresses, services=service_addresses,
+                run_dir=spec.run_dir, python=f"{IMAGE_VENV_BIN}/python",
+            )  # fmt: skip
+            system.configure(ctx)
+            launches[name] = system.launch(ctx)
+        gate = asyncio.Semaphore(NODE_START_CONCURRENCY)  # up() says why a few at once
+
+        async def start_node(name: str) -> DockerNode:
+            async with gate:
+                holder = node_holders[name]
+                container = await self._run_launch(
+                    node_image, f"node-{name}", launches[name], holder, uid
+                )
+                return DockerNode(self, name, container, address=addresses[name])
+
+        started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
+        self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
+        self.timings["nodes_started_s"] = time.monotonic() - started
+
+    async def _run_launch(
+        self, image: str, role: str, launch: Launch, holder: Any, uid: str
+    ) -> Any:
+        """``launch`` in the node image, in ``holder``'s namespace, output appended to
+        ``logs/<role>.log`` in the mounted run directory (as ``_start_node`` does)."""
+        log = self.spec.run_dir / "logs" / f"{role.split('-', 1)[1]}.log"  # as local.py names it
+        argv = in_image(launch.argv)
+        entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1', *argv]
+        run_dir = str(self.spec.run_dir)
+        return await self._run(
+            image, role, role, netns=holder, entrypoint=entrypoint, user=uid,
+            working_dir=str(launch.cwd) if launch.cwd else None,
+            environment=dict(launch.env),
+            volumes={run_dir: {"bind": run_dir, "mode": "rw"}},
+            init=True,  # _start_node says why
+        )  # fmt: skip
+
+    async def _wait_listening(self, service: str, host: str, port: int) -> None:
+        """Return once ``service`` accepts a connection on ``host:port`` (its readiness);
+        a container that exited, or no answer within the limit, is an error with its log."""
+        deadline = time.monotonic() + SERVICE_READY_TIMEOUT_S
+        container = self._services[service]
+        while True:
+            try:
+                async with asyncio.timeout(SERVICE_PROBE_TIMEOUT_S):
+                    _, writer = await asyncio.open_connection(host, port)
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+                return
+            except (OSError, TimeoutError):
+                pass
+            await asyncio.to_thread(container.reload)
+            log = self.spec.run_dir / "logs" / f"{service}.log"
+            if container.status == "exited" or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise BackendError(
+                    f"service {service} ({container.status}) not listening on {host}:{port} "
+                    f"within {SERVICE_READY_TIMEOUT_S:.0f}s; {log}:\n{tail}"
+                )
+            await asyncio.sleep(0.2)
+
+    @staticmethod
+    def _pid(container: Any) -> int:
+        container.reload()
+        return int(container.attrs["State"]["Pid"])
 
     async def _start_node(
         self, name: str, node_image: str, listeners: dict[str, int], uid: str, holder: Any
@@ -557,6 +700,14 @@ class DockerBackend(Backend):
     def broker_address(self) -> tuple[str, int]:
         return self._broker_ip, BROKER_PORT
 
+    async def reset_links(self) -> None:
+        if self.netns is not None:
+            await self.netns.reset()
+            for link in self._links.values():
+                link.forget()  # type: ignore[attr-defined]
+            return
+        await super().reset_links()
+
     async def apply_netem(self, links: list[tuple[str, str]], op: Any) -> None:
         """``tc netem`` on the egress of every sending node of ``links``.
 
@@ -611,8 +762,37 @@ class DockerBackend(Backend):
                 }
                 for name, node in self._nodes.items()
             },
+            "system": self.system.name,
+            "addresses": dict(self.netns.addresses) if self.netns is not None else None,
+            "services": {name: container.name for name, container in self._services.items()},
             "incidents": self.incidents,
         }
+
+
+def launched_unsupported(system: System) -> str | None:
+    """Why ``system`` (not the reference node) cannot run on Docker; None if it can."""
+    if system.link_faults == "proxy":
+        return (
+            f"system {system.name} dials configured addresses through Toxiproxy; on the "
+            "docker backend only the reference node has that path; use --backend local"
+        )
+    if system.needs_broker:
+        return (
+            f"system {system.name} talks to the MQTT broker; on the docker backend only the "
+            "reference node has one; use --backend local"
+        )
+    return None
+
+
+def in_image(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """``argv`` with a program of the harness's own virtual environment (its
+    interpreter, ``torchrun``, ``torchft_lighthouse``) named by its path in the node
+    image, whose ``/opt/venv`` holds the same pinned packages; others unchanged."""
+    program = Path(argv[0])
+    host_bin = Path(sys.executable).parent
+    if program.is_absolute() and program.parent.resolve() == host_bin.resolve():
+        return (f"{IMAGE_VENV_BIN}/{program.name}", *argv[1:])
+    return argv
 
 
 def docker_available() -> str | None:
