@@ -69,11 +69,25 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
 
     if args.budget > MAX_REAL_BUDGET:
         raise UsageError(f"--budget {args.budget}: at most {MAX_REAL_BUDGET} real runs")
+    from swarmshake.chaos import scenario as scenario_file
     from swarmshake.chaos.scenario import Scenario, SteadyState
     from swarmshake.chaos.systems import SystemConfigError, load_system
 
+    around: Scenario | None = None
+    if args.scenario is not None:
+        try:
+            around = scenario_file.load(args.scenario)
+        except scenario_file.ScenarioError as error:
+            raise UsageError(str(error)) from None
+        if args.system not in (None, around.system):
+            raise UsageError(
+                f"--system {args.system}: {args.scenario} runs system {around.system}; "
+                "drop --system or name the same one"
+            )
+        args.system = around.system
+    args.system = args.system or "reference"
     try:
-        system = load_system(args.system)
+        system = load_system(args.system, around.system_options if around else None)
     except SystemConfigError as error:
         raise UsageError(str(error)) from None
     # The generator draws only what the system can take (a kernel without sch_netem
@@ -81,7 +95,12 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
     ops = [op for op in ("crash", "pause", "partition", "latency") if op in system.supported_ops()]
     base = None
     trigger_kinds = None
-    if args.system != "reference":
+    if around is not None:
+        # Everything but the faults comes from the file (cluster, system and its
+        # options, steady state, durations, bounds); explore draws the faults.
+        base = msgspec.structs.replace(around, faults=[], generator=None)
+        trigger_kinds = sorted(system.produces) if args.system != "reference" else None
+    elif args.system != "reference":
         from swarmshake.verify.checkers import Bounds
 
         try:
@@ -104,7 +123,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         backend=args.backend,
         budget=args.budget,
         seed=args.seed,
-        nodes=max(args.nodes, 3),
+        nodes=max(args.nodes or (around.cluster.nodes if around else 3), 3),
         bugs=[args.bug] if args.bug else None,
         out=args.out,
         base=base,
@@ -137,7 +156,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bug", choices=sorted(BUGS), help="switch on a known bug")
-    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument(
+        "--nodes", type=int, default=None, help="cluster size (default 3, or --scenario's)"
+    )
     parser.add_argument(
         "--duration",
         type=parse_duration_s,
@@ -156,8 +177,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--system",
-        default="reference",
-        help="system under test on a real backend: reference, torchelastic or pkg.module:Class",
+        default=None,
+        help="system under test on a real backend: reference (default), torchft, "
+        "torchelastic or pkg.module:Class",
+    )
+    parser.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="SUITE",
+        help="(local, docker) explore around this scenario file: its cluster, system and "
+        "options, steady state, durations and bounds; its faults are replaced by drawn ones",
     )
     parser.add_argument(
         "--write-scenario",
@@ -170,7 +199,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.write_scenario is not None and args.backend != "sim":
         raise UsageError("--write-scenario: the real backends print their scenario already")
-    if args.backend == "sim" and args.system != "reference":
+    if args.backend == "sim" and args.scenario is not None:
+        raise UsageError("--scenario: the simulator draws its own clusters; use --backend local")
+    if args.nodes is not None and not 1 <= args.nodes <= 64:
+        raise UsageError(f"--nodes {args.nodes} must lie in [1, 64]")
+    if args.backend == "sim" and args.system not in (None, "reference"):
         raise UsageError(
             f"--system {args.system}: the simulator runs the reference node's core only; "
             "use --backend local"
@@ -179,6 +212,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--budget {args.budget} must lie in [1, {MAX_BUDGET}]")
     if args.backend != "sim":
         return explore_real_cluster(args)
+    args.nodes = args.nodes or 3
     if args.duration < 25.0:
         raise UsageError("--duration must be at least 25s: faults fall in the first 20s")
     properties = tuple(args.property) if args.property else None

@@ -71,3 +71,19 @@ def test_explore_refuses_a_system_it_cannot_load():
 
     with pytest.raises(UsageError, match="nosuch"):
         explore_main(["--backend", "local", "--system", "nosuch", "--budget", "1"])
+
+
+def test_explore_around_a_scenario_checks_it_before_any_cluster_starts(tmp_path):
+    from swarmshake.chaos.commands._args import UsageError
+
+    suite = "suites/torchft-allreduce-kill.yaml"
+    with pytest.raises(UsageError, match="runs system torchft"):
+        explore_main(["--backend", "local", "--scenario", suite, "--system", "torchelastic"])
+    with pytest.raises(UsageError, match="simulator"):
+        explore_main(["--backend", "sim", "--scenario", suite])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\ncluster: {nodes: 0}\n")
+    with pytest.raises(UsageError, match="broken.yaml"):
+        explore_main(["--backend", "local", "--scenario", str(broken)])
+    with pytest.raises(UsageError, match="--nodes 0"):
+        explore_main(["--backend", "local", "--system", "torchft", "--nodes", "0"])
