@@ -154,3 +154,55 @@ def test_one_real_cell_side_by_side(tmp_path: Path) -> None:
     markdown = (out / "side_by_side.md").read_text()
     assert "| restart (local, 4 nodes) | torchft | 1 |" in markdown
     assert (out / "side_by_side.svg").read_text().startswith("<svg")
+
+
+# Two trials of the run recorded in BENCHMARKS.md ("Session 5: recovery side by side"),
+# their events as written (``collective`` events and commits far from the fault cut
+# to keep the files small); the figures are what the bench measured on the full runs.
+TORCHFT_RUN = DATA / "runs" / "bench-torchft-restart-local-4-t0"
+TORCHELASTIC_RUN = DATA / "runs" / "bench-torchelastic-restart-local-4-t3"
+
+
+def _events(run_dir: Path) -> list[dict]:
+    events = []
+    for path in sorted((run_dir / "events").glob("*.jsonl")):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return sorted(events, key=lambda e: e["t_mono"])
+
+
+def test_a_torchft_history_is_measured_from_its_membership_and_commits() -> None:
+    fault, _, _, _ = recovery.measure_trial(TORCHFT_RUN)
+    assert fault.victims == ("n2",)
+    assert fault.detection_s == pytest.approx(5.066729223000948)
+    assert fault.recovery_s == pytest.approx(5.055800644000556)
+    assert fault.rejoin_from_restart_s == pytest.approx(3.3435367550009687)
+    assert fault.why == {"rejoin_from_ready": "the system writes no ready event"}
+    # Detection is the last survivor's first quorum without the victim, read here
+    # straight from the raw events.
+    events = _events(TORCHFT_RUN)
+    inject = next(e for e in events if e["kind"] == "fault" and e["phase"] == "inject")
+    firsts = {}
+    for event in events:
+        if (
+            event["kind"] == "membership"
+            and event["t_mono"] > inject["t_mono"]
+            and event["node"] != "n2"
+            and "n2" not in event["members"]
+        ):
+            firsts.setdefault(event["node"], event["t_mono"])
+    assert set(firsts) == {"n1", "n3", "n4"}
+    assert fault.detection_s == pytest.approx(max(firsts.values()) - inject["t_mono"])
+
+
+def test_a_torchelastic_group_that_never_left_the_victim_out_has_no_detection() -> None:
+    fault, _, _, _ = recovery.measure_trial(TORCHELASTIC_RUN)
+    assert fault.detection_s is None
+    assert fault.why["detection"] == (
+        "no observer's group left the victim out while the fault lasted"
+    )
+    events = _events(TORCHELASTIC_RUN)
+    inject = next(e for e in events if e["kind"] == "fault" and e["phase"] == "inject")
+    after = [e for e in events if e["kind"] == "membership" and e["t_mono"] > inject["t_mono"]]
+    assert after and all(inject["target"][0] in e["members"] for e in after)
+    assert fault.recovery_s == pytest.approx(24.876188113999888)  # gloo timeout + restart
+    assert fault.rejoin_from_restart_s == pytest.approx(16.06835874600074)
