@@ -159,8 +159,8 @@ def test_one_real_cell_side_by_side(tmp_path: Path) -> None:
 # Two trials of the run recorded in BENCHMARKS.md ("Session 5: recovery side by side"),
 # their events as written (``collective`` events and commits far from the fault cut
 # to keep the files small); the figures are what the bench measured on the full runs.
-TORCHFT_RUN = DATA / "runs" / "bench-torchft-restart-local-4-t0"
-TORCHELASTIC_RUN = DATA / "runs" / "bench-torchelastic-restart-local-4-t3"
+TORCHFT_RUN = DATA / "histories" / "bench-torchft-restart-local-4-t0"
+TORCHELASTIC_RUN = DATA / "histories" / "bench-torchelastic-restart-local-4-t3"
 
 
 def _events(run_dir: Path) -> list[dict]:
