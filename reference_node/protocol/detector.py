@@ -142,8 +142,16 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    it tells it dead in turn; if not, it refutes (a new incarnation, as for a
    suspicion) and the claimer takes it back: its monitors could not confirm the
    claimer dead, since only the subject misses the claimer's heartbeats and its
-   lone suspicions are refuted (views stayed split for ever).  Between two
-   nodes that both lack a quorum the mutual-death rule below still picks one.
+   lone suspicions are refuted (views stayed split for ever).  The same when the
+   subject hears a majority only *with* the claimer (a member crashed, so two
+   healthy nodes of four are no majority alone): the claimer is heard again, the
+   cut it judged across is over, and a restart would only throw the subject's
+   state away.  Between two nodes that both lack a quorum the mutual-death rule
+   below still picks one.  A refuter also excuses the claimer's silence for the
+   start-up grace: the claimer sent it no heartbeats while it held it dead, and a
+   watch that timed out before they resumed made the refuter (often the
+   claimer's only other monitor) declare a live claimer dead, a cascade of lone
+   suspicions after a pause or a cut.
 4. *Verdicts die with the cut.*  Every gossip message names its sender's
    incarnation; claims of an older incarnation of the sender than the one known
    (queued before it refuted or restarted) are dropped, as are the suspicions of a
@@ -526,7 +534,10 @@ class _Watch:
     """One monitored peer: arrival statistics over a window of gaps (integer µs, so the
     running sums are exact and a batch equals the same arrivals one by one)."""
 
-    __slots__ = ("last_t", "last_us", "gaps", "gap_sum", "gap_sq_sum", "heartbeats", "deadline")
+    __slots__ = (
+        "last_t", "last_us", "gaps", "gap_sum", "gap_sq_sum", "heartbeats", "deadline",
+        "quiet_until",
+    )  # fmt: skip
 
     def __init__(self, window: int, deadline: float | None):
         self.last_t: float | None = None
@@ -536,6 +547,14 @@ class _Watch:
         self.gap_sq_sum = 0
         self.heartbeats = 0
         self.deadline = deadline
+        # Until when the peer's silence is excused (it held this node dead, so sent it
+        # no heartbeats; see FailureDetector._excuse_silence).  A bound, not a timer:
+        # every deadline is max(arrival + threshold, quiet_until), so the order in
+        # which held-back arrivals and the excuse are applied does not matter.
+        self.quiet_until = 0.0
+
+    def arm(self, deadline: float) -> None:
+        self.deadline = max(deadline, self.quiet_until)
 
     def snapshot(self) -> tuple:
         return (
@@ -545,6 +564,7 @@ class _Watch:
             self.gap_sq_sum,
             self.heartbeats,
             self.deadline,
+            self.quiet_until,
         )
 
 
@@ -941,7 +961,7 @@ class FailureDetector:
             watch.last_t = times[0]
             watch.last_us = round(times[0] * _US_PER_S)
             watch.heartbeats += event.elided_count + 1
-            watch.deadline = times[0] + floor_us / _US_PER_S
+            watch.arm(times[0] + floor_us / _US_PER_S)
             times = times[1:]
         other = self._earliest_timer(skip_watch=peer, only=peer)
         other_at = math.inf if other is None else other[0]
@@ -989,7 +1009,7 @@ class FailureDetector:
                 watch.last_us = last_us
                 watch.last_t = times[index - 1]
                 watch.heartbeats += index - start
-                watch.deadline = watch.last_t + self._threshold_us(watch) / _US_PER_S
+                watch.arm(watch.last_t + self._threshold_us(watch) / _US_PER_S)
         return True
 
     def _answer_dead_arrivals(self, peer: str, times: tuple[float, ...], actions: list) -> bool:
@@ -1197,7 +1217,7 @@ class FailureDetector:
         watch.last_t = arrival
         watch.last_us = arrival_us
         watch.heartbeats += 1
-        watch.deadline = arrival + self._threshold_us(watch) / _US_PER_S
+        watch.arm(arrival + self._threshold_us(watch) / _US_PER_S)
         suspicion = self._suspicions.get(peer)
         if suspicion is not None and self.node in suspicion.origins and not self._no_refute:
             # Direct evidence beats this node's own suspicion: retract it (others' stay).
@@ -1401,6 +1421,7 @@ class FailureDetector:
                     subject=self.node, incarnation=self.incarnation, status="alive",
                     origin=self.node,
                 )  # fmt: skip
+                self._excuse_silence(item.origin, at)
                 actions.append(
                     SendGossip(
                         to=(message.sender,),
@@ -1425,10 +1446,11 @@ class FailureDetector:
                 and message.sender_incarnation < self.known_incarnation.get(item.origin, 0)
             ):
                 return  # the claimer has rejoined since: its old incarnation's verdict
+            claimer_heard = self.status.get(item.origin) in _IN_VIEW
             if (
                 message.sender == item.origin
                 and message.sender_quorum is False
-                and self.in_quorum(without=item.origin)
+                and (self.in_quorum(without=item.origin) or (claimer_heard and self.in_quorum()))
             ):
                 # The claimer formed its verdict without a quorum (it did not hear a
                 # majority, its suspicion stood alone, or it had just started) and
@@ -1443,7 +1465,14 @@ class FailureDetector:
                 # incarnation's alive item ends the claimer's local verdict.  One
                 # refutation per claim at the current incarnation; later notices of
                 # the old one are answered below without a new incarnation.
-                if self.status.get(item.origin) in _IN_VIEW:
+                # Also when this node hears a majority only *with* the claimer (a
+                # member crashed, so the two live healthy nodes of four are no
+                # majority alone): the claimer is heard again, the cut it formed its
+                # verdict across is over, and a restart would only throw state away
+                # (explore, no bug, seed 0 at 4 nodes: n2, back from a one-way cut,
+                # told n1 and n3 its local verdicts, both restarted and the cluster
+                # redid eight steps from the step-0 checkpoint, an L2 stall).
+                if claimer_heard:
                     self._refute(item, at, actions)
                 return
             if self.status.get(item.origin) in ("dead", "left") and self._outranks(
@@ -1470,12 +1499,31 @@ class FailureDetector:
         told to the claimer directly and to everyone by gossip."""
         self.incarnation = item.incarnation + 1
         actions.append(Refuted(incarnation=self.incarnation, suspected_by=item.origin, at=at))
+        self._excuse_silence(item.origin, at)
         alive = GossipItem(
             subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
         )
         self._enqueue(alive)
         actions.append(SendGossip(to=(item.origin,), message=self._gossip([alive]), at=at))
         actions.append(self._plan(at))
+
+    def _excuse_silence(self, claimer: str, at: float) -> None:
+        """``claimer`` suspects or holds this node dead, so its silence towards this
+        node is no evidence until it has taken the refutation in: nobody heartbeats a
+        node it holds dead, and it resumes one delay after the alive item reaches it,
+        plus its heartbeat phase, plus one delay back.  Its watch here is excused for
+        the start-up grace (the same wait as for a stream that has not begun).
+        Without it, the watch timed out in that window and the refuter, the claimer's
+        only other monitor, declared a live claimer dead (explore, no bug, seeds 3 and
+        4 at 3 nodes: one node crashed, the survivors' lone suspicions of each other
+        after a pause or a cut cascaded into declarations of live peers).  Detection
+        of a claimer that really crashes is delayed by at most the grace; a watch
+        already timed out (this node suspects the claimer itself) is left alone."""
+        watch = self._watches.get(claimer)
+        if watch is None or watch.deadline is None:
+            return
+        watch.quiet_until = max(watch.quiet_until, at + self.config.startup_grace_s)
+        watch.arm(watch.deadline)
 
     def _needed(self, subject: str) -> int:
         """Suspicions that confirm ``subject`` dead: ``confirm_suspicions``, or fewer

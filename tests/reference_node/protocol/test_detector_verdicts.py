@@ -175,6 +175,60 @@ def test_a_node_hearing_a_majority_ignores_a_verdict_formed_without_one():
     assert any(isinstance(a, D.SelfDeclaredDead) for a in actions)
 
 
+def test_a_node_hearing_a_majority_only_with_the_claimer_refutes_a_local_verdict():
+    """Four members, n3 crashed: n4 and n2 are no majority alone, but with the claimer
+    n1 they are.  n1's local verdict (formed across a cut that is over: n4 hears n1)
+    is refuted, not obeyed: a restart would throw the healthy node's state away
+    (explore, seed 0 at 4 nodes: half the cluster restarted, L2)."""
+
+    def n3_crashed():
+        detector = _hearing(node="n4")
+        detector.handle(D.Tick(), 1.2)  # every watch timed out: n4 suspects n1, n2, n3
+        beats = tuple(1.0 + 0.05 * i for i in range(1, 5))
+        for peer in ("n1", "n2"):  # n1 and n2 heard again; n3 stays silent (crashed)
+            detector.handle(D.HeartbeatsArrived(peer=peer, incarnation=0, arrival_times=beats), 1.2)
+        assert not detector.in_quorum(without="n1") and detector.in_quorum()
+        return detector
+
+    claim = GossipItem(subject="n4", incarnation=0, status="dead", origin="n1")
+    local = Gossip(sender="n1", items=[claim], sender_view_size=1, sender_quorum=False)
+    detector = n3_crashed()
+    actions = detector.handle(D.GossipReceived(message=local), 1.21)
+    assert not any(isinstance(a, D.SelfDeclaredDead) for a in actions)
+    assert [a.incarnation for a in actions if isinstance(a, D.Refuted)] == [1]
+    detector.check_valid()
+    # A quorum-formed verdict is still obeyed: n4 may be the one the majority cut off.
+    quorum = Gossip(sender="n1", items=[claim], sender_view_size=3, sender_quorum=True)
+    actions = n3_crashed().handle(D.GossipReceived(message=quorum), 1.21)
+    assert any(isinstance(a, D.SelfDeclaredDead) for a in actions)
+
+
+def test_a_refuter_excuses_the_claimers_silence_until_it_can_have_resumed():
+    """n2 held n4 dead, so sent it no heartbeats; n4 refutes.  n4's watch of n2 must
+    not time out before n2 has taken the refutation in (explore, seeds 3 and 4: the
+    refuter declared the live claimer dead)."""
+    detector = _hearing(node="n4")
+    before = detector.deadline_for("n2")
+    other_before = detector.deadline_for("n1")
+    suspicion = GossipItem(subject="n4", incarnation=0, status="suspect", origin="n2")
+    actions = detector.handle(
+        D.GossipReceived(message=Gossip(sender="n2", items=[suspicion])), 1.02
+    )
+    assert [a.incarnation for a in actions if isinstance(a, D.Refuted)] == [1]
+    grace = detector.config.startup_grace_s
+    assert detector.deadline_for("n2") == pytest.approx(1.02 + grace) and before < 1.02 + grace
+    assert detector.deadline_for("n1") == other_before  # another peer's watch: untouched
+    # An arrival inside the excuse does not shorten it, and silence until then raises
+    # no suspicion of n2; after it, the threshold counts from the last heartbeat.
+    detector.handle(D.HeartbeatsArrived(peer="n2", incarnation=0, arrival_times=(1.5,)), 1.5)
+    assert detector.deadline_for("n2") == pytest.approx(1.02 + grace)
+    actions = detector.handle(D.Tick(), 1.02 + grace - 0.01)
+    assert not any(isinstance(a, D.Suspected) and a.peer == "n2" for a in actions)
+    detector.handle(D.HeartbeatsArrived(peer="n2", incarnation=0, arrival_times=(2.1,)), 2.1)
+    assert detector.deadline_for("n2") == pytest.approx(2.1 + detector.threshold_s("n2"))
+    detector.check_valid()
+
+
 def test_claims_from_an_old_incarnation_of_the_sender_are_dropped():
     """Queued before the sender refuted (or restarted): formed across the cut."""
     detector = _hearing(node="n2")
