@@ -39,7 +39,9 @@ from swarmshake.reference_node.training.state import TrainingState
 
 @dataclass(frozen=True)
 class LocalGradient:
-    gradient: torch.Tensor  # flat float32 in host memory: what the node sends
+    # Flat float32: what the node sends, in host memory; on a GPU an honest gradient
+    # under int8 wire stays on the device, where ``wire.WireEncoder`` quantizes it.
+    gradient: torch.Tensor
     loss: float  # the honest loss on the node's shard, before the update
     samples: int
 
@@ -120,6 +122,11 @@ class ContributionSource:
     def contribution(self, params: torch.Tensor, step: int) -> LocalGradient:
         self.observe(params, step)
         gradient, loss = local_gradient(self.model, params, step, self.node)
+        if self.behaviour.is_honest() and self.model.config.wire_dtype == "int8":
+            # Quantized on the device (wire.WireEncoder): only the int8 bytes come over.
+            return LocalGradient(
+                gradient=gradient, loss=loss, samples=self.model.config.batch_per_node
+            )
         # To host memory once here, in the compute thread: the worker sends these
         # bytes, and a Byzantine behaviour draws its noise on the CPU.  (A no-op on
         # the CPU.)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from swarmshake.kernels.quant import quantize_int8
+from swarmshake.kernels.quant import dequantize_int8, quantize_int8
 from swarmshake.reference_node.training.config import TrainingConfig
+from swarmshake.reference_node.training.device import resolve_device
 
 # Values per scale: 256 keeps the scales' overhead at 4/256 = 1.6 % of the int8 bytes
 # and a block's amax local enough that one outlier costs only its own block.
@@ -97,21 +98,35 @@ class WireEncoder:
         self.residual = None
 
     def encode(self, gradient: torch.Tensor) -> tuple[memoryview, torch.Tensor]:
+        """``(payload, own)``.  On a GPU training device the int8 work runs there, in
+        ``kernels.quant``'s CUDA kernels: the gradient (on the device already, or sent
+        over once) is corrected and quantized on the GPU, only the int8 values and the
+        scales come back to host memory (a quarter of the fp32 bytes), and the residual
+        stays on the device.  The bytes are the CPU path's (the kernels agree with the
+        torch reference bit for bit), and ``own`` is decoded from the payload on the
+        CPU either way, the very bits every receiver decodes."""
         flat = gradient.reshape(-1)
         if self.config.wire_dtype == "fp32":
             return memoryview(flat.numpy()).cast("B"), flat
-        corrected = flat if self.residual is None else flat + self.residual.to(flat.device)
+        device = resolve_device(self.config.device)
+        work = flat.to(device)  # no copy on the CPU, or for a gradient on its GPU already
+        corrected = work if self.residual is None else work + self.residual.to(device)
         q, scales = quantize_int8(corrected, WIRE_BLOCK)
-        payload = bytearray(payload_nbytes(self.config, flat.numel()))
+        numel = flat.numel()
+        payload = bytearray(payload_nbytes(self.config, numel))
         view = memoryview(payload)
-        view[: flat.numel()] = memoryview(q.cpu().numpy()).cast("B")
-        view[flat.numel() :] = memoryview(scales.cpu().numpy()).cast("B")
+        view[:numel] = memoryview(q.cpu().numpy()).cast("B")
+        view[numel:] = memoryview(scales.cpu().numpy()).cast("B")
         # What a receiver computes from these bytes, bit for bit (the same function
         # on the same bytes): the sender aggregates exactly that.
-        own = decode(self.config, payload, flat.numel())
+        own = decode(self.config, payload, numel)
+        # The residual against the same values: on a GPU the dequantization kernel
+        # computes them there (one rounded product each, as ``decode`` does) rather
+        # than sending ``own`` back over.
+        sent = own if device.type == "cpu" else dequantize_int8(q, scales, numel, WIRE_BLOCK)
         # A non-finite block (a diverged or Byzantine gradient) is sent as NaN; its
         # error is not carried, or it would poison every later step of this node.
-        residual = corrected.cpu() - own
+        residual = corrected - sent
         self.residual = torch.where(torch.isfinite(residual), residual, 0.0)
         return view, own
 
