@@ -19,8 +19,17 @@
 #       (chaos/bench/gpu_profile.py).  Results go to $OUT (the device tool's folder)
 #       or runs/gpu-chaos: verdict.json, summary.md, the recovery figures, the
 #       profiler table, nvidia-smi samples, a tarball of the run directory.
-#       PROFILE=0 skips the profile; PROFILE_MODEL (default large) sizes it;
-#       PROFILE_TIMEOUT_S (150) and RUN_TIMEOUT_S (420) bound the two parts.
+#       PROFILE=0 skips the profile; PROFILE_MODEL (default large) sizes it,
+#       PROFILE_ARGS adds gpu_profile options (e.g. "--rules median --nodes 4");
+#       BUILD_TIMEOUT_S (240), PROFILE_TIMEOUT_S (150) and RUN_TIMEOUT_S (420) bound
+#       the three parts; CALL_BUDGET_S (e.g. 570, the device call's limit less a
+#       margin) shortens the run's bound to what is left of it once the build and
+#       the profile are done, keeping ARCHIVE_MARGIN_S (30) for the results.
+#       GPU_TESTS="tests/..." runs those files' gpu-marked tests first (pytest_gpu.log,
+#       bounded by GPU_TESTS_TIMEOUT_S, 120).
+#       The device tool brings back at most 8 files from $OUT: the small side
+#       files (gpus.csv, nvidia_smi.csv, run.json, run.stderr, figures.json,
+#       gpu_profile.json, pytest_gpu.log) travel in extras.tgz; figures.md holds run_figures' tables.
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/.gpu-carry
@@ -61,6 +70,14 @@ run() {
   mkdir -p "$out"
   [ -f "$suite" ] || { echo "no suite $suite" >&2; return 64; }
   [ -d "$CARRY/bin" ] || { echo "$CARRY missing: run '$0 prepare' and carry .gpu-carry" >&2; return 64; }
+  local limit
+  for limit in "${RUN_TIMEOUT_S:-420}" "${CALL_BUDGET_S:-0}" "${ARCHIVE_MARGIN_S:-0}" \
+    "${BUILD_TIMEOUT_S:-0}" "${PROFILE_TIMEOUT_S:-0}" "${GPU_TESTS_TIMEOUT_S:-0}"; do
+    case $limit in ''|*[!0-9]*)
+      echo "RUN_TIMEOUT_S, CALL_BUDGET_S, ARCHIVE_MARGIN_S, BUILD_TIMEOUT_S, PROFILE_TIMEOUT_S, GPU_TESTS_TIMEOUT_S: whole seconds, got '$limit'" >&2
+      return 64 ;;
+    esac
+  done
   cd "$ROOT" || return 1
   local site=/tmp/swarmshake_site pp=/tmp/swarmshake_pp
   if ! "$python" -c 'import aiomqtt, msgspec, blake3' 2>/dev/null; then
@@ -86,36 +103,55 @@ run() {
     nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$out/gpus.csv"
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
     [ -n "$gpus" ] && export SWARMSHAKE_NODE_GPUS=$gpus
-    SECONDS=0
-    "$python" -c "from swarmshake.kernels import _ext; m = _ext.get(); print('extension:', m is not None, _ext.build_error())" \
+    local build_started=$SECONDS
+    # Bounded: a build that hangs must not eat the call (nodes then fall back to torch).
+    timeout "${BUILD_TIMEOUT_S:-240}" "$python" -c "from swarmshake.kernels import _ext; m = _ext.get(); print('extension:', m is not None, _ext.build_error())" \
       2>&1 | tail -5
-    echo "extension build took ${SECONDS}s"
+    echo "extension build took $((SECONDS - build_started))s"
     # GPU use during the run, every 2 s, bounded by the run (killed below).
     nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 2 \
       >"$out/nvidia_smi.csv" 2>/dev/null &
     local smi=$!
   fi
+  # GPU_TESTS (test paths, optional): their gpu-marked tests, on this machine's GPU.
+  if [ -n "${GPU_TESTS:-}" ] && [ -n "$gpus" ]; then
+    # shellcheck disable=SC2086
+    timeout "${GPU_TESTS_TIMEOUT_S:-120}" "$python" -m pytest -q -m gpu -p no:cacheprovider \
+      $GPU_TESTS >"$out/pytest_gpu.log" 2>&1
+    echo "GPU tests exit $?"; tail -15 "$out/pytest_gpu.log"
+  fi
   # The profile first: it is short, and a chaos run that overruns its limit must not
   # take the profile down with it.
   if [ "${PROFILE:-1}" = 1 ] && [ -n "$gpus" ]; then
     timeout "${PROFILE_TIMEOUT_S:-150}" "$python" -m swarmshake.chaos.bench.gpu_profile \
-      --model "${PROFILE_MODEL:-large}" --out "$out" 2>&1 | tail -80
+      --model "${PROFILE_MODEL:-large}" ${PROFILE_ARGS:-} --out "$out" 2>&1 | tail -80
   fi
   echo "nodes' GPUs: ${SWARMSHAKE_NODE_GPUS:-none (CPU)}"
   local runs=/tmp/swarmshake-gpu-runs
   rm -rf "$runs"; mkdir -p "$runs"
-  SECONDS=0
   # Bounded so the results still come back inside the device tool's 10-minute call.
-  timeout -s INT "${RUN_TIMEOUT_S:-420}" "$python" -m swarmshake.chaos.cli run "$suite" --out "$runs" --quiet --json >"$out/run.json" \
+  local run_limit_s=${RUN_TIMEOUT_S:-420}
+  if [ -n "${CALL_BUDGET_S:-}" ]; then
+    local left_s=$((CALL_BUDGET_S - SECONDS - ${ARCHIVE_MARGIN_S:-30}))
+    [ "$left_s" -lt "$run_limit_s" ] && run_limit_s=$left_s
+    [ "$run_limit_s" -lt 60 ] && { echo "only ${run_limit_s}s left of CALL_BUDGET_S for the run" >&2; run_limit_s=60; }
+  fi
+  echo "run bound ${run_limit_s}s (${SECONDS}s into the call)"
+  local run_started=$SECONDS
+  timeout -s INT "$run_limit_s" "$python" -m swarmshake.chaos.cli run "$suite" --out "$runs" --quiet --json >"$out/run.json" \
     2>"$out/run.stderr"
   local rc=$?
-  echo "swarmshake run exit $rc after ${SECONDS}s"
+  echo "swarmshake run exit $rc after $((SECONDS - run_started))s"
   [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
   local dir
   dir=$(find "$runs" -mindepth 1 -maxdepth 1 -type d | head -1)
   if [ -n "$dir" ]; then
     for f in verdict.json summary.md; do [ -f "$dir/$f" ] && cp "$dir/$f" "$out/"; done
     cat "$dir/summary.md" 2>/dev/null | head -150
+    # Throughput kept per fault and the state transfers' rate (not in summary.md).
+    "$python" -m swarmshake.chaos.bench.run_figures "$dir" --json "$out/figures.json" \
+      >"$out/figures.md" 2>&1
+    cat "$out/figures.md"
     # Everything else of the run, without checkpoints (hundreds of MB at 100M).
     # Logs, histories and the report only: a node's checkpoints are GBs at 100M.
     (cd "$runs" && find "$(basename "$dir")" -maxdepth 3 \( -name '*.log' -o -name '*.jsonl' \
@@ -125,6 +161,14 @@ run() {
   fi
   tail -20 "$out/run.stderr"
   rm -rf "$runs"
+  # At most 8 files come back from the device tool: the small side files go as one.
+  local side=()
+  for f in gpus.csv nvidia_smi.csv run.json run.stderr figures.json gpu_profile.json \
+    pytest_gpu.log; do [ -f "$out/$f" ] && side+=("$f"); done
+  if [ ${#side[@]} -gt 0 ] && tar -czf "$out/extras.tgz" -C "$out" "${side[@]}"; then
+    (cd "$out" && rm -f "${side[@]}")
+  fi
+  echo "call took ${SECONDS}s"
   return $rc
 }
 
