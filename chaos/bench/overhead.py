@@ -317,8 +317,35 @@ def build_parser() -> ArgumentParser:
         default="fp32",
         help="the nodes' contributions on the wire (training.wire_dtype; gloo stays fp32)",
     )
+    parser.add_argument(
+        "--aggregation",
+        choices=["mean", "median", "trimmed_mean", "krum", "multi_krum"],
+        default="mean",
+        help="the nodes' aggregation rule (training.aggregation; gloo always averages)",
+    )
+    parser.add_argument(
+        "--aggregation-path",
+        choices=["sharded", "all_to_all", "both"],
+        default="both",
+        help="how the nodes' contributions travel (training.aggregation_path); "
+        "both: one run of each after the one baseline, side by side (default)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-overhead"))
     return parser
+
+
+def _compare(document: dict[str, Any], base: float, side: dict[str, Any]) -> None:
+    """The figures of one swarmshake run against the baseline, into ``side``."""
+    swarm = side.get("steps_per_s")
+    side["overhead"] = None if swarm is None else round(1.0 - swarm / base, 4)
+    # The issue's figure (goal <= 10): extra step time of swarmshake over gloo, in %.
+    side["overhead_pct"] = None if swarm is None else round(100.0 * (base / swarm - 1.0), 2)
+    side["step_time_ms"] = None if swarm is None else round(1000.0 / swarm, 3)
+    base_cpu = document["baseline"].get("cpu_s_per_step")
+    swarm_cpu = side.get("cpu_s_per_step")
+    side["cpu_overhead_pct"] = (
+        None if not (base_cpu and swarm_cpu) else round(100.0 * (swarm_cpu / base_cpu - 1.0), 2)
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -359,19 +386,35 @@ def main(argv: list[str]) -> int:
     except RuntimeError as error:
         print(f"swarmshake bench overhead: baseline failed: {error}", file=sys.stderr)
         return EXIT_UNKNOWN
-    if args.baseline_only:
-        document["swarmshake"] = {"not_measured": "--baseline-only"}
-    else:
-        try:
-            nodes_config = msgspec.structs.replace(config, wire_dtype=args.wire_dtype)
-            document["swarmshake"] = swarmshake_steady_rate(
-                nodes_config, args.world, args.duration, args.out
-            )
-            document["swarmshake"]["wire_dtype"] = args.wire_dtype
-        except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline
-            document["swarmshake"] = {"not_measured": f"{type(error).__name__}: {error}"}
-    swarm = document["swarmshake"].get("steps_per_s")
+    paths = (
+        ["sharded", "all_to_all"] if args.aggregation_path == "both" else [args.aggregation_path]
+    )
+    document["aggregation"] = args.aggregation
+    document["paths"] = {}
     base = document["baseline"]["steps_per_s"]
+    for path in paths:
+        if args.baseline_only:
+            side: dict[str, Any] = {"not_measured": "--baseline-only"}
+        else:
+            try:
+                nodes_config = msgspec.structs.replace(
+                    config,
+                    wire_dtype=args.wire_dtype,
+                    aggregation=args.aggregation,
+                    aggregation_path=path,
+                )
+                side = swarmshake_steady_rate(
+                    nodes_config, args.world, args.duration, args.out / path
+                )
+                side["wire_dtype"] = args.wire_dtype
+            except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline
+                side = {"not_measured": f"{type(error).__name__}: {error}"}
+        _compare(document, base, side)
+        document["paths"][path] = side
+    # The first path's run is the headline (sharded when both ran).
+    document["swarmshake"] = document["paths"][paths[0]]
+    document["swarmshake"]["aggregation_path"] = paths[0]
+    swarm = document["swarmshake"].get("steps_per_s")
     document["overhead"] = None if swarm is None else round(1.0 - swarm / base, 4)
     # The issue's figure (goal <= 10): extra step time of swarmshake over gloo, in %.
     document["overhead_pct"] = None if swarm is None else round(100.0 * (base / swarm - 1.0), 2)
@@ -395,10 +438,18 @@ def main(argv: list[str]) -> int:
     if args.json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
-        swarm_text = f"{swarm:.1f} steps/s" if swarm else document["swarmshake"]["not_measured"]
+        texts = []
+        for path, side in document["paths"].items():
+            rate = side.get("steps_per_s")
+            texts.append(
+                f"{path}: {rate:.1f} steps/s, overhead {side['overhead_pct']} %"
+                if rate
+                else f"{path}: {side['not_measured']}"
+            )
         print(
-            f"gloo all-reduce ({args.world} processes): {base:.1f} steps/s; swarmshake: {swarm_text}; "
-            f"overhead: {document['overhead']}",
+            f"gloo all-reduce ({args.world} processes): {base:.1f} steps/s; swarmshake "
+            f"({args.aggregation}): {'; '.join(texts)}",
             file=sys.stderr,
         )
-    return EXIT_VALID if swarm is not None or args.baseline_only else EXIT_UNKNOWN
+    measured = all(side.get("steps_per_s") is not None for side in document["paths"].values())
+    return EXIT_VALID if measured or args.baseline_only else EXIT_UNKNOWN

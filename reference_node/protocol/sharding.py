@@ -128,9 +128,11 @@ def reassigned(before: tuple[str, ...], after: tuple[str, ...]) -> tuple[int, ..
 # --- bulk keys: which shard a blob carries --------------------------------------------------
 
 
-def shard_key(index: int, count: int) -> str:
-    """A contribution shard's blob key: ``"i/n"``."""
-    return f"{index}/{count}"
+def shard_key(index: int, count: int, finite: bool = True) -> str:
+    """A contribution shard's blob key: ``"i/n"``, or ``"i/n!"`` when the sender's
+    whole gradient holds a non-finite value somewhere (the plain mean drops such a
+    contribution from every shard, as all-to-all drops it from the whole vector)."""
+    return f"{index}/{count}" + ("" if finite else "!")
 
 
 def aggregate_shard_key(index: int, count: int, contributors: Iterable[str]) -> str:
@@ -139,11 +141,15 @@ def aggregate_shard_key(index: int, count: int, contributors: Iterable[str]) -> 
     return f"{index}/{count}/{','.join(sorted(contributors))}"
 
 
-def parse_shard_key(key: str) -> tuple[int, int, tuple[str, ...] | None]:
-    """``(index, count, contributors)`` of a key (contributors None for a
-    contribution shard); ``ValueError`` for a key no node writes."""
+def parse_shard_key(key: str) -> tuple[int, int, tuple[str, ...] | None, bool]:
+    """``(index, count, contributors, finite)`` of a key (contributors None for a
+    contribution shard, finite False for one marked ``!``); ``ValueError`` for a key
+    no node writes."""
+    finite = not key.endswith("!")
+    if not finite:
+        key = key[:-1]
     parts = key.split("/")
-    if len(parts) not in (2, 3):
+    if len(parts) not in (2, 3) or (not finite and len(parts) != 2):
         raise ValueError(f"shard key {key[:80]!r}: expected i/n or i/n/contributors")
     if not all(part.isdigit() and len(part) <= 3 for part in parts[:2]):
         raise ValueError(f"shard key {key[:80]!r}: index and count must be small integers")
@@ -151,7 +157,7 @@ def parse_shard_key(key: str) -> tuple[int, int, tuple[str, ...] | None]:
     if not 1 <= count <= MAX_OWNERS or not 0 <= index < count:
         raise ValueError(f"shard key {key[:80]!r}: shard {index} of {count} is out of range")
     if len(parts) == 2:
-        return index, count, None
+        return index, count, None, finite
     contributors = tuple(parts[2].split(","))
     if (
         not parts[2]
@@ -159,4 +165,4 @@ def parse_shard_key(key: str) -> tuple[int, int, tuple[str, ...] | None]:
         or list(contributors) != sorted(set(contributors))
     ):
         raise ValueError(f"shard key {key[:80]!r}: contributors must be sorted distinct names")
-    return index, count, contributors
+    return index, count, contributors, True

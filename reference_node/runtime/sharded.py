@@ -22,10 +22,11 @@ view and handed over as ``ipc.ShardPlan``.  Per step this moves:
 
 An aggregated shard is computed by ``training.aggregation.aggregate`` over the
 shard's slices of the contributors' (decoded) gradients, the same kernels as the
-whole vector: for median and trimmed mean the joined shards are bit-equal to the
-all-to-all aggregate (tests/reference_node/runtime/test_sharded.py).  The plain mean
-drops a contribution holding a non-finite value *per shard* rather than everywhere:
-equal bits whenever every contribution is finite.
+whole vector: the joined shards are bit-equal to the all-to-all aggregate
+(tests/reference_node/runtime/test_sharded.py).  The plain mean drops a contribution
+holding a NaN or inf anywhere from the whole vector; an owner sees one shard, so each
+sender marks its shard keys when its whole gradient is not finite (``i/n!``) and the
+owners drop it from every shard alike.
 
 Trust: an owner's aggregated shard is taken as sent (acceptors do not recompute it,
 as an all-to-all acceptor rebuilds the aggregate): a Byzantine *owner* could bias
@@ -49,6 +50,7 @@ from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRefusal, BulkR
 from swarmshake.reference_node.training.aggregation import (
     AggregationError,
     aggregate_shard,
+    all_finite,
     join_shards,
 )
 from swarmshake.reference_node.training.wire import WireError, decode, shard_payload
@@ -84,6 +86,9 @@ class ShardExchange:
         self.plans: dict[int, tuple[str, ...]] = {}  # step -> who aggregates shard i now
         self.payloads: dict[int, memoryview] = {}  # step -> this node's whole wire payload
         self.own: dict[int, torch.Tensor] = {}  # step -> this node's decoded contribution
+        # step -> contributors whose whole gradient holds a NaN or inf (their key says
+        # so): the plain mean drops them from every shard (aggregate_shard).
+        self.non_finite: dict[int, set[str]] = {}
         self.inputs: dict[tuple[int, int], dict[str, torch.Tensor]] = {}  # (step, shard)
         self.reported: dict[int, set[str]] = {}  # step -> senders reported as arrived
         self.results: dict[tuple[int, tuple[str, ...]], dict[int, torch.Tensor]] = {}
@@ -126,6 +131,8 @@ class ShardExchange:
             return
         self.payloads[step] = payload
         self.own[step] = own
+        if not all_finite(own):
+            self.non_finite.setdefault(step, set()).add(self.node)
         for index in range(len(self.plans[step])):
             self._place_own_shard(step, index)
 
@@ -139,14 +146,15 @@ class ShardExchange:
         start, end = self.bounds(count)[index]
         piece = shard_payload(self.config, self.payloads[step], self.numel, start, end)
         self.worker.log(history.AggSend, step=step, to=owner, nbytes=piece.nbytes)
-        chunks = split("shard", step, sh.shard_key(index, count), piece)
+        finite = self.node not in self.non_finite.get(step, ())
+        chunks = split("shard", step, sh.shard_key(index, count, finite), piece)
         self.worker.spawn(self.worker.send_blob(owner, chunks))
 
     # -- inbound --------------------------------------------------------------------------------
 
     def on_chunk_blob(self, sender: str, chunk: BulkChunk, blob: bytearray) -> None:
         try:
-            index, count, contributors = sh.parse_shard_key(chunk.key)
+            index, count, contributors, finite = sh.parse_shard_key(chunk.key)
             start, end = self.bounds(count)[index]
         except (ValueError, LocalProtocolError):
             self.worker.drops.drop("bad_shard_key", sender)
@@ -170,6 +178,8 @@ class ShardExchange:
             except WireError:
                 self.worker.drops.drop("wrong_tensor_size", sender)
                 return
+            if not finite:
+                self.non_finite.setdefault(chunk.step, set()).add(sender)
             self._add_input(chunk.step, index, sender, tensor)
             return
         if contributors is None or len(blob) != 4 * (end - start):
@@ -188,7 +198,7 @@ class ShardExchange:
 
     def on_request(self, sender: str, request: BulkRequest) -> None:
         try:
-            index, count, contributors = sh.parse_shard_key(request.key)
+            index, count, contributors, _ = sh.parse_shard_key(request.key)
         except ValueError:
             self.worker.drops.drop("bad_shard_key", sender)
             return
@@ -209,7 +219,7 @@ class ShardExchange:
 
     def on_refusal(self, sender: str, refusal: BulkRefusal) -> None:
         try:
-            _, _, contributors = sh.parse_shard_key(refusal.key)
+            _, _, contributors, _ = sh.parse_shard_key(refusal.key)
         except ValueError:
             self.worker.drops.drop("bad_shard_key", sender)
             return
@@ -242,23 +252,31 @@ class ShardExchange:
         if key in self.computing or not set(contributors) <= held.keys():
             return
         chosen = {name: held[name] for name in contributors}
-        self.computing[key] = self.worker.spawn(self._compute(key, chosen, broadcast))
+        non_finite = frozenset(self.non_finite.get(step, ()))
+        self.computing[key] = self.worker.spawn(self._compute(key, chosen, non_finite, broadcast))
 
     def _aggregate_shard(
-        self, count: int, index: int, chosen: dict[str, torch.Tensor]
+        self,
+        count: int,
+        index: int,
+        chosen: dict[str, torch.Tensor],
+        non_finite: frozenset[str],
     ) -> torch.Tensor | AggregationError:
         start, end = self.bounds(count)[index]
-        return aggregate_shard(self.config, end - start, chosen)
+        return aggregate_shard(self.config, end - start, chosen, non_finite)
 
     async def _compute(
         self,
         key: tuple[int, int, tuple[str, ...]],
         chosen: dict[str, torch.Tensor],
+        non_finite: frozenset[str],
         broadcast: bool,
     ) -> None:
         step, index, contributors = key
         count = len(self.owners.get(step, ())) or self._count_of(step, index)
-        result = await self.worker.run_compute(self._aggregate_shard, count, index, chosen)
+        result = await self.worker.run_compute(
+            self._aggregate_shard, count, index, chosen, non_finite
+        )
         waiters = self.waiting.pop(key, set())
         if isinstance(result, AggregationError):
             shard_key = sh.aggregate_shard_key(index, count, contributors)
@@ -389,7 +407,8 @@ class ShardExchange:
 
     def forget_through(self, step: int) -> None:
         """Drop everything of steps <= ``step`` (applied, or a state was installed)."""
-        for table in (self.owners, self.plans, self.payloads, self.own, self.reported):
+        tables = (self.owners, self.plans, self.payloads, self.own, self.reported, self.non_finite)
+        for table in tables:
             for key in [k for k in table if k <= step]:
                 del table[key]
         for table in (self.inputs, self.results, self.computing, self.waiting, self.refused):

@@ -121,15 +121,26 @@ def finite_mean(rows: list[torch.Tensor]) -> torch.Tensor:
 
 
 def aggregate_shard(
-    config: TrainingConfig, size: int, chosen: Mapping[str, torch.Tensor]
+    config: TrainingConfig,
+    size: int,
+    chosen: Mapping[str, torch.Tensor],
+    non_finite: frozenset[str] = frozenset(),
 ) -> torch.Tensor | AggregationError:
     """One shard's aggregate (sharded aggregation, ``protocol.sharding``) over
     ``chosen``, each a slice of ``size`` values of a contributor's gradient: this
     module's ``aggregate`` itself, so an owner runs the rule and kernels the
-    all-to-all path runs; the error is returned, not raised (the owner sends it on
-    as a refusal)."""
+    all-to-all path runs, and the shards joined are the whole aggregate's bits.
+    ``non_finite``: the contributors whose *whole* gradient holds a NaN or inf (their
+    senders say so): the plain mean drops them from every shard, as ``finite_mean``
+    drops them from the whole vector (median and trimmed mean exclude such values
+    per coordinate anyway).  The error is returned, not raised (the owner sends it
+    on as a refusal)."""
     if size == 0:
         return torch.empty(0, dtype=torch.float32)  # an empty tail shard
+    if config.aggregation == "mean" and non_finite & chosen.keys():
+        chosen = {name: row for name, row in chosen.items() if name not in non_finite}
+        if not chosen:
+            return AggregationError("every contribution holds NaN or inf; nothing left to average")
     try:
         return aggregate(config, chosen)
     except AggregationError as error:

@@ -98,10 +98,12 @@ def test_krum_stays_all_to_all():
 
 
 def test_keys_round_trip_and_bad_keys_are_refused():
-    assert sh.parse_shard_key(sh.shard_key(2, 4)) == (2, 4, None)
+    assert sh.parse_shard_key(sh.shard_key(2, 4)) == (2, 4, None, True)
+    assert sh.parse_shard_key(sh.shard_key(2, 4, finite=False)) == (2, 4, None, False)
     key = sh.aggregate_shard_key(1, 4, ["n3", "n1"])
     assert key == "1/4/n1,n3"
-    assert sh.parse_shard_key(key) == (1, 4, ("n1", "n3"))
-    for bad in ("", "4/4", "1/0", "x/4", "1/4/", "1/4/n3,n1", "1/4/n1,n1", "1/4/a/b", "-1/4"):
+    assert sh.parse_shard_key(key) == (1, 4, ("n1", "n3"), True)
+    bad_keys = ("", "4/4", "1/0", "x/4", "1/4/", "1/4/n3,n1", "1/4/n1,n1", "1/4/a/b", "-1/4")
+    for bad in (*bad_keys, "1/4/n1!", "!", "1/4!!"):
         with pytest.raises(ValueError):
             sh.parse_shard_key(bad)
