@@ -193,9 +193,23 @@ class ViewChanged(CoreEvent, frozen=True, kw_only=True):
 
 
 class BuildFailed(CoreEvent, frozen=True, kw_only=True):
-    """The worker could not build the asked aggregate: propose later."""
+    """The worker could not build the asked aggregate: propose later.
+
+    ``missing``: contributors whose inputs the build could not get although their
+    gradient reached this node (sharded aggregation: a live shard owner never got
+    their shard, e.g. over a one-way bulk fault): the next proposal leaves them out
+    (this node's own gradient is never left out), or the step would fail the same
+    way every time while the view holds them alive."""
 
     step: int
+    missing: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "BuildFailed.step")
+        if not isinstance(self.missing, tuple):
+            raise LocalProtocolError("BuildFailed.missing must be a tuple")
+        for name in self.missing:
+            check_name(name, "BuildFailed.missing")
 
 
 class Tick(CoreEvent, frozen=True, kw_only=True):
@@ -371,6 +385,9 @@ class StepLeader:
 
     def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
         if event.step == self.step and self.proposed:
+            got = self.arrived.get(self.step)
+            if got is not None:
+                got.difference_update(set(event.missing) - {self.node})
             self.proposed = False  # propose again with what arrives next
             self._arm(now + self.config.straggler_grace_s)
 

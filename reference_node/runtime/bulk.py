@@ -60,6 +60,8 @@ class BulkRefusal(
     step: int
     key: str
     reason: str
+    # shard_aggregate: the contributors whose shard this owner never received.
+    missing: list[str] = msgspec.field(default_factory=list)
 
 
 BulkMessage = BulkChunk | BulkRequest | BulkRefusal

@@ -74,6 +74,19 @@ GATHER_TIMEOUT_S = 3.0
 RESULT_SETS_PER_STEP_MAX = 8
 # Requests waiting at an owner for their inputs, per step: a few per peer.
 WAITING_PER_STEP_MAX = 256
+# An owner asked again for a shard whose inputs it still lacks this long after the
+# first request names the contributors it lacks (a refusal): healthy shards land
+# within ~0.1 s of each other, a 100M model's within ~0.5 s; the asker then leaves
+# them out (node_core.BuildFailed.missing) instead of failing the same way again.
+INPUT_WAIT_S = 1.0
+
+
+class ShardInputsMissing(AggregationError):
+    """An owner lacks these contributors' shards (``missing``) for the asked set."""
+
+    def __init__(self, message: str, missing: tuple[str, ...]):
+        super().__init__(message)
+        self.missing = missing
 
 
 class ShardExchange:
@@ -94,7 +107,8 @@ class ShardExchange:
         self.results: dict[tuple[int, tuple[str, ...]], dict[int, torch.Tensor]] = {}
         self.computing: dict[tuple[int, int, tuple[str, ...]], asyncio.Task[None]] = {}
         self.waiting: dict[tuple[int, int, tuple[str, ...]], set[str]] = {}
-        self.refused: dict[tuple[int, tuple[str, ...]], str] = {}
+        self.refused: dict[tuple[int, tuple[str, ...]], AggregationError] = {}
+        self.waiting_since: dict[tuple[int, int, tuple[str, ...]], float] = {}
         self.gathers: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
         self._changed: dict[int, asyncio.Event] = {}
         self.bounds_cache: dict[int, tuple[tuple[int, int], ...]] = {}
@@ -216,6 +230,20 @@ class ShardExchange:
             return
         self.waiting.setdefault(waiting_key, set()).add(sender)
         self._maybe_compute(step, index, contributors)
+        if waiting_key in self.computing:
+            return
+        now = time.monotonic()
+        since = self.waiting_since.setdefault(waiting_key, now)
+        if now - since > INPUT_WAIT_S:
+            lacking = sorted(set(contributors) - self.inputs.get((step, index), {}).keys())
+            refusal = BulkRefusal(
+                kind="shard_aggregate",
+                step=step,
+                key=request.key,
+                reason=f"shard {index}: no input from {', '.join(lacking)}",
+                missing=lacking,
+            )
+            self.worker.spawn(self.worker.send_blob(sender, iter([refusal])))
 
     def on_refusal(self, sender: str, refusal: BulkRefusal) -> None:
         try:
@@ -223,9 +251,14 @@ class ShardExchange:
         except ValueError:
             self.worker.drops.drop("bad_shard_key", sender)
             return
-        if contributors is not None and (refusal.step, contributors) in self.gathers:
-            self.refused[(refusal.step, contributors)] = refusal.reason[:120]
-            self._bump(refusal.step)
+        if contributors is None or (refusal.step, contributors) not in self.gathers:
+            return
+        missing = tuple(name for name in refusal.missing if name in contributors)
+        reason = f"a shard owner refused: {refusal.reason[:120]}"
+        self.refused[(refusal.step, contributors)] = (
+            ShardInputsMissing(reason, missing) if missing else AggregationError(reason)
+        )
+        self._bump(refusal.step)
 
     # -- owners: aggregate a shard ----------------------------------------------------------------
 
@@ -286,7 +319,7 @@ class ShardExchange:
             for peer in waiters - {self.node}:
                 self.worker.spawn(self.worker.send_blob(peer, iter([refusal])))
             if (step, contributors) in self.gathers:
-                self.refused[(step, contributors)] = str(result)[:120]
+                self.refused[(step, contributors)] = result
                 self._bump(step)
             return
         self._store_result(step, contributors, index, result)
@@ -356,7 +389,7 @@ class ShardExchange:
                 return AggregationError(f"contributors {contributors} are not step {step}'s owners")
             refused = self.refused.pop(key, None)
             if refused is not None:
-                return AggregationError(f"a shard owner refused: {refused}")
+                return refused
             count = len(plan)
             held = self.results.get(key, {})
             missing = [index for index in range(count) if index not in held]
@@ -373,6 +406,12 @@ class ShardExchange:
                 if owner == self.node:
                     self.waiting.setdefault((step, index, contributors), set()).add(self.node)
                     self._maybe_compute(step, index, contributors)
+                    lacking = set(contributors) - self.inputs.get((step, index), {}).keys()
+                    if lacking and now - started > INPUT_WAIT_S:
+                        return ShardInputsMissing(
+                            f"shard {index}: no input from {', '.join(sorted(lacking))}",
+                            tuple(sorted(lacking)),
+                        )
                     continue
                 if broadcast_due:
                     continue
@@ -411,7 +450,14 @@ class ShardExchange:
         for table in tables:
             for key in [k for k in table if k <= step]:
                 del table[key]
-        for table in (self.inputs, self.results, self.computing, self.waiting, self.refused):
+        for table in (
+            self.inputs,
+            self.results,
+            self.computing,
+            self.waiting,
+            self.refused,
+            self.waiting_since,
+        ):
             for key in [k for k in table if k[0] <= step]:
                 del table[key]
         for key in [k for k in self.gathers if k[0] <= step]:

@@ -525,7 +525,8 @@ class StepDriver:
         if not message.agg_fp:  # a BuildAggregate that could not run
             if self.building is not None and self.building[0] == message.step:
                 self.building = None  # propose later with what arrives next
-                self.lead(nc.BuildFailed(step=message.step))
+                missing = tuple(message.missing)  # left out next time (node core)
+                self.lead(nc.BuildFailed(step=message.step, missing=missing))
             self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
             return
         key = (message.step, message.agg_fp)

@@ -49,7 +49,7 @@ from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaServ
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
 from swarmshake.reference_node.runtime.malloc_tuning import keep_freed_memory
-from swarmshake.reference_node.runtime.sharded import ShardExchange
+from swarmshake.reference_node.runtime.sharded import ShardExchange, ShardInputsMissing
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
 from swarmshake.reference_node.training.environment import configure_torch, environment_facts
@@ -460,8 +460,10 @@ class Worker:
             chosen = {name: held[name] for name in contributors}
             outcome = await self.run_compute(self._aggregate_job, chosen)
         if isinstance(outcome, AggregationError):
+            # Sharded: the contributors a live owner never got a shard from.
+            missing = sorted(outcome.missing) if isinstance(outcome, ShardInputsMissing) else []
             self.channel.send(
-                ipc.AggregateMissing(step=step, missing=[], reason=str(outcome)[:120])
+                ipc.AggregateMissing(step=step, missing=missing, reason=str(outcome)[:120])
             )
             return
         result, agg_fp = outcome

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import sharding as sh
 from swarmshake.reference_node.protocol.errors import LocalProtocolError
 from swarmshake.reference_node.training.wire import WIRE_BLOCK
@@ -107,3 +108,43 @@ def test_keys_round_trip_and_bad_keys_are_refused():
     for bad in (*bad_keys, "1/4/n1!", "!", "1/4!!"):
         with pytest.raises(ValueError):
             sh.parse_shard_key(bad)
+
+
+# --- the node core: a contributor whose shard a live owner never got is left out -----------
+
+NODES = ("n0", "n1", "n2", "n3")
+
+
+def _leader_with_all_arrived() -> nc.StepLeader:
+    core = nc.StepLeader(node="n0")
+    core.handle(nc.StepBegan(step=0, voters=NODES, members=NODES), 0.0)
+    core.handle(nc.ViewChanged(alive=NODES), 0.0)
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.01)
+    core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.02)
+    assert core.handle(nc.ContributionArrived(step=0, sender="n3"), 1.03) == [
+        nc.BuildProposal(step=0, contributors=NODES)
+    ]
+    return core
+
+
+def test_a_build_missing_a_contributors_shard_is_retried_without_it():
+    core = _leader_with_all_arrived()
+    core.handle(nc.BuildFailed(step=0, missing=("n2",)), 2.0)
+    assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
+        nc.BuildProposal(step=0, contributors=("n0", "n1", "n3"))
+    ]
+    core.check_valid()
+
+
+def test_a_leader_never_leaves_its_own_gradient_out():
+    core = _leader_with_all_arrived()
+    core.handle(nc.BuildFailed(step=0, missing=("n0", "n3")), 2.0)
+    assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
+        nc.BuildProposal(step=0, contributors=("n0", "n1", "n2"))
+    ]
+    core.check_valid()
+    with pytest.raises(LocalProtocolError):
+        nc.BuildFailed(step=0, missing=["n1"])  # a list, not a tuple
+    with pytest.raises(LocalProtocolError):
+        nc.BuildFailed(step=0, missing=("bad name",))
