@@ -199,11 +199,14 @@ async def explore(
     base: Scenario | None = None,
     ops: list[str] | None = None,
     trigger_kinds: list[str] | None = None,
+    confirm_attempts: int = CONFIRM_ATTEMPTS,
 ) -> ExploreResult:
     """Draw up to ``budget`` schedules; stop at the first confirmed violation and shrink it.
 
     ``trigger_kinds``: the history kinds the system writes; drawn crashes and pauses
-    then fire on them too (:func:`with_triggers`)."""
+    then fire on them too (:func:`with_triggers`).  ``confirm_attempts``: runs of a
+    shrink candidate before it counts as not violating (fewer: a cheaper shrink that
+    may keep an entry it could have dropped; every kept candidate did violate)."""
     result = ExploreResult()
     rng = random.Random(seed)
     template = base or Scenario(name="explore", duration_s=30.0, quiesce_s=15.0)
@@ -231,7 +234,9 @@ async def explore(
         result.runs += 1
         result.outcomes.append(outcome)
         if outcome.status == "invalid":
-            shrunk, runs, run_dir = await shrink(scenario, out=out, failing_run=outcome.run_dir)
+            shrunk, runs, run_dir = await shrink(
+                scenario, out=out, attempts=confirm_attempts, failing_run=outcome.run_dir
+            )
             result.runs += runs
             result.failing = shrunk
             result.violated = outcome.violated

@@ -129,6 +129,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         base=base,
         ops=ops,
         trigger_kinds=trigger_kinds,
+        confirm_attempts=args.confirm,
     )
     run_dir = str(result.run_dir) if result.run_dir else None
     if args.json:
@@ -195,12 +196,22 @@ def main(argv: list[str]) -> int:
         help="(sim) also write the shrunk schedule as a scenario `swarmshake run` replays "
         "on real nodes (always written as replay.yaml in the run directory)",
     )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        metavar="N",
+        help="(local, docker) runs of a shrink candidate before it counts as not violating "
+        "(default 3; 1 shrinks faster and may keep an entry it could drop)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
     if args.write_scenario is not None and args.backend != "sim":
         raise UsageError("--write-scenario: the real backends print their scenario already")
     if args.backend == "sim" and args.scenario is not None:
         raise UsageError("--scenario: the simulator draws its own clusters; use --backend local")
+    if not 1 <= args.confirm <= 10:
+        raise UsageError(f"--confirm {args.confirm} must lie in [1, 10]")
     if args.nodes is not None and not 1 <= args.nodes <= 64:
         raise UsageError(f"--nodes {args.nodes} must lie in [1, 64]")
     if args.backend == "sim" and args.system not in (None, "reference"):

@@ -87,3 +87,5 @@ def test_explore_around_a_scenario_checks_it_before_any_cluster_starts(tmp_path)
         explore_main(["--backend", "local", "--scenario", str(broken)])
     with pytest.raises(UsageError, match="--nodes 0"):
         explore_main(["--backend", "local", "--system", "torchft", "--nodes", "0"])
+    with pytest.raises(UsageError, match="--confirm 0"):
+        explore_main(["--backend", "local", "--system", "torchft", "--confirm", "0"])
