@@ -352,7 +352,7 @@ class NodeApp:
 
     def _commit(self, t: float, event: Any) -> None:
         try:
-            actions = self.commit.handle(event, self._local(t))
+            actions = self.commit.handle(event, self.proc.clock.local(t))
         except RemoteProtocolError as error:
             sender = getattr(getattr(event, "message", None), "sender", "")
             self._log(FrameDrop, t, peer=sender or "?", reason=error.reason)
@@ -373,10 +373,12 @@ class NodeApp:
 
     def _perform(self, t: float, actions: list) -> None:
         rebuilt: list[tuple[int, str]] = []
+        logged = nc.LOGGED_ACTIONS
         for action in actions:
             if self.commit is None:
                 return  # a Behind earlier in the list handed the node to the rejoin core
-            self._history(t, action)
+            if type(action) in logged:  # _history's own test, without the call
+                self._history(t, action)
             if isinstance(action, Send):
                 self._send_commit(t, action)
             elif isinstance(action, Persist):

@@ -202,31 +202,37 @@ class Simulation:
         heap = self._heap
         pop = heapq.heappop
         processes = self.processes
+        dispatch = self._dispatch
         same_time = 0
-        while heap and heap[0][0] <= until:
-            entry = pop(heap)
-            t, _, kind, node, gen, payload = entry
-            if t == self.now:
-                same_time += 1
-                if same_time > SAME_TIME_EVENTS_MAX:
-                    raise SimulationStalled(
-                        f"{same_time} events at t={t}: virtual time does not advance "
-                        f"(last: kind {kind} at {node or 'harness'})"
-                    )
-            else:
-                same_time = 0
-            self.now = t
-            self.handled_events += 1
-            if kind == CALL:
-                payload()
-                continue
-            proc = processes.get(node)
-            if proc is None or not proc.up or proc.gen != gen:
-                continue  # addressed to a process that is gone
-            if proc.paused:
-                proc.deferred.append(entry)
-                continue
-            self._dispatch(proc, t, kind, payload)
+        now = self.now  # only this loop moves the clock
+        handled = 0
+        try:
+            while heap and heap[0][0] <= until:
+                entry = pop(heap)
+                t, _, kind, node, gen, payload = entry
+                handled += 1
+                if t == now:
+                    same_time += 1
+                    if same_time > SAME_TIME_EVENTS_MAX:
+                        raise SimulationStalled(
+                            f"{same_time} events at t={t}: virtual time does not advance "
+                            f"(last: kind {kind} at {node or 'harness'})"
+                        )
+                else:
+                    same_time = 0
+                    now = self.now = t
+                if kind == CALL:
+                    payload()
+                    continue
+                proc = processes.get(node)
+                if proc is None or not proc.up or proc.gen != gen:
+                    continue  # addressed to a process that is gone
+                if proc.paused:
+                    proc.deferred.append(entry)
+                    continue
+                dispatch(proc, t, kind, payload)
+        finally:
+            self.handled_events += handled
         self.now = until
 
     def _dispatch(self, proc: NodeProcess, t: float, kind: int, payload: Any) -> None:

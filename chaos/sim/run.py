@@ -146,12 +146,17 @@ def run_simulation(
     )
     recorder.close()
     history = History.from_events(recorder.events)
-    verdict = check_history(history, config.bounds)
+    try:
+        timeline = build_timeline(history, config.bounds)
+    except Exception:  # noqa: BLE001 - check_history builds it again and says unknown
+        timeline = None
+    verdict = check_history(history, config.bounds, timeline=timeline)
     if not config.training:
         # Without steps only the detector's properties say anything about this run.
         verdict.results = {p: r for p, r in verdict.results.items() if p in DETECTOR_PROPERTIES}
         verdict.status = overall_status(verdict.results)
-    timeline = build_timeline(history, config.bounds)
+    if timeline is None:
+        timeline = build_timeline(history, config.bounds)  # raises, as it did before
     delays, _ = detection_delays_s(history, timeline, config.bounds)
     delays_ms = sorted(d * 1000.0 for d in delays)
     false_positives, _ = false_positive_refs(history, timeline, config.bounds)

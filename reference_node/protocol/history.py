@@ -21,6 +21,7 @@ with its file and line number.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -397,6 +398,11 @@ def read_events(path: str | os.PathLike[str]) -> ReadResult:
     return ReadResult(events=events, torn_lines=torn)
 
 
+# History order: (t_mono, lamport, node), built in C (a lambda per event was a tenth
+# of checking a simulated run).
+_ORDER_KEY = operator.attrgetter("t_mono", "lamport", "node")
+
+
 class History(msgspec.Struct):
     """All events of a run (every node plus the harness), in a total order.
 
@@ -410,7 +416,7 @@ class History(msgspec.Struct):
 
     @classmethod
     def from_events(cls, events: Iterable[EventBase], torn_lines: int = 0) -> History:
-        ordered = sorted(events, key=lambda e: (e.t_mono, e.lamport, e.node))
+        ordered = sorted(events, key=_ORDER_KEY)
         return cls(events=ordered, torn_lines=torn_lines)
 
     @classmethod

@@ -24,7 +24,7 @@ from swarmshake.verify.checkers.model import (
 )
 from swarmshake.verify.checkers.progress import check_l2, check_l3
 from swarmshake.verify.checkers.safety import Membership, check_s1, check_s2, check_s3
-from swarmshake.verify.checkers.timeline import build_timeline
+from swarmshake.verify.checkers.timeline import Timeline, build_timeline
 from swarmshake.verify.history import RunSystem, missing_kinds
 
 __all__ = [
@@ -90,18 +90,25 @@ def check_neutral(history: History, bounds: Bounds, system: RunSystem) -> Verdic
 
 
 def check_history(
-    history: History, bounds: Bounds | None = None, system: RunSystem | None = None
+    history: History,
+    bounds: Bounds | None = None,
+    system: RunSystem | None = None,
+    *,
+    timeline: Timeline | None = None,
 ) -> Verdict:
     """Check every property; never raises for a bad history (that is ``unknown``).
 
     ``system``: what the run's system writes (``RunSystem.of(run_dir)``); None or
-    the reference node: the reference checkers on its full vocabulary."""
+    the reference node: the reference checkers on its full vocabulary.
+    ``timeline``: ``build_timeline(history, bounds)`` if the caller already built it
+    (the simulator needs it for its detection figures too)."""
     bounds = bounds or Bounds()
     if system is not None and system.produces is not None:
         return check_neutral(history, bounds, system)
     results: dict[str, PropertyResult] = {}
     try:
-        timeline = build_timeline(history, bounds)
+        if timeline is None:
+            timeline = build_timeline(history, bounds)
         membership = Membership(history)
     except Exception as error:  # noqa: BLE001 - any failure here means "cannot decide"
         message = f"could not build the run's ground truth: {type(error).__name__}: {error}"

@@ -54,6 +54,11 @@ class Membership:
         return voters
 
 
+# Events after which a node holds a step's parameters.  A tuple, not ``Commit |
+# RejoinDone``: that builds a union object per call, once per event of a history.
+_HOLDS_STATE = (Commit, RejoinDone)
+
+
 def majority(count: int) -> int:
     return count // 2 + 1
 
@@ -63,7 +68,7 @@ def check_s1(history: History, timeline: Timeline) -> PropertyResult:
     first_by_step: dict[int, tuple[int, str]] = {}
     reported: set[int] = set()
     for index, event in enumerate(history.events):
-        if not isinstance(event, Commit | RejoinDone) or event.step < 0:
+        if not isinstance(event, _HOLDS_STATE) or event.step < 0:
             continue
         findings.checked += 1
         fingerprint = event.param_fp
@@ -147,7 +152,7 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                 votes[key].add(event.node)
                 if len(votes[key]) >= majority(len(voters)) and event.step > top_step:
                     top_step, top_index = event.step, index
-        elif isinstance(event, Commit | RejoinDone) and event.step >= 0:
+        elif isinstance(event, _HOLDS_STATE) and event.step >= 0:
             held_step[event.node] = max(held_step.get(event.node, -1), event.step)
             if isinstance(event, Commit):
                 findings.checked += 1
