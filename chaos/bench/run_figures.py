@@ -1,6 +1,9 @@
 """The figures of one chaos run that its summary does not print: per fault, the
-throughput kept beside detection / recovery / rejoin, and every state transfer's
-rate (a rejoining node's ``rejoin_begin`` to its ``rejoin_done``, bytes over time).
+throughput kept beside detection / recovery / rejoin, the raw commit rate inside each
+fault window and in the fault-free stretches before and after the faults (the report's
+"throughput kept" divides by the stretch before the first fault, which holds the
+slow first steps, and is capped at 1), and every state transfer's rate (a rejoining
+node's ``rejoin_begin`` to its ``rejoin_done``, bytes over time).
 
 ``python -m swarmshake.chaos.bench.run_figures RUN_DIR [--json OUT]`` prints a
 Markdown table of each; ``scripts/gpu_chaos_run.sh`` runs it on the GPU chaos run.
@@ -26,6 +29,8 @@ from swarmshake.reference_node.protocol.history import (
 )
 from swarmshake.reports.recovery import measure_run
 from swarmshake.reports.rundir import RunDirError, load_run_dir
+from swarmshake.reports.series import fault_windows, run_origin
+from swarmshake.verify.history import step_commits
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,64 @@ def step_seconds(history: History) -> list[float]:
     return [first[b] - first[a] for a, b in zip(steps, steps[1:], strict=False) if b == a + 1]
 
 
+@dataclass(frozen=True)
+class WindowRate:
+    op: str
+    start_s: float  # since the run's first event
+    end_s: float
+    new_steps: int  # steps first committed inside the window
+    steps_per_s: float | None
+
+
+def first_commit_times(history: History) -> list[float]:
+    """Seconds since the run's first event at which each new highest step first
+    committed (what ``measure_run``'s rates count)."""
+    origin = run_origin(history)
+    rises, top = [], -1
+    for view in step_commits(history):
+        if view.step > top:
+            top = view.step
+            rises.append(view.t_mono - origin)
+    return rises
+
+
+def _count(rises: list[float], low: float, high: float) -> int:
+    return sum(1 for t in rises if low < t <= high)
+
+
+def window_rates(history: History) -> tuple[list[WindowRate], float | None, float | None]:
+    """Each fault window's commit rate, and the rates before the first inject and
+    after the last heal (each from its first commit to its last: ``None`` under two)."""
+    rises = first_commit_times(history)
+    windows = [w for w in fault_windows(history) if w.op not in ("heal", "resume")]
+    rates = [
+        WindowRate(
+            op=w.op,
+            start_s=w.start,
+            end_s=w.end,
+            new_steps=_count(rises, w.start, w.end),
+            steps_per_s=_count(rises, w.start, w.end) / (w.end - w.start)
+            if w.end > w.start
+            else None,
+        )
+        for w in windows
+    ]
+
+    def stretch(times: list[float]) -> float | None:
+        if len(times) < 2 or times[-1] <= times[0]:
+            return None
+        return (len(times) - 1) / (times[-1] - times[0])
+
+    if not windows:
+        return rates, stretch(rises), None
+    first, last = min(w.start for w in windows), max(w.end for w in windows)
+    return (
+        rates,
+        stretch([t for t in rises if t <= first]),
+        stretch([t for t in rises if t > last]),
+    )
+
+
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1000:.0f}"
 
@@ -85,6 +148,7 @@ def figures_markdown(run_dir: Path) -> tuple[str, dict]:
     measurement = measure_run(run.history, run.bounds)
     transfers = state_transfers(run.history)
     gaps = step_seconds(run.history)
+    rates, before, after = window_rates(run.history)
     lines = [
         "steady commit rate before the first fault: "
         + (
@@ -107,6 +171,24 @@ def figures_markdown(run_dir: Path) -> tuple[str, dict]:
         )
     lines += [
         "",
+        "commit rate, fault-free: before the first fault "
+        + ("—" if before is None else f"{before:.3f}")
+        + " steps/s, after the last heal "
+        + ("—" if after is None else f"{after:.3f}")
+        + " steps/s",
+        "",
+        "| fault window | s | new steps | steps/s | ÷ rate after the last heal |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for rate in rates:
+        per_s = "—" if rate.steps_per_s is None else f"{rate.steps_per_s:.3f}"
+        kept = "—" if rate.steps_per_s is None or not after else f"{rate.steps_per_s / after:.2f}"
+        lines.append(
+            f"| {rate.op} {rate.start_s:.1f}–{rate.end_s:.1f} | {rate.end_s - rate.start_s:.1f} "
+            f"| {rate.new_steps} | {per_s} | {kept} |"
+        )
+    lines += [
+        "",
         "| node | incarnation | source | step | MB | s | MB/s |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
@@ -120,6 +202,8 @@ def figures_markdown(run_dir: Path) -> tuple[str, dict]:
         "measurement": measurement.to_dict(),
         "state_transfers": [asdict(t) for t in transfers],
         "step_seconds": gaps,
+        "window_rates": [asdict(r) for r in rates],
+        "fault_free_steps_per_s": {"before_first_fault": before, "after_last_heal": after},
     }
     return "\n".join(lines) + "\n", data
 

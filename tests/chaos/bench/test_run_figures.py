@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from swarmshake.chaos.bench.run_figures import main, state_transfers, step_seconds
+from swarmshake.chaos.bench.run_figures import main, state_transfers, step_seconds, window_rates
 from swarmshake.reference_node.protocol.history import (
     Commit,
+    Fault,
     History,
     RejoinBegin,
     RejoinDone,
@@ -71,6 +72,24 @@ def test_step_seconds_reads_first_commits_of_consecutive_steps():
     )
     # 0 -> 1 is 2.0 s; step 2 never committed, so 1 -> 3 is no step time.
     assert step_seconds(history) == [pytest.approx(2.0)]
+
+
+def fault(op: str, phase: str, t: float) -> Fault:
+    return Fault(t_wall=t, t_mono=t, node="harness", op=op, target=["n4"], phase=phase)
+
+
+def test_window_rates_count_new_steps_inside_each_fault_and_the_fault_free_rates():
+    events = [commit("n1", step, 100.0 + 2.0 * step) for step in range(6)]  # 0.5 steps/s
+    events += [fault("crash", "inject", 111.0), fault("crash", "heal", 119.0)]
+    # One step in the 8 s window, then 1 step/s after the heal.
+    events += [commit("n1", 6, 115.0), commit("n1", 7, 120.0)]
+    events += [commit("n1", step, 120.0 + (step - 7)) for step in range(8, 12)]
+    rates, before, after = window_rates(History.from_events(events))
+    (crash,) = rates
+    assert (crash.op, crash.new_steps) == ("crash", 1)
+    assert crash.steps_per_s == pytest.approx(1 / 8)
+    assert before == pytest.approx(0.5)
+    assert after == pytest.approx(1.0)
 
 
 def test_a_missing_run_dir_exits_64(tmp_path, capsys):
