@@ -73,13 +73,12 @@ def judge_declarations(history: History, timeline: Timeline, bounds: Bounds) -> 
     declarations: list[tuple[int, DeclareDead]] = []  # of a peer
     restarts: list[tuple[int, DeclareDead]] = []  # a node's own, peer == node
     by_pair: dict[tuple[str, str], list[tuple[int, DeclareDead]]] = defaultdict(list)
-    for index, event in enumerate(history.events):
-        if isinstance(event, DeclareDead):
-            if event.peer == event.node:
-                restarts.append((index, event))
-            else:
-                declarations.append((index, event))
-                by_pair[(event.node, event.peer)].append((index, event))
+    for index, event in history.indexed(DeclareDead):
+        if event.peer == event.node:
+            restarts.append((index, event))
+        else:
+            declarations.append((index, event))
+            by_pair[(event.node, event.peer)].append((index, event))
     # A forced restart points at the verdict that caused it: the declarer's latest
     # declaration of the node at the incarnation the restart names.
     caused: dict[int, list[int]] = defaultdict(list)

@@ -74,8 +74,8 @@ def check_l2(
     findings = Findings("L2")
     rises: list[tuple[float, int]] = []  # (t, history index) whenever the top step rises
     top = -1
-    for index, event in enumerate(history.events):
-        if isinstance(event, Commit) and event.step > top:
+    for index, event in history.indexed(Commit):
+        if event.step > top:
             top = event.step
             rises.append((event.t_mono, index))
     bound = bounds.recovery_s
@@ -122,9 +122,7 @@ def check_l3(
         claims[event.node].append((event.t_mono, event.step, event.param_fp))
     stretches = stable_stretches(timeline, membership, history)
     seen_start: set[str] = set()
-    for index, event in enumerate(history.events):
-        if not isinstance(event, Start):
-            continue
+    for index, event in history.indexed(Start):
         if event.node not in seen_start:
             seen_start.add(event.node)
             continue

@@ -67,8 +67,8 @@ def check_s1(history: History, timeline: Timeline) -> PropertyResult:
     findings = Findings("S1")
     first_by_step: dict[int, tuple[int, str]] = {}
     reported: set[int] = set()
-    for index, event in enumerate(history.events):
-        if not isinstance(event, _HOLDS_STATE) or event.step < 0:
+    for index, event in history.indexed(*_HOLDS_STATE):
+        if event.step < 0:
             continue
         findings.checked += 1
         fingerprint = event.param_fp
@@ -95,11 +95,11 @@ def check_s3(history: History, membership: Membership) -> PropertyResult:
         lambda: defaultdict(list)
     )
     judged: set[tuple[int, str]] = set()
-    for index, event in enumerate(history.events):
+    for index, event in history.indexed(Accept, Commit):
         if isinstance(event, Accept):
             accepts[(event.step, event.value_fp)][tuple(event.ballot)].append((index, event.node))
             continue
-        if not isinstance(event, Commit) or (event.step, event.value_fp) in judged:
+        if (event.step, event.value_fp) in judged:
             continue
         key = (event.step, event.value_fp)
         judged.add(key)
@@ -139,8 +139,14 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
         crashes_at[index].append(name)
     lost_reported = False
     suspect: tuple[int, int, int, str, int, int] | None = None  # the first apparent loss
-    for index, event in enumerate(history.events):
-        if isinstance(event, Start):
+    # In history order: the events this check reads, and the positions of crashes.
+    relevant = dict(history.indexed(Start, Accept, Commit, RejoinDone))
+    in_history = range(len(history.events))
+    for index in sorted(relevant.keys() | {i for i in crashes_at if i in in_history}):
+        event = relevant.get(index)
+        if event is None:
+            pass  # a crash's position only
+        elif isinstance(event, Start):
             down.discard(event.node)
             held_step[event.node] = -1
         elif isinstance(event, Accept):
