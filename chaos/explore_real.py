@@ -200,17 +200,20 @@ async def explore(
     ops: list[str] | None = None,
     trigger_kinds: list[str] | None = None,
     confirm_attempts: int = CONFIRM_ATTEMPTS,
+    generator: Generator | None = None,
 ) -> ExploreResult:
     """Draw up to ``budget`` schedules; stop at the first confirmed violation and shrink it.
 
     ``trigger_kinds``: the history kinds the system writes; drawn crashes and pauses
     then fire on them too (:func:`with_triggers`).  ``confirm_attempts``: runs of a
     shrink candidate before it counts as not violating (fewer: a cheaper shrink that
-    may keep an entry it could have dropped; every kept candidate did violate)."""
+    may keep an entry it could have dropped; every kept candidate did violate).
+    ``generator``: how faults are drawn (ops, rate, how long each lasts); default:
+    ``ops`` at 8 a minute, 5 s each."""
     result = ExploreResult()
     rng = random.Random(seed)
     template = base or Scenario(name="explore", duration_s=30.0, quiesce_s=15.0)
-    generator = Generator(
+    generator = generator or Generator(
         ops=list(ops or ("crash", "pause", "partition", "latency")), rate_per_min=8.0
     )
     for _ in range(budget):

@@ -97,8 +97,16 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
     trigger_kinds = None
     if around is not None:
         # Everything but the faults comes from the file (cluster, system and its
-        # options, steady state, durations, bounds); explore draws the faults.
+        # options, steady state, durations, bounds); explore draws the faults, with
+        # the file's generator (ops, rate, how long a fault lasts) when it has one.
         base = msgspec.structs.replace(around, faults=[], generator=None)
+        if around.generator is not None:
+            unsupported = sorted(set(around.generator.ops) - system.supported_ops())
+            if unsupported:
+                raise UsageError(
+                    f"{args.scenario}: generator.ops {unsupported}: system {args.system} "
+                    f"cannot take them here ({system.unsupported_reason(unsupported[0])})"
+                )
         trigger_kinds = sorted(system.produces) if args.system != "reference" else None
     elif args.system != "reference":
         from swarmshake.verify.checkers import Bounds
@@ -130,6 +138,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         ops=ops,
         trigger_kinds=trigger_kinds,
         confirm_attempts=args.confirm,
+        generator=around.generator if around is not None else None,
     )
     run_dir = str(result.run_dir) if result.run_dir else None
     if args.json:
@@ -187,7 +196,8 @@ def main(argv: list[str]) -> int:
         type=Path,
         metavar="SUITE",
         help="(local, docker) explore around this scenario file: its cluster, system and "
-        "options, steady state, durations and bounds; its faults are replaced by drawn ones",
+        "options, steady state, durations and bounds; its faults are replaced by drawn ones "
+        "(drawn by its generator: section when it has one)",
     )
     parser.add_argument(
         "--write-scenario",

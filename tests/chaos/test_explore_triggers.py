@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from swarmshake.chaos import faults as F
@@ -89,3 +91,13 @@ def test_explore_around_a_scenario_checks_it_before_any_cluster_starts(tmp_path)
         explore_main(["--backend", "local", "--system", "torchft", "--nodes", "0"])
     with pytest.raises(UsageError, match="--confirm 0"):
         explore_main(["--backend", "local", "--system", "torchft", "--confirm", "0"])
+
+
+def test_explore_refuses_a_scenario_generator_op_the_system_cannot_take(tmp_path):
+    from swarmshake.chaos.commands._args import UsageError
+
+    text = Path("suites/torchft-explore.yaml").read_text()
+    suite = tmp_path / "gen.yaml"
+    suite.write_text(text.replace("ops: [crash, pause, partition]", "ops: [crash, broker_loss]"))
+    with pytest.raises(UsageError, match="broker_loss"):
+        explore_main(["--backend", "local", "--scenario", str(suite)])
