@@ -1,0 +1,84 @@
+"""Speed work on the simulator must not change what it simulates.
+
+The digests below were produced by the code *before* the session-5 speed changes
+(commit 2bc3ee8's simulator and cores, with the detector of 251cdee) and are
+reproduced by the code after them.  A change made for speed keeps them; a protocol
+change that moves them on purpose (a healthy run's history changes) updates the pin
+in the same commit and says why.  Healthy runs only: fault handling changes with
+every detector fix, a healthy history rarely does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+
+import pytest
+
+from swarmshake.chaos import faults
+from swarmshake.chaos.sim.run import SimConfig, run_simulation
+from swarmshake.reference_node.protocol.history import (
+    Accept,
+    Commit,
+    DeclareDead,
+    EventBase,
+    History,
+    RejoinDone,
+    Start,
+)
+
+# (nodes, seed, virtual seconds) -> (digest, events, commits)
+PINNED = {
+    (10, 1, 120.0): ("10dd3fe898259dab965aa8e05aeaa9e7", 11979, 1060),
+    (10, 2, 120.0): ("c6be9624e056cd5f7ae87a7345d30db6", 11988, 1060),
+    (64, 1, 15.0): ("d869ca37c7a5630a6063467ebdfad510", 54351, 832),
+}
+
+# Event-triggered faults: a crash fired by the third agg_send of a step (in the middle
+# of the loop that sends one contribution per peer), a crash on an accept, a pause.
+TRIGGERED = faults.decode_schedule(
+    """
+    - when: {node: n2, kind: agg_send, step_at_least: 10, count: 3}
+      op: {op: crash, nodes: [n2]}
+      heal_after_s: 2.0
+    - when: {node: n1, kind: accept, step_at_least: 20}
+      op: {op: crash, nodes: [n1]}
+      heal_after_s: 1.0
+    - when: {node: n0, kind: agg_send, step_at_least: 30}
+      op: {op: pause, nodes: [n0]}
+      heal_after_s: 1.5
+    """
+)
+
+
+@pytest.mark.parametrize(("nodes", "seed", "duration_s"), sorted(PINNED))
+def test_healthy_histories_are_those_of_the_code_before_the_speed_work(
+    nodes: int, seed: int, duration_s: float
+) -> None:
+    result = run_simulation(SimConfig(nodes=nodes, seed=seed, duration_s=duration_s)).result
+    assert (result.digest, result.events, result.commits) == PINNED[(nodes, seed, duration_s)]
+    assert result.status == "valid"
+
+
+def test_the_run_orders_its_history_as_history_from_events_does() -> None:
+    """run_simulation sorts on t_mono alone and relies on the recorder's Lamport order
+    for ties; that must equal History's own (t_mono, lamport, node) order."""
+    run = run_simulation(SimConfig(nodes=5, seed=2, duration_s=60.0), TRIGGERED)
+    assert run.result.faults_injected == 3
+    assert run.history.events == History.from_events(run.history.events).events
+    lamports = [event.lamport for event in run.history.events]
+    key = operator.attrgetter("t_mono", "lamport")
+    assert len(set(lamports)) == len(lamports)  # one counter: ties never reach ``node``
+    assert all(key(a) < key(b) for a, b in itertools.pairwise(run.history.events))
+
+
+def test_indexed_is_enumerate_plus_isinstance() -> None:
+    run = run_simulation(SimConfig(nodes=5, seed=2, duration_s=60.0), TRIGGERED)
+    history = History(events=list(run.history.events))
+    for kinds in ((Commit, RejoinDone), (Start,), (Accept, Commit), (DeclareDead,), (EventBase,)):
+        expected = [(i, e) for i, e in enumerate(history.events) if isinstance(e, kinds)]
+        assert history.indexed(*kinds) == expected, kinds
+        assert list(history.of_kind(*kinds)) == [e for _, e in expected]
+    history.events.append(history.events[0])  # the index notices a longer history
+    assert len(history.indexed(EventBase)) == len(history.events)
+    assert history == History(events=list(history.events))  # the index is no field
