@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,9 @@ from swarmshake.verify.history import (
 
 WORLD = ["n1", "n2", "n3"]
 TE = RunSystem("torchelastic", frozenset({"start", "step_committed", "membership", "fault"}))
+TE_TORCHFT = RunSystem(
+    "torchft", frozenset({"start", "step_committed", "membership", "node_error", "fault"})
+)
 
 
 def commit(
@@ -249,3 +253,36 @@ def test_l2_says_unknown_when_the_harness_never_left_a_majority_alone():
     only_faulted = [mark("steady_state", 3.0), *events[1:]]
     result = neutral.check_l2(History.from_events(only_faulted), Bounds(recovery_s=5))
     assert result.status == "unknown" and "no stretch" in result.message
+
+
+# Real torchft 0.2.0 histories (3 replica groups, gloo, local backend; session 5),
+# trimmed: every harness event and every node event but ``collective``, every commit
+# within 1 s of a fault or bounding a gap of more than 1 s, every 10th commit else.
+REAL = Path(__file__).parent / "data" / "torchft"
+
+
+def real(name: str) -> History:
+    return History.from_events(
+        decode_event(line) for line in (REAL / name).read_bytes().splitlines() if line.strip()
+    )
+
+
+def test_real_torchft_survivors_stalled_after_a_kill_inside_the_allreduce():
+    """n3 killed as it logged step 15's all-reduce (Manager.allreduce): both survivors
+    got gloo's "Connection reset by peer" inside the all-reduce, n2 asked for a new
+    quorum at once, n1's next should_commit came 12.5 s later, and neither committed
+    until n3, restarted by the harness after 10 s, had rejoined (12.9 s gap)."""
+    history = real("allreduce-kill-stall-12s.jsonl")
+    stalled = neutral.check_l2(history, Bounds(recovery_s=10))
+    assert stalled.status == "invalid", stalled.message
+    assert "no step committed for 12.91s" in stalled.message
+    assert "n1, n2 were left alone" in stalled.message and "after crash n3" in stalled.message
+    assert neutral.check_l2(history, Bounds(recovery_s=30)).status == "valid"
+
+
+def test_real_torchft_fault_free_stretch_is_valid():
+    history = real("fault-free-47s.jsonl")
+    verdict = check_history(history, Bounds(recovery_s=10, detection_s=20), TE_TORCHFT)
+    assert verdict.results["L2"].status == "valid", verdict.results["L2"].message
+    assert verdict.results["S1"].status == "valid"
+    assert "at most 2.31s apart" in verdict.results["L2"].message

@@ -397,9 +397,10 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
         findings.unknown("no stretch after steady state with a majority left alone by the harness")
         return findings.result("")
 
-    def alone_at(t: float) -> str:
-        found = next((s for s in stretches if s.start <= t <= s.end), stretches[-1])
-        return ", ".join(found.left_alone)
+    def alone_during(a: float, b: float) -> str:
+        """The nodes left alone through all of ``[a, b]`` (a fault's survivors)."""
+        groups = [set(s.left_alone) for s in stretches if s.start < b and s.end > a]
+        return ", ".join(sorted(set.intersection(*groups))) if groups else "a majority"
 
     longest = 0.0
     for start, end, opened_by in _joined(stretches):
@@ -422,7 +423,7 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
                 refs.insert(0, EventRef.of(before, history.events[before], "last before the gap"))
             findings.invalid(
                 f"no step committed for {gap:.2f}s (> R = {bounds.recovery_s}s) while "
-                f"{alone_at(after.t_mono)} were left alone by the harness"
+                f"{alone_during(since, after.t_mono)} were left alone by the harness"
                 f"{_fault_before(history, after.t_mono)}",
                 *refs,
             )
@@ -430,7 +431,7 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
             refs = [EventRef.of(before_index, history.events[before_index], "last commit")]
             findings.invalid(
                 f"no step committed in the last {tail:.2f}s (> R = {bounds.recovery_s}s) of a "
-                f"stretch in which {alone_at(end)} were left alone by the harness"
+                f"stretch in which {alone_during(before_t, end)} were left alone by the harness"
                 f"{_fault_before(history, end)}",
                 *(refs if before_index >= 0 else []),
             )
