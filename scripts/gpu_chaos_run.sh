@@ -25,6 +25,7 @@
 #       the three parts; CALL_BUDGET_S (e.g. 570, the device call's limit less a
 #       margin) shortens the run's bound to what is left of it once the build and
 #       the profile are done, keeping ARCHIVE_MARGIN_S (30) for the results.
+#       CHAOS=0 stops after the profile (no chaos run).
 #       GPU_TESTS="tests/..." runs those files' gpu-marked tests first (pytest_gpu.log,
 #       bounded by GPU_TESTS_TIMEOUT_S, 120).
 #       The device tool brings back at most 8 files from $OUT: the small side
@@ -62,6 +63,16 @@ prepare() {
     chmod +x "$CARRY/bin/$(basename "$tool")"
   done
   du -sh "$CARRY"
+}
+
+# At most 8 files come back from the device tool: the small side files go as one.
+pack_side_files() {
+  local out=$1 side=() f
+  for f in gpus.csv nvidia_smi.csv run.json run.stderr figures.json gpu_profile.json \
+    pytest_gpu.log; do [ -f "$out/$f" ] && side+=("$f"); done
+  if [ ${#side[@]} -gt 0 ] && tar -czf "$out/extras.tgz" -C "$out" "${side[@]}"; then
+    (cd "$out" && rm -f "${side[@]}")
+  fi
 }
 
 run() {
@@ -126,6 +137,12 @@ run() {
     timeout "${PROFILE_TIMEOUT_S:-150}" "$python" -m swarmshake.chaos.bench.gpu_profile \
       --model "${PROFILE_MODEL:-large}" ${PROFILE_ARGS:-} --out "$out" 2>&1 | tail -80
   fi
+  if [ "${CHAOS:-1}" = 0 ]; then  # the build, GPU tests and profile only
+    [ -n "${smi:-}" ] && kill "$smi" 2>/dev/null
+    pack_side_files "$out"
+    echo "call took ${SECONDS}s"
+    return 0
+  fi
   echo "nodes' GPUs: ${SWARMSHAKE_NODE_GPUS:-none (CPU)}"
   local runs=/tmp/swarmshake-gpu-runs
   rm -rf "$runs"; mkdir -p "$runs"
@@ -161,13 +178,7 @@ run() {
   fi
   tail -20 "$out/run.stderr"
   rm -rf "$runs"
-  # At most 8 files come back from the device tool: the small side files go as one.
-  local side=()
-  for f in gpus.csv nvidia_smi.csv run.json run.stderr figures.json gpu_profile.json \
-    pytest_gpu.log; do [ -f "$out/$f" ] && side+=("$f"); done
-  if [ ${#side[@]} -gt 0 ] && tar -czf "$out/extras.tgz" -C "$out" "${side[@]}"; then
-    (cd "$out" && rm -f "${side[@]}")
-  fi
+  pack_side_files "$out"
   echo "call took ${SECONDS}s"
   return $rc
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,15 @@ RULES = ("median", "trimmed_mean", "krum")
 MAX_NODES = 16  # replicas share one GPU here; 16 of 100M parameters fill ~26 GB
 MAX_STEPS = 20  # a profile, not a training run
 TOP_KERNELS = 30
+
+
+def is_own_kernel(kernel: str, key: str) -> bool:
+    """Whether the profiler's ``key`` names ``kernel`` or one of its variants
+    (``quant_kernel_vec``), as an identifier: ``dequant_kernel`` is not a
+    ``quant_kernel``, and the ``aten::`` ops that launched a kernel are not it."""
+    if key.startswith("aten::"):
+        return False
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(kernel)}(?![A-Za-z0-9])", key) is not None
 
 
 def device_time_us(event) -> float:  # noqa: ANN001
@@ -95,7 +105,7 @@ def profile_rule(rule: str, args: argparse.Namespace, log) -> dict:  # noqa: ANN
     gpu_us = sum(device_time_us(e) for e in events if on_gpu(e))
     own = {}
     for kernel in OWN_KERNELS:
-        matching = [e for e in events if kernel in e.key and not e.key.startswith("aten::")]
+        matching = [e for e in events if is_own_kernel(kernel, e.key)]
         us = sum(device_time_us(e) for e in matching)
         own[kernel] = {
             "ran": bool(matching),
