@@ -286,3 +286,38 @@ def test_real_torchft_fault_free_stretch_is_valid():
     assert verdict.results["L2"].status == "valid", verdict.results["L2"].message
     assert verdict.results["S1"].status == "valid"
     assert "at most 2.31s apart" in verdict.results["L2"].message
+
+
+def test_l2_premise_follows_restart_resume_heal_all_and_the_quiesce():
+    events = [mark("steady_state", 0.0), *steady(0, 2)]
+    events += [fault("crash", "inject", "n1", 2.0), fault("pause", "inject", "n2", 2.0)]
+    events += [fault("restart", "inject", "n1", 4.0), fault("resume", "inject", "n2", 6.0)]
+    events += [fault("latency", "inject", "n3", 8.0), fault("latency", "heal", "n3", 10.0)]
+    events += [fault("blackhole", "inject", "n3", 12.0)]
+    events += [Fault(t_wall=14, t_mono=14.0, node=HARNESS, op="heal", target=WORLD,
+                     params={"scope": "all"}, phase="heal")]  # fmt: skip
+    events += [fault("cpu_throttle", "inject", "n3", 16.0), mark("quiesce", 18.0)]
+    events.append(mark("run_end", 20.0))
+    stretches = neutral.premise_stretches(History.from_events(events))
+    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
+        (0.0, 2.0, ("n1", "n2", "n3")),  # both faulted at 2: no majority until n1 is back
+        (4.0, 6.0, ("n1", "n3")),
+        (6.0, 8.0, ("n1", "n2", "n3")),  # latency 8-10 and the black hole 12-14: not judged
+        (10.0, 12.0, ("n1", "n2", "n3")),
+        (14.0, 16.0, ("n1", "n2", "n3")),
+        (16.0, 18.0, ("n1", "n2")),  # a throttled node is faulted; the quiesce heals it
+        (18.0, 20.0, ("n1", "n2", "n3")),
+    ]
+    assert [s.opened_by >= 0 for s in stretches] == [False] + [True] * 6
+
+
+def test_l2_no_commit_in_the_last_part_of_a_stretch_is_invalid():
+    events = [mark("steady_state", 0.0), *steady(0, 3), fault("crash", "inject", "n3", 3.0)]
+    events.append(mark("run_end", 40.0))
+    result = neutral.check_l2(History.from_events(events), Bounds(recovery_s=30))
+    assert result.status == "invalid"
+    assert "no step committed in the last 37.50s" in result.message
+    assert "n1, n2 were left alone" in result.message
+    assert result.evidence[0].kind == "step_committed" and result.evidence[0].t_mono == 2.5
+    short = [e for e in events if e.t_mono < 40.0] + [mark("run_end", 30.0)]
+    assert neutral.check_l2(History.from_events(short), Bounds(recovery_s=30)).status == "valid"
