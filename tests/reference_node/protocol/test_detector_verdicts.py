@@ -302,3 +302,55 @@ def test_after_any_minority_partition_with_queued_links_no_majority_node_is_kill
     assert all(d.alive_view() == cluster.names for d in cluster.detectors.values())
     for detector in cluster.detectors.values():
         detector.check_valid()
+
+
+QUEUED_LINKS_LIMIT = pytest.mark.xfail(
+    reason="known limit: with links that queue across the cut (the runtime's TCP links), "
+    "the far side's suspicion votes, formed in the first ~0.2 s of the cut before it "
+    "knew it heard no majority, arrive after the heal and confirm deaths of live "
+    "nodes on this side (8 of 8 seeds; before the settle rule too)",
+    strict=False,
+)
+
+
+@pytest.mark.parametrize("hold", [False, pytest.param(True, marks=QUEUED_LINKS_LIMIT)])
+@pytest.mark.parametrize("seed", range(8))
+def test_after_an_even_split_no_node_declares_a_node_of_its_own_side_dead(seed, hold):
+    """8 nodes cut 4-4, no side a majority: a quorum-formed verdict settles before it
+    is passed on, and by then each side knows it hears no majority, so nothing a side
+    concluded about the far side is obeyed on the far side after the heal (before the
+    settle: 2 of these 8 seeds failed, and 22 false positives in 100 simulated trials
+    of this split in ``bench recovery --backend sim``)."""
+    cluster = MiniCluster(8, seed)
+    names = list(cluster.names)
+    sides = [names[seed % 2 :: 2], names[1 - seed % 2 :: 2]]
+    cluster.partition(sides, at=2.0, heal_at=6.0, hold=hold)
+    cluster.run(16.0)
+    same_side = [
+        (node, a.peer, a.reason)
+        for node, a in cluster.declarations()
+        if any(node in side and a.peer in side for side in sides)
+    ]
+    assert same_side == []
+    for detector in cluster.detectors.values():
+        detector.check_valid()
+
+
+def test_a_verdict_formed_amid_other_failures_is_passed_on_only_after_it_settles():
+    """A crash seen alone is passed on at once; one formed while another member is
+    suspected or dead waits ``verdict_settle_s`` and is passed on only if this node
+    still hears a majority then."""
+    cluster = MiniCluster(8, 1)
+    cluster.crash("n1", 1.0)
+    cluster.run(3.0)
+    first = [a for node, a in cluster.declarations() if a.peer == "n1"]
+    assert first and all(
+        cluster.detectors[node].verdict_exportable("n1") for node in cluster.names if node != "n1"
+    )
+    cluster.crash("n2", 3.0)
+    cluster.run(3.0 + 0.2 + 0.1)  # past detection, before the settle
+    formed = {node for node, a in cluster.declarations() if a.peer == "n2"}
+    assert formed
+    assert not any(cluster.detectors[node].verdict_exportable("n2") for node in formed)
+    cluster.run(5.0)
+    assert all(cluster.detectors[node].verdict_exportable("n2") for node in formed)
