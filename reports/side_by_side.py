@@ -116,6 +116,7 @@ def side_by_side(document: dict[str, Any], reference: str = "reference") -> dict
         "model": document.get("model"),
         "systems": document.get("systems", {}),
         "environment": document.get("environment", {}),
+        "calls": document.get("calls", []),
         "timing": document.get("timing", {}),
         "cells": [cells[key] for key in sorted(cells)],
     }
@@ -173,11 +174,22 @@ def render_markdown(table: dict[str, Any]) -> str:
     """The side-by-side as Markdown (what BENCHMARKS.md and a CI summary hold)."""
     reference = table.get("reference", "reference")
     environment = table.get("environment") or {}
-    lines = [
-        "## Recovery side by side",
-        "",
-        f"`{table.get('command', '')}` · {table.get('created', '')} · "
-        f"{environment.get('cpus', '?')} CPUs, load {environment.get('load_average_1m', '?')}",
+    calls = table.get("calls") or [
+        {
+            "command": table.get("command", ""),
+            "created": table.get("created", ""),
+            "load_average_1m": environment.get("load_average_1m"),
+        }
+    ]
+    lines = ["## Recovery side by side", ""]
+    for call in calls:
+        load = call.get("load_average_1m")
+        load_text = "?" if load is None else f"{float(load):.1f}"
+        lines.append(
+            f"- `{call.get('command', '')}` · {call.get('created', '')} · "
+            f"{environment.get('cpus', '?')} CPUs, 1-min load {load_text} at the end"
+        )
+    lines += [
         "",
         model_line(table.get("model")) + ".",
         "",

@@ -322,6 +322,14 @@ def merge_documents(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged["results"] = results
     merged["systems"] = systems
     merged["command"] = " ; ".join(str(d.get("command", "")) for d in documents)
+    merged["calls"] = [
+        {
+            "command": d.get("command", ""),
+            "created": d.get("created", ""),
+            "load_average_1m": (d.get("environment") or {}).get("load_average_1m"),
+        }
+        for d in documents
+    ]
     merged["errors"] = [e for d in documents for e in d.get("errors", [])]
     return merged
 
