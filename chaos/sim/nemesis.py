@@ -231,17 +231,23 @@ class Nemesis:
             return
         rng = self.sim.rngs.get("churn", index)
         state = {"count": 0}
-
-        def next_departure(now: float) -> None:
-            if not self._churn_active.get(index) or state["count"] >= CHURN_EVENTS_MAX:
-                return
-            state["count"] += 1
-            self._depart(op, now, rng)
-            gap = rng.expovariate(op.events_per_min / 60.0)
-            self.sim.call_at(now + gap, lambda: next_departure(self.sim.now))
-
         first = t + rng.expovariate(op.events_per_min / 60.0)
-        self.sim.call_at(first, lambda: next_departure(self.sim.now))
+        self.sim.call_at(first, lambda: self._next_departure(op, index, rng, state, self.sim.now))
+
+    def _next_departure(
+        self, op: faults.Churn, index: int, rng: random.Random, state: dict, now: float
+    ) -> None:
+        # A method, not a closure that calls itself: such a closure is a reference
+        # cycle that kept the whole finished simulation alive until the cyclic
+        # collector came round.
+        if not self._churn_active.get(index) or state["count"] >= CHURN_EVENTS_MAX:
+            return
+        state["count"] += 1
+        self._depart(op, now, rng)
+        gap = rng.expovariate(op.events_per_min / 60.0)
+        self.sim.call_at(
+            now + gap, lambda: self._next_departure(op, index, rng, state, self.sim.now)
+        )
 
     def _depart(self, op: faults.Churn, t: float, rng: random.Random) -> None:
         sim = self.sim
