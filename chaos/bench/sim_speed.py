@@ -1,7 +1,8 @@
 """``swarmshake bench sim [--quick] [--json]``: how fast the simulator runs the node.
 
 Three figures (issue 12, after issue 3), each one ``swarmshake sim`` run, timed by
-the run itself (``SimResult.wall_seconds``, the event loop only):
+the run itself (``SimResult.wall_seconds``: all of ``run_simulation``, i.e. set-up,
+the event loop, ordering the history, the checkers and the detection figures):
 
 - 1,000 nodes x 600 s with churn (2 events a minute), no training: goal <= 60 s
   wall on one core;
