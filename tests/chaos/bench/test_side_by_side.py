@@ -206,3 +206,25 @@ def test_a_torchelastic_group_that_never_left_the_victim_out_has_no_detection() 
     assert after and all(inject["target"][0] in e["members"] for e in after)
     assert fault.recovery_s == pytest.approx(24.876188113999888)  # gloo timeout + restart
     assert fault.rejoin_from_restart_s == pytest.approx(16.06835874600074)
+
+
+def test_combine_writes_the_table_of_a_recorded_sitting(tmp_path: Path) -> None:
+    """``--combine`` on the crash call of the recorded sitting (BENCHMARKS.md, Session 5:
+    recovery side by side): one torchft trial of five had no detection, and says why."""
+    recorded = DATA / "bench-crash-side-by-side.json"
+    probe = DATA / "side_by_side_probe.json"
+    code = bench_command.main(
+        ["recovery", "--system", "reference,torchft,torchelastic", "--combine",
+         f"{recorded},{probe}", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    markdown = (tmp_path / "side_by_side.md").read_text()
+    assert (
+        "| crash (local, 4 nodes) | torchft | 5 | 5,028 / 5,115 (4/5 [1]) | ×32.09 | "
+        "5,034 / 8,462 | ×29.53 | 2,648 / 2,820 | ×12.23 | 30% (0%) | ×0.30 | 3.90 |" in markdown
+    )
+    assert "[1] no observer's group left the victim out while the fault lasted" in markdown
+    assert "| restart (local, 4 nodes) | torchft | 1 |" in markdown  # the probe's cell
+    table = json.loads((tmp_path / "side_by_side.json").read_text())
+    assert [c["fault"] for c in table["cells"]] == ["crash", "restart"]
+    assert len(table["calls"]) == 2
