@@ -198,8 +198,9 @@ class BuildFailed(CoreEvent, frozen=True, kw_only=True):
     ``missing``: contributors whose inputs the build could not get although their
     gradient reached this node (sharded aggregation: a live shard owner never got
     their shard, e.g. over a one-way bulk fault): the next proposal leaves them out
-    (this node's own gradient is never left out), or the step would fail the same
-    way every time while the view holds them alive."""
+    (this node's own gradient is never left out, nor so many that less than a
+    majority of the voters would remain), or the step would fail the same way every
+    time while the view holds them alive."""
 
     step: int
     missing: tuple[str, ...] = ()
@@ -386,8 +387,12 @@ class StepLeader:
     def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
         if event.step == self.step and self.proposed:
             got = self.arrived.get(self.step)
-            if got is not None:
-                got.difference_update(set(event.missing) - {self.node})
+            left = (got or set()) - (set(event.missing) - {self.node})
+            if got is not None and len(left & self._voter_set) > len(self.voters) // 2:
+                # Left out only while a majority of the voters stays in: a shard owner
+                # that lacks everyone's input is behind, not they (a smaller set could
+                # not be aggregated or committed any better).
+                got.intersection_update(left)
             self.proposed = False  # propose again with what arrives next
             self._arm(now + self.config.straggler_grace_s)
 

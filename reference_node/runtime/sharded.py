@@ -72,6 +72,13 @@ GATHER_TIMEOUT_S = 3.0
 # Contributor sets whose aggregated shards are held per step: the full set plus a
 # few retries without stragglers; more is a peer flooding us.
 RESULT_SETS_PER_STEP_MAX = 8
+# Steps whose shard inputs an owner holds at once: a rejoining owner (its state still
+# behind) keeps aggregating the newest steps' shards for the others, and forgets the
+# oldest beyond this many (each is one shard of every peer's gradient).
+INPUT_STEPS_MAX = 4
+# Arrivals are told to the control process for its current step and this many ahead
+# (worker.AHEAD_STEPS): a rejoining owner's far-ahead shards are not its steps.
+AHEAD_STEPS_REPORTED = 2
 # Requests waiting at an owner for their inputs, per step: a few per peer.
 WAITING_PER_STEP_MAX = 256
 # An owner asked again for a shard whose inputs it still lacks this long after the
@@ -112,6 +119,9 @@ class ShardExchange:
         self.gathers: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
         self._changed: dict[int, asyncio.Event] = {}
         self.bounds_cache: dict[int, tuple[tuple[int, int], ...]] = {}
+        # step -> its shard count as the keys of its shards say (a rejoining owner
+        # has no plan for the steps it aggregates for the others)
+        self.counts: dict[int, int] = {}
 
     # -- plan and contribution ----------------------------------------------------------------
 
@@ -174,7 +184,9 @@ class ShardExchange:
             self.worker.drops.drop("bad_shard_key", sender)
             return
         known = self.owners.get(chunk.step)
-        if known is not None and len(known) != count:
+        if (known is not None and len(known) != count) or self.counts.setdefault(
+            chunk.step, count
+        ) != count:
             self.worker.drops.drop("shard_count_mismatch", sender)
             return
         if chunk.kind == "shard":
@@ -195,6 +207,7 @@ class ShardExchange:
             if not finite:
                 self.non_finite.setdefault(chunk.step, set()).add(sender)
             self._add_input(chunk.step, index, sender, tensor)
+            self._keep_newest_input_steps()
             return
         if contributors is None or len(blob) != 4 * (end - start):
             self.worker.drops.drop("wrong_tensor_size", sender)
@@ -220,6 +233,9 @@ class ShardExchange:
             self.worker.drops.drop("bad_shard_key", sender)
             return
         step = request.step
+        if self.counts.setdefault(step, count) != count:
+            self.worker.drops.drop("shard_count_mismatch", sender)
+            return
         held = self.results.get((step, contributors), {}).get(index)
         if held is not None:
             self._send_result(sender, step, index, count, contributors, held)
@@ -260,12 +276,24 @@ class ShardExchange:
         )
         self._bump(refusal.step)
 
+    def _keep_newest_input_steps(self) -> None:
+        steps = sorted({step for step, _ in self.inputs})
+        for old in steps[:-INPUT_STEPS_MAX]:
+            self.counts.pop(old, None)
+            for key in [k for k in self.inputs if k[0] == old]:
+                del self.inputs[key]
+            for table in (self.waiting, self.waiting_since):
+                for key in [k for k in table if k[0] == old]:
+                    del table[key]
+
     # -- owners: aggregate a shard ----------------------------------------------------------------
 
     def _add_input(self, step: int, index: int, sender: str, tensor: torch.Tensor) -> None:
         self.inputs.setdefault((step, index), {})[sender] = tensor
         reported = self.reported.setdefault(step, set())
-        if sender != self.node and sender not in reported:
+        own_step = self.worker.replica.step
+        in_window = own_step <= step <= own_step + AHEAD_STEPS_REPORTED
+        if sender != self.node and sender not in reported and in_window:
             reported.add(sender)
             self.worker.channel.send(ipc.ContributionArrived(step=step, sender=sender))
         for waiting_step, waiting_index, contributors in list(self.waiting):
@@ -306,7 +334,9 @@ class ShardExchange:
         broadcast: bool,
     ) -> None:
         step, index, contributors = key
-        count = len(self.owners.get(step, ())) or self._count_of(step, index)
+        count = len(self.owners.get(step, ())) or self.counts.get(step, 0)
+        if count == 0:
+            return  # the step was forgotten meanwhile (INPUT_STEPS_MAX)
         result = await self.worker.run_compute(
             self._aggregate_shard, count, index, chosen, non_finite
         )
@@ -328,10 +358,6 @@ class ShardExchange:
             peers |= set(self.owners.get(step, ()))
         for peer in sorted(peers - {self.node}):
             self._send_result(peer, step, index, count, contributors, result)
-
-    def _count_of(self, step: int, index: int) -> int:
-        plan = self.plans.get(step)
-        return len(plan) if plan else index + 1
 
     def _send_result(
         self,
@@ -446,7 +472,15 @@ class ShardExchange:
 
     def forget_through(self, step: int) -> None:
         """Drop everything of steps <= ``step`` (applied, or a state was installed)."""
-        tables = (self.owners, self.plans, self.payloads, self.own, self.reported, self.non_finite)
+        tables = (
+            self.owners,
+            self.plans,
+            self.payloads,
+            self.own,
+            self.reported,
+            self.non_finite,
+            self.counts,
+        )
         for table in tables:
             for key in [k for k in table if k <= step]:
                 del table[key]

@@ -799,7 +799,10 @@ class Worker:
     def _on_blob_chunk(self, sender: str, chunk: BulkChunk) -> None:
         step = self.replica.step
         sharded_kind = chunk.kind in ("shard", "shard_aggregate")
-        if (chunk.kind == "contribution" or sharded_kind) and not (
+        if chunk.kind == "shard" and chunk.step >= step:
+            pass  # an owner aggregates shards of steps its own state has not reached
+            # (it is rejoining): the shard exchange keeps a few of the newest steps
+        elif (chunk.kind == "contribution" or sharded_kind) and not (
             step <= chunk.step <= step + AHEAD_STEPS
         ):
             self.drops.drop("stale_step", sender)

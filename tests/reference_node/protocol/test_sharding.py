@@ -148,3 +148,13 @@ def test_a_leader_never_leaves_its_own_gradient_out():
         nc.BuildFailed(step=0, missing=["n1"])  # a list, not a tuple
     with pytest.raises(LocalProtocolError):
         nc.BuildFailed(step=0, missing=("bad name",))
+
+
+def test_a_build_failure_naming_most_contributors_leaves_none_out():
+    # An owner that lacks everyone's shard is behind: leaving n1..n3 out would leave
+    # the leader alone, below a majority; the next proposal keeps them.
+    core = _leader_with_all_arrived()
+    core.handle(nc.BuildFailed(step=0, missing=("n1", "n2", "n3")), 2.0)
+    assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
+        nc.BuildProposal(step=0, contributors=NODES)
+    ]

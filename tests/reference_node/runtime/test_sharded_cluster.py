@@ -5,13 +5,16 @@ contributors resend them (protocol.sharding), nobody waits for the dead one."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 
+import aiomqtt
 import pytest
 
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime.launcher import LocalCluster
+from swarmshake.reference_node.runtime.mqtt_messages import harness_key, sign
 from swarmshake.reference_node.training.config import TrainingConfig
 
 pytestmark = pytest.mark.slow
@@ -31,6 +34,13 @@ def steps(cluster: LocalCluster, nodes: list[str]) -> dict[str, int]:
 
 def events(cluster: LocalCluster, node: str) -> list:
     return history.read_events(cluster.run_dir / "events" / f"{node}.jsonl").events
+
+
+async def publish(broker, topic: str, payload: bytes) -> None:  # noqa: ANN001
+    async with aiomqtt.Client(
+        "127.0.0.1", broker.port, username=broker.user, password=broker.password, timeout=5
+    ) as client:
+        await client.publish(topic, payload, qos=1)
 
 
 def test_a_step_commits_while_a_shard_owner_is_killed(tmp_path):
@@ -80,3 +90,64 @@ def test_a_step_commits_while_a_shard_owner_is_killed(tmp_path):
     without_n3 = [s for s, by_node in commits.items() if "n3" not in by_node["n1"].contributors]
     assert len(without_n3) >= 3, "the survivors committed without the dead owner"
     assert took_s < 30, took_s
+
+
+def test_steps_go_on_when_one_contributors_shards_cannot_reach_an_owner(tmp_path, broker):
+    """hold_bulk n2 -> n4: n2 stays alive in every view, but n4 (an owner) never gets
+    n2's shard, nor n2's aggregated shard.  n4 names n2 as missing when asked, the
+    proposer leaves n2 out (node_core.BuildFailed.missing), and n4 pulls the whole
+    aggregate from the proposer: no step waits for the fault to heal."""
+    cluster = LocalCluster(
+        tmp_path / "run",
+        NODES,
+        training=TRAINING,
+        mqtt={
+            "host": "127.0.0.1",
+            "port": broker.port,
+            "username": broker.user,
+            "password": broker.password,
+            "topic_prefix": "swarmshake/test",
+            "keepalive_s": 1,
+        },
+    )
+    cluster.start_all()
+    try:
+        cluster.wait_ready(timeout_s=120)
+        cluster.wait_for(
+            lambda: all(s >= 3 for s in steps(cluster, NODES).values()),
+            60,
+            what=f"training starts; at {steps(cluster, NODES)}",
+        )
+        topic = "swarmshake/test/nodes/n2/command"
+        command = b'{"command": "hold_bulk", "peers": ["n4"]}'
+        key = harness_key(bytes.fromhex(cluster.run_key_hex))
+        asyncio.run(publish(broker, topic, sign(key, topic, 1, command)))
+        cluster.wait_for(
+            lambda: any(
+                isinstance(e, history.FrameDrop) and e.reason == "bulk:held"
+                for e in events(cluster, "n2")
+            ),
+            30,
+            what="n2 holds its bulk frames to n4",
+        )
+        start = steps(cluster, NODES)
+        cluster.wait_for(
+            lambda: all(s >= start[n] + 4 for n, s in steps(cluster, NODES).items()),
+            60,
+            what=f"every node commits 4 steps under the hold; at {steps(cluster, NODES)}",
+        )
+        held_from = start["n1"]
+    finally:
+        cluster.stop_all()
+    commits = {
+        e.step: e
+        for e in events(cluster, "n1")
+        if isinstance(e, history.Commit) and e.step >= held_from
+    }
+    assert any("n2" not in c.contributors for c in commits.values()), commits
+    table: dict[int, set[str]] = {}
+    for node in NODES:
+        for event in events(cluster, node):
+            if isinstance(event, history.Commit):
+                table.setdefault(event.step, set()).add(event.param_fp)
+    assert all(len(fps) == 1 for fps in table.values()), table
