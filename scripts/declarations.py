@@ -29,7 +29,9 @@ EXIT_USAGE = 64
 # How long after a heal a suspicion of a majority-side node is reported: the detector's
 # suspicion timeout (1 s) plus D (2 s) covers any verdict the heal could still cause.
 SUSPECT_AFTER_HEAL_S = 3.0
-CUT_OPS = ("partition", "blackhole")
+# Only a partition splits the nodes into sides; a black hole cuts directed links and
+# names no minority, so its heals are not looked at.
+SPLIT_OPS = ("partition",)
 
 
 def minority_of(fault: Fault) -> set[str]:
@@ -46,11 +48,11 @@ def minority_of(fault: Fault) -> set[str]:
 
 
 def heals_of_cuts(history: History) -> list[tuple[float, set[str]]]:
-    """``(heal t, minority)`` for each partition/black hole, paired inject to heal in order."""
+    """``(heal t, minority)`` for each partition, paired inject to heal in order."""
     open_minorities: list[set[str]] = []
     heals: list[tuple[float, set[str]]] = []
     for event in history.events:
-        if not isinstance(event, Fault) or event.op not in CUT_OPS:
+        if not isinstance(event, Fault) or event.op not in SPLIT_OPS:
             continue
         if event.phase == "inject":
             open_minorities.append(minority_of(event))
