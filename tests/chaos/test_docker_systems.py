@@ -174,7 +174,8 @@ def assert_full_run_on_containers(
     assert len({s["incarnation"] for s in starts if s.get("kind") == "start"}) >= 2, starts
     client = docker.from_env(timeout=60)
     try:
-        label = {"label": f"{RUN_LABEL}={result['run_id']}"}
+        run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+        label = {"label": f"{RUN_LABEL}={run_id}"}
         assert client.containers.list(all=True, filters=label) == []
         assert client.networks.list(filters=label) == []
     finally:
