@@ -141,3 +141,76 @@ def test_l3_a_fault_inside_the_rejoin_window_makes_a_miss_unknown():
     )
     events.sort(key=lambda event: event.t_mono)
     assert _check(events).results["L3"].status == "unknown"
+
+
+# --- the neutral checkers (a per-file mutation sample, session 5: 3 of 6 survived) ---------
+
+
+def _neutral_world():
+    from swarmshake.verify.history import MembershipChange, RunMark, StepCommitted
+
+    def commit(node: str, step: int, t: float, members: list[str]) -> StepCommitted:
+        return StepCommitted(
+            t_wall=t, t_mono=t, node=node, step=step, participants=members,
+            param_fp=f"fp{step}", quorum_id="q0",
+        )  # fmt: skip
+
+    def mark(name: str, t: float) -> RunMark:
+        return RunMark(t_wall=t, t_mono=t, node=HARNESS, mark=name)
+
+    return commit, mark, MembershipChange
+
+
+def test_l1_late_group_cites_the_crash_and_the_group_that_left_the_node_out():
+    """neutral.py:185 (1 -> 2 in the second evidence reference): the evidence of a
+    late group is the crash and the first event that left the node out."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, membership = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events = [commit(n, s, s / 2, world) for s in range(4) for n in world]
+    events.append(Fault(t_wall=2.2, t_mono=2.2, node=HARNESS, op="crash", target=["n3"],
+                        phase="inject"))  # fmt: skip
+    events.append(membership(t_wall=5.0, t_mono=5.0, node="n1", members=["n1", "n2"],
+                             quorum_id="q1"))  # fmt: skip
+    events.append(Fault(t_wall=8.0, t_mono=8.0, node=HARNESS, op="crash", target=["n3"],
+                        phase="heal"))  # fmt: skip
+    history = History.from_events(events)
+    result = neutral.check_l1(history, Bounds(detection_s=2.0))
+    assert result.status == "invalid" and "formed after 2.80s" in result.message
+    crash, late = result.evidence[:2]
+    assert crash.kind == "fault" and crash.t_mono == 2.2
+    assert late.kind == "membership" and late.t_mono == 5.0
+    # The references point at those events in the history (a report links them).
+    assert history.events[crash.index] is events[12] and history.events[late.index] is events[13]
+
+
+def test_the_quiesce_heals_the_cuts_of_a_partition_left_open():
+    """neutral.py:274 (the quiesce's ``cuts.clear()`` deleted): after the quiesce the
+    harness leaves every node alone again, even if a partition was never healed."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, mark, _ = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    cuts = [["n3", "n1"], ["n1", "n3"], ["n3", "n2"], ["n2", "n3"]]
+    events = [
+        mark("steady_state", 0.0),
+        *(commit(n, 0, 0.5, world) for n in world),
+        Fault(
+            t_wall=2.0,
+            t_mono=2.0,
+            node=HARNESS,
+            op="partition",
+            target=["n3"],
+            params={"grouping": "isolate", "cuts": cuts},
+            phase="inject",
+        ),  # fmt: skip
+        mark("quiesce", 4.0),
+        mark("run_end", 6.0),
+    ]
+    stretches = neutral.premise_stretches(History.from_events(events))
+    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
+        (0.0, 2.0, ("n1", "n2", "n3")),
+        (2.0, 4.0, ("n1", "n2")),
+        (4.0, 6.0, ("n1", "n2", "n3")),
+    ]
