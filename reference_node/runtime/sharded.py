@@ -277,7 +277,11 @@ class ShardExchange:
         self._bump(refusal.step)
 
     def _keep_newest_input_steps(self) -> None:
-        steps = sorted({step for step, _ in self.inputs})
+        own_step = self.worker.replica.step
+        # The steps this node runs now are never the ones forgotten: far-ahead shards
+        # (a peer's, while this node is rejoining) cannot push out the current step's.
+        current = range(own_step, own_step + AHEAD_STEPS_REPORTED + 1)
+        steps = sorted({step for step, _ in self.inputs if step not in current})
         for old in steps[:-INPUT_STEPS_MAX]:
             self.counts.pop(old, None)
             for key in [k for k in self.inputs if k[0] == old]:
