@@ -537,8 +537,10 @@ class Harness:
                     status = "invalid"
         violated = verdict.violated() if verdict else []
         if verdict and not message:
+            undecided = [n for n, r in verdict.results.items() if r.status == "unknown"]
             message = (
                 "; ".join(f"{name}: {verdict.results[name].message}" for name in violated)
+                or "; ".join(f"{n} unknown: {verdict.results[n].message}" for n in undecided)
                 or f"every property {verdict.status}"
             )
         self.mark("verdict", status=status, violated=violated)
