@@ -25,9 +25,11 @@ WireDtype = Literal["fp32", "int8"]
 # of it to each shard owner, which aggregates that shard for everyone ("sharded":
 # about 2G(n-1)/n bytes a node per step instead of 2G(n-1)).  Krum stays all-to-all.
 # Default all_to_all for now: sharded measured 2.06x the step rate at 1M parameters
-# (BENCHMARKS.md, session 5) and passes its own kill and hold_bulk tests, but one
-# 4-node crash/restart/broker-loss run with it left the restarted node stuck at step 1
-# (cause not confirmed); switch the default once that run passes.
+# (BENCHMARKS.md, session 5) and passes its kill and hold_bulk tests; one 4-node
+# crash/restart/broker-loss run with it left the restarted node stuck at step 1, and
+# after 0c3cfb7 (a rejoining owner keeps aggregating) the same run passed once.  It
+# has not yet run under partitions, pauses or the recovery benchmark: switch the
+# default once it has.
 AggregationPath = Literal["sharded", "all_to_all"]
 
 # A bound on a configured model: 2**31 float32 parameters is 8 GiB, beyond what a
