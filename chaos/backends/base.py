@@ -162,6 +162,9 @@ class Backend(abc.ABC):
             self.system = spec.system
         # Filled by ``up``; the lookups below are the same on every backend.
         self.toxiproxy: Any = None  # the backend's Toxiproxy (process or container)
+        # Per-node network namespaces (chaos.netns) for a system whose link faults are
+        # ``netns``: NetnsNetwork locally, HolderNamespaces on Docker; None otherwise.
+        self.netns: Any = None
         self._nodes: dict[str, Any] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._broker: Any = None
@@ -255,7 +258,13 @@ class Backend(abc.ABC):
         )
 
     async def reset_links(self) -> None:
-        """Enable every proxy and remove every toxic (heal of every network fault)."""
+        """Heal every network fault: the namespaces' rules removed where the links are
+        namespace links, else every proxy enabled and every toxic removed."""
+        if self.netns is not None:
+            await self.netns.reset()
+            for link in self._links.values():
+                link.forget()  # type: ignore[attr-defined]
+            return
         if self.toxiproxy is not None:
             await self.toxiproxy.reset()
         for link in self._links.values():

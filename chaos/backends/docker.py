@@ -700,14 +700,6 @@ class DockerBackend(Backend):
     def broker_address(self) -> tuple[str, int]:
         return self._broker_ip, BROKER_PORT
 
-    async def reset_links(self) -> None:
-        if self.netns is not None:
-            await self.netns.reset()
-            for link in self._links.values():
-                link.forget()  # type: ignore[attr-defined]
-            return
-        await super().reset_links()
-
     async def apply_netem(self, links: list[tuple[str, str]], op: Any) -> None:
         """``tc netem`` on the egress of every sending node of ``links``.
 

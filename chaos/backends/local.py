@@ -712,14 +712,6 @@ class LocalBackend(Backend):
         if errors:
             raise BackendError(f"down: {'; '.join(errors)}")
 
-    async def reset_links(self) -> None:
-        if self.netns is not None:
-            await self.netns.reset()
-            for link in self._links.values():
-                link.forget()  # type: ignore[attr-defined]
-            return
-        await super().reset_links()
-
     def broker_address(self) -> tuple[str, int]:
         return HOST, self.broker.port
 
