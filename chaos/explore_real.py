@@ -15,8 +15,9 @@ quorum change, which a timed fault hits only by luck.
 
 Why a greedy shrinker rather than Hypothesis's: one real run costs tens of seconds,
 and Hypothesis's shrinker spends hundreds of examples; removing one entry at a
-time (then shortening heal delays), each candidate confirmed by re-runs, finds a
-small schedule in a few dozen runs.  The simulator's explore (thousands of cheap
+time, each candidate confirmed by re-runs, finds a small schedule in a few dozen
+runs.  (Heal delays and trigger steps are kept as drawn: shortening them would
+double the runs a shrink costs.)  The simulator's explore (thousands of cheap
 runs) keeps Hypothesis.
 """
 
