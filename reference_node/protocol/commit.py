@@ -103,6 +103,7 @@ from swarmshake.reference_node.protocol.messages import (
     Ballot,
     ConfigChangeRequest,
     Decided,
+    DecisionRequest,
     Nack,
     Prepare,
     PromiseReply,
@@ -119,7 +120,9 @@ from swarmshake.reference_node.protocol.structs import (
 )
 
 Phase = Literal["idle", "preparing", "accepting", "backoff", "decided"]
-CommitMessage = Prepare | PromiseReply | AcceptRequest | AcceptedReply | Nack | Decided
+CommitMessage = (
+    Prepare | PromiseReply | AcceptRequest | AcceptedReply | Nack | Decided | DecisionRequest
+)
 
 # Everything that moves a proposer between phases of one step.  Inputs:
 #   start_round0      the coordinator proposes at ballot (0, index), skipping phase 1
@@ -465,6 +468,9 @@ class StepCommit:
         self._decided: dict[int, tuple[StepValue, tuple[str, ...]]] = {}
         self._applying: int | None = None
         self._buffer: list[CommitMessage] = []
+        # Peers asked for this step's decision (DecisionRequest): once each a step, so
+        # a laggard's requests are bounded by the member count.
+        self._decision_asked: set[str] = set()
         self.dropped = 0  # messages dropped by bounds (counted, never silently lost)
         # Seconds from sending a request to a peer's reply (0: none seen yet); sets
         # how long a proposer waits before it gives a round up.
@@ -565,6 +571,7 @@ class StepCommit:
                 assert acceptor.accepted_ballot <= acceptor.promised, step
                 assert acceptor.accepted_value is not None, step
         assert len(self._buffer) <= self.config.buffered_messages_max
+        assert self._decision_asked <= set(self.members), "asked a non-member"
         for step in self._held:
             assert step <= self.step + self.config.steps_ahead_max, step
         proposer = self._proposer
@@ -589,6 +596,7 @@ class StepCommit:
             tuple(sorted(self._decided.items())),
             self._applying,
             tuple(self._buffer),
+            tuple(sorted(self._decision_asked)),
             self.dropped,
             self.reply_latency_s,
             self._clock.last,
@@ -693,12 +701,16 @@ class StepCommit:
 
     def _dispatch(self, message: CommitMessage, now: float, actions: list) -> None:
         step = message.step
+        if isinstance(message, DecisionRequest):
+            self._answer_decision_request(message, actions)
+            return
         if step > self.step:
             if step >= self.step + self.config.state_transfer_gap_steps:
                 # The sender holds committed state at least two steps past this node's.
                 self.dropped += 1
                 actions.append(Behind(step=self.step, peer_step=step, peer=message.sender))
                 return
+            self._ask_decision(message.sender, actions)
             if len(self._buffer) >= self.config.buffered_messages_max:
                 self.dropped += 1
                 return
@@ -1135,6 +1147,35 @@ class StepCommit:
             )
         actions.append(ApplyStep(step=self.step, value=value))
 
+    def _ask_decision(self, peer: str, actions: list) -> None:
+        """``peer``'s core is past this node's step, so it holds that step's decision:
+        ask for it unless it is known.  One step behind is normal while this node
+        applies, but a node that missed the step's ``Decided`` (a rejoin installed a
+        state one step old: the decision was broadcast while the state was in flight)
+        would otherwise wait until the cluster is two steps ahead and transfer state
+        again, which can be one step old again (GPU chaos run: 43.5 s, three state
+        transfers, before such a node committed a step of its own)."""
+        if self.step in self._decided or peer in self._decision_asked:
+            return
+        self._decision_asked.add(peer)
+        actions.append(Send(to=(peer,), message=DecisionRequest(sender=self.node, step=self.step)))
+
+    def _answer_decision_request(self, message: DecisionRequest, actions: list) -> None:
+        """Tell a laggard a decision this node holds; silence otherwise (it started past
+        that step, or is not there yet): the laggard's ``Behind`` rule covers it once
+        the cluster is two steps ahead."""
+        entry = self._decided.get(message.step)
+        if entry is None:
+            return
+        actions.append(
+            Send(
+                to=(message.sender,),
+                message=Decided(
+                    sender=self.node, step=message.step, value=entry[0], quorum=list(entry[1])
+                ),
+            )
+        )
+
     def _answer_laggard(self, message: CommitMessage, actions: list) -> None:
         if isinstance(message, _BALLOT_REQUESTS):
             entry = self._decided.get(message.step)
@@ -1187,6 +1228,7 @@ class StepCommit:
         self._applying = None
         self.step += 1
         self._proposer = _Proposer()
+        self._decision_asked = set()
         low = self.step - self.config.retained_steps
         for table in (self._acceptors, self._decided, self._held):
             for old in [s for s in table if s < low]:

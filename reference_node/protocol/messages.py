@@ -35,7 +35,8 @@ import msgspec
 
 from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
 
-PROTOCOL_VERSION = 1
+# 2: DecisionRequest (a v1 peer would reject it as malformed).
+PROTOCOL_VERSION = 2
 MAX_FRAME_BYTES = 256 * 1024
 MAX_CLUSTER_NODES = 2048
 MAX_NODE_NAME_CHARS = 64
@@ -174,6 +175,14 @@ class Decided(_Message, tag="decided"):
     quorum: NodeList = []  # the acceptors whose accepts chose it (evidence for S3 checks)
 
 
+class DecisionRequest(_Message, tag="decision_request"):
+    """Ask a peer that is already past ``step`` for its decision (answered with
+    ``Decided``; silence when the peer cannot tell it).  Sent by a node that holds no
+    decision for its current step while a peer's traffic shows the step decided."""
+
+    step: Step
+
+
 class JoinRequest(_Message, tag="join_request"):
     incarnation: Counter
 
@@ -226,6 +235,7 @@ Message = (
     | AcceptedReply
     | Nack
     | Decided
+    | DecisionRequest
     | JoinRequest
     | LeaveNotice
     | StateRequest

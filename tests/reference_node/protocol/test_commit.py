@@ -15,6 +15,7 @@ from swarmshake.reference_node.protocol.messages import (
     AcceptedReply,
     AcceptRequest,
     Decided,
+    DecisionRequest,
     Prepare,
     StepValue,
 )
@@ -371,9 +372,40 @@ def test_a_message_two_steps_ahead_means_behind_and_one_step_ahead_waits():
     assert laggard.handle(C.MessageReceived(message=ahead), 0.0) == [
         C.Behind(step=0, peer_step=2, peer="a")
     ]
-    # One step ahead is normal (peers decide while this node applies): buffered.
+    # One step ahead: buffered, and the sender (past step 0) is asked for step 0's
+    # decision, once.
     next_step = Prepare(sender="a", step=1, ballot=(1, 0))
-    assert laggard.handle(C.MessageReceived(message=next_step), 0.1) == []
+    assert laggard.handle(C.MessageReceived(message=next_step), 0.1) == [
+        C.Send(to=("a",), message=DecisionRequest(sender="c", step=0))
+    ]
+    again = AcceptRequest(sender="a", step=1, ballot=(1, 0), value=step_value(0, NAMES))
+    assert laggard.handle(C.MessageReceived(message=again), 0.2) == []
+
+
+def test_a_node_that_missed_a_decision_learns_it_from_the_first_peer_ahead():
+    """Regression (GPU chaos run, CI): a rejoin installed a state one step old, the
+    step's Decided had gone out while the state was in flight, and the node waited
+    until the cluster was two steps ahead, transferred state again (one step old
+    again), and committed nothing of its own for 43.5 s.  Now the first message of the
+    next step makes it ask the sender, which is past the step, for the decision."""
+    net = CommitNet(NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=step_value(0, NAMES)))
+    drain(net, drop_to={"c"})  # c misses step 0's accept and Decided
+    assert net.cores["c"].step == 0 and net.cores["b"].step == 1
+    coordinator = net.cores["b"].coordinator(1)
+    net.feed(coordinator, C.ProposeValue(step=1, value=step_value(1, NAMES)))
+    drain(net)
+    assert ("c", 0, step_value(0, NAMES)) in net.committed
+    assert ("c", 1, step_value(1, NAMES)) in net.committed
+    assert net.cores["c"].step == 2
+
+
+def test_a_decision_request_is_answered_only_with_a_decision_held():
+    ahead = C.StepCommit(node="a", voters=NAMES, first_step=3)
+    request = DecisionRequest(sender="c", step=2)
+    assert ahead.handle(C.MessageReceived(message=request), 0.0) == []  # started past it
+    with pytest.raises(RemoteProtocolError):
+        ahead.handle(C.MessageReceived(message=DecisionRequest(sender="zz", step=2)), 0.0)
 
 
 def test_a_node_one_step_behind_still_learns_the_decision():

@@ -25,6 +25,7 @@ EXAMPLES = [
     M.AcceptedReply(sender="n1", step=4, ballot=(2, 1), value_fp="ab12"),
     M.Nack(sender="n1", step=4, ballot=(2, 1), promised=(3, 0)),
     M.Decided(sender="n1", step=4, value=VALUE, quorum=["a", "b"]),
+    M.DecisionRequest(sender="n2", step=4),
     M.JoinRequest(sender="n9", incarnation=3),
     M.LeaveNotice(sender="n9", incarnation=3),
     M.StateRequest(sender="n9", incarnation=3),
@@ -50,7 +51,8 @@ def _body(message_dict: dict) -> bytes:
     [
         (b"", "malformed"),
         (b"\x00\x01\x02", "malformed"),
-        (msgspec.msgpack.encode([2, {"type": "heartbeat"}]), "version"),
+        (msgspec.msgpack.encode([M.PROTOCOL_VERSION + 1, {"type": "heartbeat"}]), "version"),
+        (msgspec.msgpack.encode([1, {"type": "heartbeat"}]), "version"),
         (b"\x92\x01" + b"\x00" * (M.MAX_FRAME_BYTES), "oversized"),
         (_body({"type": "nosuch", "sender": "a"}), "malformed"),
         (_body({"type": "heartbeat", "sender": "a", "incarnation": -1, "seq": 0}), "malformed"),
