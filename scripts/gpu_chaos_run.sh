@@ -31,6 +31,10 @@
 #       The device tool brings back at most 8 files from $OUT: the small side
 #       files (gpus.csv, nvidia_smi.csv, run.json, run.stderr, figures.json,
 #       gpu_profile.json, pytest_gpu.log) travel in extras.tgz; figures.md holds run_figures' tables.
+#
+#   bash scripts/gpu_chaos_run.sh cpu-bench overhead --params 100M ...
+#       on the device machine: `swarmshake bench ...` on its CPUs, no GPU visible
+#       ($OUT/bench.json, bench.log, cpu.txt).
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/.gpu-carry
@@ -75,6 +79,25 @@ pack_side_files() {
   fi
 }
 
+# The carried wheels, broker and Toxiproxy on the paths, and the package importable
+# without installing it (gpu_run.sh does the same): swarmshake/ holds the top-level
+# modules, the parts are linked in.
+use_carry() {
+  local python=$1 site=/tmp/swarmshake_site pp=/tmp/swarmshake_pp
+  cd "$ROOT" || return 1
+  if ! "$python" -c 'import aiomqtt, msgspec, blake3' 2>/dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "$CARRY"/whl/*.whl || return 1
+  fi
+  rm -rf "$pp"; mkdir -p "$pp/swarmshake"
+  cp swarmshake/*.py "$pp/swarmshake/"
+  for part in reference_node chaos specs verify kernels reports; do
+    [ -d "$part" ] && ln -s "$ROOT/$part" "$pp/swarmshake/$part"
+  done
+  export PATH=$CARRY/bin:$PATH PYTHONPATH=$pp:$site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
+  export SWARMSHAKE_TOXIPROXY=$CARRY/bin/toxiproxy-server
+}
+
 run() {
   local suite=${1:-suites/gpu-smoke.yaml} python=${2:-python3}
   local out=${OUT:-$ROOT/runs/gpu-chaos}
@@ -89,21 +112,7 @@ run() {
       return 64 ;;
     esac
   done
-  cd "$ROOT" || return 1
-  local site=/tmp/swarmshake_site pp=/tmp/swarmshake_pp
-  if ! "$python" -c 'import aiomqtt, msgspec, blake3' 2>/dev/null; then
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$site" "$CARRY"/whl/*.whl || return 1
-  fi
-  # The package without installing it (gpu_run.sh does the same): swarmshake/ holds
-  # the top-level modules, the parts are linked in.
-  rm -rf "$pp"; mkdir -p "$pp/swarmshake"
-  cp swarmshake/*.py "$pp/swarmshake/"
-  for part in reference_node chaos specs verify kernels reports; do
-    [ -d "$part" ] && ln -s "$ROOT/$part" "$pp/swarmshake/$part"
-  done
-  export PATH=$CARRY/bin:$PATH PYTHONPATH=$pp:$site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
-  export SWARMSHAKE_TOXIPROXY=$CARRY/bin/toxiproxy-server
+  use_carry "$python" || return 1
   export SWARMSHAKE_KERNELS_BUILD=${SWARMSHAKE_KERNELS_BUILD:-/tmp/swk_build} MAX_JOBS=${MAX_JOBS:-16}
   # Multicast stays off (the device tool's KINDS.md: it can take a shared host's GPUs down).
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -183,8 +192,28 @@ run() {
   return $rc
 }
 
+# `cpu-bench ARGS...`: `swarmshake bench ARGS` on the device machine's CPUs (16 cores:
+# the 100M-parameter overhead bench does not reach steady state on the 2-core dev
+# machine), with the carried wheels and tools, no GPU visible; the JSON report and
+# the progress log go to $OUT.
+cpu_bench() {
+  local out=${OUT:-$ROOT/runs/cpu-bench} python=${PYTHON:-python3}
+  mkdir -p "$out"
+  [ -d "$CARRY/bin" ] || { echo "$CARRY missing: run '$0 prepare' and carry .gpu-carry" >&2; return 64; }
+  use_carry "$python" || return 1
+  export CUDA_VISIBLE_DEVICES=""
+  lscpu | grep -E '^(Model name|CPU\(s\)|Thread)' | tee "$out/cpu.txt"
+  "$python" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())'
+  "$python" -m swarmshake.chaos.cli bench "$@" --json >"$out/bench.json" 2>"$out/bench.log"
+  local rc=$?
+  tail -40 "$out/bench.log"
+  echo "bench exit $rc after ${SECONDS}s"
+  return $rc
+}
+
 case ${1:-} in
   prepare) prepare ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare | run [SUITE] [PYTHON]" >&2; exit 64 ;;
+  cpu-bench) shift; cpu_bench "$@" ;;
+  *) echo "usage: $0 prepare | run [SUITE] [PYTHON] | cpu-bench BENCH-ARGS..." >&2; exit 64 ;;
 esac

@@ -48,6 +48,17 @@ def advance(cluster: LocalCluster, nodes: list[str], by: int, timeout_s: float, 
     )
 
 
+def commits_after_last_rejoin(cluster: LocalCluster, node: str) -> int:
+    """Steps ``node``'s newest incarnation committed past the state it last installed."""
+    events = history.read_events(cluster.run_dir / "events" / f"{node}.jsonl").events
+    newest = max((e.incarnation for e in events if isinstance(e, history.Start)), default=0)
+    mine = [e for e in events if e.incarnation == newest]
+    done = [e for e in mine if isinstance(e, history.RejoinDone)]
+    if not done:
+        return 0
+    return sum(1 for e in mine if isinstance(e, history.Commit) and e.step > done[-1].step)
+
+
 @pytest.fixture
 def cluster_with_broker(tmp_path, broker):
     cluster = LocalCluster(
@@ -106,6 +117,14 @@ def test_train_crash_rejoin_and_broker_loss(cluster_with_broker):
     cluster.start("n4")
     cluster.wait_ready(["n4"], timeout_s=240)
     advance(cluster, NODES, 3, 120, "n4 rejoined")
+    # A step count that went up may be rejoins only (under load the cluster can move
+    # two steps during a transfer, and the node transfers again): wait for a step n4
+    # committed itself after its last rejoin, and for the others to commit too.
+    cluster.wait_for(
+        lambda: commits_after_last_rejoin(cluster, "n4") >= 2,
+        120,
+        what=f"n4 commits 2 steps after its last rejoin; at {steps(cluster, NODES)}",
+    )
     n4_events = history.read_events(cluster.run_dir / "events" / "n4.jsonl").events
     # Refutations during the first run may have raised n4's incarnation above 1.
     restarted = max(e.incarnation for e in n4_events if isinstance(e, history.Start))
