@@ -359,6 +359,19 @@ class NodeApp:
             return
         self._perform(t, actions)
         self._arm_commit_timer(t)
+        self._rejoin_if_behind(t)
+
+    def _rejoin_if_behind(self, t: float) -> None:
+        """The runtime checks this on every wake of its step loop (``_behind_peers``);
+        here after every commit-core event and every message that carries a step."""
+        commit = self.commit
+        if commit is None or self.rejoin is not None or self.applying is not None:
+            return
+        peer = nc.peer_ahead(
+            commit.step, self.peer_steps, self.alive_view, commit.config.state_transfer_gap_steps
+        )
+        if peer is not None:
+            self._start_rejoin(t, evidence=peer)
 
     def _arm_commit_timer(self, t: float) -> None:
         if self.commit is None:
@@ -528,12 +541,15 @@ class NodeApp:
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
+            if message.step > self.peer_steps.get(sender, -1):  # as the runtime counts it
+                self.peer_steps[sender] = message.step
             contributors = self.held.get(message.step, {}).get(message.value_fp)
             if contributors is None:
                 self._send(t, sender, NoAggregate(message.step, message.value_fp))
             else:
                 reply = AggregateBytes(message.step, message.value_fp, contributors)
                 self._send(t, sender, reply, "bulk", self.settings.aggregate_nbytes)
+            self._rejoin_if_behind(t)
         elif isinstance(message, NoAggregate):
             self._fetch_next(t, (message.step, message.value_fp), sender)
         elif isinstance(message, StateRequest):

@@ -520,6 +520,21 @@ def change_to_propose(
     return None
 
 
+def peer_ahead(
+    own_step: int, peer_steps: Mapping[str, int], alive: Iterable[str], gap_steps: int
+) -> str | None:
+    """A live peer whose messages carried a step at least ``gap_steps`` past this
+    node's (the commit core's ``state_transfer_gap_steps``): catching up step by step
+    would lag, one state transfer brings the node level.  The furthest ahead (ties:
+    the greatest name) is the evidence for ``rejoin_sources``.  The commit core says
+    the same of its own messages (``Behind``); this covers every other message that
+    carries a step (an aggregate request) and a step the node reaches after an apply
+    while a peer it heard from is already further on."""
+    alive_set = set(alive)
+    ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= own_step + gap_steps]
+    return max(ahead)[1] if ahead else None
+
+
 def rejoin_sources(
     node: str,
     alive: Iterable[str],

@@ -844,10 +844,12 @@ class StepDriver:
         return bool(limit) and self.step >= limit
 
     def _behind_peers(self) -> str | None:
-        """A live peer at least two steps ahead: catching up step by step would lag."""
-        alive = set(self.node.detector.core.alive_view())
-        ahead = [(s, p) for p, s in self.peer_steps.items() if p in alive and s >= self.step + 2]
-        return max(ahead)[1] if ahead else None
+        return nc.peer_ahead(
+            self.step,
+            self.peer_steps,
+            self.node.detector.core.alive_view(),
+            self.core.config.state_transfer_gap_steps,
+        )
 
     def _maybe_progress(self, now: float) -> float | None:
         """Start what is due; returns the next node-clock time something is due."""

@@ -221,6 +221,15 @@ def test_rejoin_sources_are_the_peers_known_to_be_ahead():
     assert nc.rejoin_sources("n3", VOTERS, VOTERS, {}, 5, "n0", joining=True) == ("n0",)
 
 
+def test_a_live_peer_two_steps_ahead_is_the_rejoin_evidence():
+    gap = cm.CommitConfig().state_transfer_gap_steps
+    assert nc.peer_ahead(5, {"n0": 6, "n2": 6}, VOTERS, gap) is None  # one ahead: normal
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, VOTERS, gap) == "n2"  # the furthest
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, ("n0", "n1"), gap) == "n0"  # live only
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 7}, VOTERS, gap) == "n2"  # ties: by name
+    assert nc.peer_ahead(5, {"n2": 9}, ("n1",), gap) is None
+
+
 # --- history ---------------------------------------------------------------------------------------
 
 
