@@ -59,6 +59,7 @@ from swarmshake.reference_node.protocol.detector import (
     GossipReceived,
     HeartbeatPlan,
     HeartbeatsArrived,
+    LocalStall,
     Refuted,
     SelfDeclaredDead,
     SendGossip,
@@ -374,6 +375,12 @@ class Simulation:
                 stream.resume(t, proc.clock, self.settle_s)
                 self._reschedule(receiver, t)
         deferred, proc.deferred = proc.deferred, []
+        detector = proc.detector
+        if detector is not None and detector.started:
+            # As the runtime's driver does at a wake from a stall: the core hears of
+            # it before any arrival read at the resume (Lifeguard's local health).
+            stall = LocalStall(stalled_s=max(0.0, t - proc.paused_since))
+            self._apply_detector(proc, t, detector.handle(stall, proc.clock.local(t)))
         self.detector_event(proc, t, None, read_at=t)
         for _, _, kind, _, gen, payload in deferred:
             if proc.up and not proc.paused and gen == proc.gen:

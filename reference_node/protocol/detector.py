@@ -164,6 +164,13 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    not refute a suspicion of itself (it lets the majority's verdict come and
    rejoins): refuting brought it back into the others' views while it held them
    dead.
+5. *A node's own stall is no evidence* (Lifeguard's local health).  When the
+   driver reports that this node did not run for d seconds (``LocalStall``: a
+   pause, a descheduled host), every watch waits min(d, ``stall_grace_max_s``)
+   before it may time out, and the gap across the stall is not recorded.  Without
+   it the first heartbeat read after a 4 s pause fired that peer's watch and
+   suspicion timeout, both due during the pause, and the woken node declared its
+   peers dead one by one (the gray suite: S4 unknown on every run).
 
 Crash detection is unchanged: a crash is seen by >= 2 monitors, each of which
 suspects it itself, so the first confirmation still comes from two own suspicions.
@@ -240,6 +247,11 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     dead_notice_gap_s: float = 0.1  # at most one "you were declared dead" answer per peer
     dead_notices_max: int = 8  # bounded: 0.1 s .. 12.8 s backoff, ~25 s of telling the dead
     verdict_settle_s: float = 0.5  # a quorum-formed verdict is passed on only this much later
+    # After this node's own stall of d seconds (LocalStall), its watches wait
+    # min(d, this) before they may time out: the peers' heartbeats come once they and
+    # this node's readers run again.  Capped so a node that is slow for good still
+    # detects within a bound.
+    stall_grace_max_s: float = 0.5
 
     def __post_init__(self) -> None:
         for name in (
@@ -254,6 +266,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "notice_retry_base_s",
             "dead_notice_gap_s",
             "verdict_settle_s",
+            "stall_grace_max_s",
         ):
             check_positive(getattr(self, name), f"DetectorConfig.{name}")
         for name in (
@@ -372,8 +385,30 @@ class LeaveRequested(CoreEvent, frozen=True, kw_only=True):
     """This node leaves cleanly: announce ``left`` and stop heartbeating."""
 
 
+class LocalStall(CoreEvent, frozen=True, kw_only=True):
+    """This node's own process did not run for ``stalled_s`` seconds up to ``now`` (a
+    pause, a descheduled host).  Feed it before any arrival read after the stall.
+
+    Lifeguard's local health: silence that fell while this node could not listen is
+    no evidence against its peers.  Without it the first heartbeat read after a 4 s
+    pause fired every watch and suspicion timer that fell due meanwhile, and the woken
+    node declared all its peers dead at once (gray suite: S4 unknown on every run)."""
+
+    stalled_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.stalled_s >= 0.0 and self.stalled_s < float("inf")):
+            raise LocalProtocolError(f"LocalStall.stalled_s = {self.stalled_s} must be >= 0")
+
+
 DetectorEvent = (
-    Started | MembersChanged | HeartbeatsArrived | GossipReceived | Tick | LeaveRequested
+    Started
+    | MembersChanged
+    | HeartbeatsArrived
+    | GossipReceived
+    | Tick
+    | LeaveRequested
+    | LocalStall
 )
 
 
@@ -1582,6 +1617,25 @@ class FailureDetector:
         )
         self._gossip_if_due(at, actions)
 
+    def _on_local_stall(self, event: LocalStall, now: float, actions: list) -> None:
+        """Every watch waits ``min(stalled_s, stall_grace_max_s)`` from ``now`` before it
+        may time out (the bound every later arrival re-arms against, as for a claimer's
+        excused silence).  Suspicions already held stay as they are: they were formed
+        on evidence from before the stall.  A peer that really died is declared at
+        most the grace later."""
+        until = now + min(event.stalled_s, self.config.stall_grace_max_s)
+        now_us = round(now * _US_PER_S)
+        for watch in self._watches.values():
+            watch.quiet_until = max(watch.quiet_until, until)
+            if watch.deadline is not None:
+                watch.arm(watch.deadline)
+            if watch.last_t is not None:
+                # The gap across the stall is this node's, not the peer's jitter: kept
+                # in the window it raised the threshold (up to the ceiling) and slowed
+                # the next detection (explore, 3 nodes, seed 0: a crash 0.2 s after
+                # this node's pause was detected after D).
+                watch.last_us = max(watch.last_us, now_us)
+
     def _excuse_silence(self, claimer: str, at: float) -> None:
         """``claimer`` suspects or holds this node dead, so its silence towards this
         node is no evidence until it has taken the refutation in: nobody heartbeats a
@@ -1865,4 +1919,5 @@ _HANDLERS = {
     GossipReceived: FailureDetector._on_gossip,
     Tick: FailureDetector._on_tick,
     LeaveRequested: FailureDetector._on_leave,
+    LocalStall: FailureDetector._on_local_stall,
 }

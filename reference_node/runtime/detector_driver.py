@@ -31,13 +31,13 @@ IDLE_RECHECK_S = 1.0
 # Event-loop iterations given to pending socket reads before a timer fires: one to
 # poll the sockets, one for the reader task to parse, one for its handler.
 PENDING_IO_YIELDS = 3
-# Lifeguard's local-health idea, in the driver: after this node's own loop stalled
-# for d seconds, detector timers wait up to d more before firing.  On a starved host
-# every process stalls together; the peers' heartbeats come once *they* run again,
-# which is after our wake.  Judging them at once blamed them for the machine's stall
-# (the smoke suite under load: false deaths right after loop_stall events).  The
-# hold is capped so a node that is slow for good still detects within a bound.
-STALL_GRACE_MAX_S = 0.5
+# Lifeguard's local-health idea: after this node's own loop stalled for d seconds,
+# detector timers wait up to d more (capped: DetectorConfig.stall_grace_max_s)
+# before firing, and the core is told (LocalStall) so the arrivals read after the
+# stall do not fire the watches that fell due meanwhile.  On a starved host every
+# process stalls together; the peers' heartbeats come once *they* run again, which
+# is after our wake.  Judging them at once blamed them for the machine's stall (the
+# smoke suite under load: false deaths right after loop_stall events).
 # A late wake shorter than this is scheduling noise, not a stall.
 STALL_MIN_S = 0.04
 
@@ -52,6 +52,7 @@ class DetectorDriver:
         send: Callable[[str, object], None],
         send_heartbeat: Callable[[str, object], None],
         on_action: Callable[[object], None] | None = None,
+        stall_probe: Callable[[], float] | None = None,
     ):
         self.core = core
         self.clock = clock
@@ -59,6 +60,9 @@ class DetectorDriver:
         self._send = send
         self._send_heartbeat = send_heartbeat
         self._on_action = on_action
+        # How late the loop watchdog's wake is now (0 while it runs on time): a stall
+        # it has not reported yet, checked before an arrival reaches the core.
+        self._stall_probe = stall_probe
         self.plan: det.HeartbeatPlan | None = None
         self._plan_changed = asyncio.Event()
         self._wake = asyncio.Event()
@@ -67,7 +71,7 @@ class DetectorDriver:
         self._last_arrival: dict[str, tuple[int, float]] = {}
         self.send_lag_max_s = 0.0
         self.heartbeats_sent = 0
-        self._hold_timers_until = float("-inf")  # node time; see STALL_GRACE_MAX_S
+        self._hold_timers_until = float("-inf")  # node time; see local_stall
         self.stall_holds = 0
 
     # -- inputs ------------------------------------------------------------------------------
@@ -75,7 +79,14 @@ class DetectorDriver:
     def start(self) -> None:
         self.apply(self.core.handle(det.Started(), self.clock.now()))
 
+    def _report_unseen_stall(self) -> None:
+        """At a wake from a stall the socket readers may run before the watchdog: tell
+        the core first, or the arrival fires every watch that fell due meanwhile."""
+        if self._stall_probe is not None:
+            self.local_stall(self._stall_probe())
+
     def on_heartbeat(self, message: Heartbeat) -> None:
+        self._report_unseen_stall()
         host_now = self.clock.host_now()
         previous = self._last_arrival.get(message.sender)
         # Gaps are measured within one incarnation: the silence of a crash and
@@ -93,6 +104,7 @@ class DetectorDriver:
         self.apply(self.core.handle(event, self.clock.now()))
 
     def on_gossip(self, message: Gossip) -> None:
+        self._report_unseen_stall()
         self.apply(self.core.handle(det.GossipReceived(message=message), self.clock.now()))
 
     def members_changed(self, members: tuple[str, ...]) -> None:
@@ -103,11 +115,14 @@ class DetectorDriver:
 
     def local_stall(self, stalled_s: float) -> None:
         """This node's loop did not run for ``stalled_s`` (the watchdog saw it wake
-        late): hold detector timers for as long again, capped (STALL_GRACE_MAX_S)."""
+        late): the core's watches wait it out (``LocalStall``) and the driver holds the
+        other detector timers for as long, both capped (``stall_grace_max_s``)."""
         if stalled_s < STALL_MIN_S:
             return
         self.stall_holds += 1
-        until = self.clock.now() + min(stalled_s, STALL_GRACE_MAX_S)
+        now = self.clock.now()
+        self.apply(self.core.handle(det.LocalStall(stalled_s=stalled_s), now))
+        until = now + min(stalled_s, self.core.config.stall_grace_max_s)
         self._hold_timers_until = max(self._hold_timers_until, until)
         self._wake.set()
 

@@ -39,10 +39,19 @@ class LoopWatchdog:
         self._on_stall = on_stall
         self.stalls = 0
         self.max_stall_s = 0.0
+        self._expected: float | None = None  # when the next wake is due
+
+    def late_s(self) -> float:
+        """How late the watchdog's next wake is right now: a stall in progress that
+        it has not measured yet (0 while the loop runs on time, or before it starts)."""
+        if self._expected is None:
+            return 0.0
+        return max(0.0, self._now() - self._expected)
 
     async def run(self) -> None:
         expected = self._now() + TICK_S
         while True:
+            self._expected = expected
             await asyncio.sleep(max(0.0, expected - self._now()))
             woke = self._now()
             late_s = woke - expected

@@ -157,6 +157,9 @@ class ControlProcess:
             config=config.detector,
             bugs=config.bug_set,
         )
+        self.watchdog = LoopWatchdog(
+            self.events, on_stall=lambda since, woke: self.detector.local_stall(woke - since)
+        )
         self.detector = DetectorDriver(
             core,
             clock=self.clock,
@@ -164,9 +167,7 @@ class ControlProcess:
             send=self.send_message,
             send_heartbeat=self.send_heartbeat,
             on_action=self._on_detector_action,
-        )
-        self.watchdog = LoopWatchdog(
-            self.events, on_stall=lambda since, woke: self.detector.local_stall(woke - since)
+            stall_probe=self.watchdog.late_s,
         )
         self.registry = make_registry(self.status)
         self.http = HttpApi(

@@ -309,3 +309,44 @@ TestDetectorMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def _heard_from_b_and_c_then_silent_until(t_wake: float, stalled_s: float | None) -> list:
+    """Node a hears b and c steadily until t=1, then nothing until ``t_wake``, when
+    b's queued heartbeat is read; ``stalled_s``: a was stalled (LocalStall first)."""
+    a = D.FailureDetector(node="a", members=("a", "b", "c"), seed=1)
+    a.handle(D.Started(), 0.0)
+    beats = tuple(0.05 * i for i in range(1, 21))
+    for peer in ("b", "c"):
+        a.handle(D.HeartbeatsArrived(peer=peer, incarnation=0, arrival_times=beats), 1.0)
+    actions = []
+    if stalled_s is not None:
+        actions += a.handle(D.LocalStall(stalled_s=stalled_s), t_wake)
+    arrival = D.HeartbeatsArrived(peer="b", incarnation=0, arrival_times=(t_wake,))
+    actions += a.handle(arrival, t_wake)
+    return actions
+
+
+def test_a_local_stall_keeps_the_wake_from_judging_the_peers():
+    """Lifeguard's local health (gray suite regression): silence that fell while this
+    node could not listen is no evidence.  Told nothing, b's first heartbeat read after
+    4 s first fires b's own watch and suspicion timeout, which fell due in the gap:
+    b is declared dead by its own heartbeat."""
+    judged = (D.Suspected, D.DeclaredDead)
+    told = _heard_from_b_and_c_then_silent_until(5.0, stalled_s=4.0)
+    assert [x for x in told if isinstance(x, judged)] == []
+    untold = _heard_from_b_and_c_then_silent_until(5.0, stalled_s=None)
+    assert any(isinstance(x, D.DeclaredDead) and x.peer == "b" for x in untold), untold
+
+
+def test_a_peer_silent_after_the_stall_is_still_detected_within_the_grace():
+    a = D.FailureDetector(node="a", members=("a", "b", "c"), seed=1)
+    a.handle(D.Started(), 0.0)
+    beats = tuple(0.05 * i for i in range(1, 21))
+    for peer in ("b", "c"):
+        a.handle(D.HeartbeatsArrived(peer=peer, incarnation=0, arrival_times=beats), 1.0)
+    a.handle(D.LocalStall(stalled_s=4.0), 5.0)
+    deadline = a.next_deadline()
+    assert deadline is not None and deadline <= 5.0 + a.config.stall_grace_max_s + 0.2
+    with pytest.raises(LocalProtocolError):
+        D.LocalStall(stalled_s=-1.0)
