@@ -190,7 +190,16 @@ def test_torchft_smoke_suite_on_docker(tmp_path):
     if problems := load_system("torchft").check():
         pytest.skip("; ".join(problems))
     result, verdict, run_dir = run_smoke_on_docker(tmp_path, "torchft-smoke")
-    assert_full_run_on_containers(result, verdict, run_dir, judged=("S1", "L1", "L2", "L3"))
+    assert_full_run_on_containers(result, verdict, run_dir, judged=("S1", "L2", "L3"))
+    # L1 is decided, or unknown for the one reason timing allows: torchft's survivors
+    # drop a killed group after the Lighthouse's 5 s heartbeat timeout, and in some
+    # runs the crashed group is back (the crash heals after 10 s) before any quorum
+    # without it is logged (side by side, session 5: 1 of 5 crash trials; CI check,
+    # session 6: 1 of 3 Docker runs).  Unknown for any other reason fails here.
+    l1 = verdict["results"]["L1"]
+    assert l1["status"] in ("valid", "invalid") or (
+        "no crash lasted long enough (D) or was followed by a new group" in l1["message"]
+    ), l1
 
 
 @pytest.mark.docker
