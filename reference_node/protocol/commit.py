@@ -1164,16 +1164,15 @@ class StepCommit:
         """Tell a laggard a decision this node holds; silence otherwise (it started past
         that step, or is not there yet): the laggard's ``Behind`` rule covers it once
         the cluster is two steps ahead."""
-        entry = self._decided.get(message.step)
-        if entry is None:
-            return
-        actions.append(
-            Send(
-                to=(message.sender,),
-                message=Decided(
-                    sender=self.node, step=message.step, value=entry[0], quorum=list(entry[1])
-                ),
-            )
+        if message.step in self._decided:
+            actions.append(self._tell_decision(message.sender, message.step))
+
+    def _tell_decision(self, peer: str, step: int) -> Send:
+        """``Decided`` for a step this node holds the decision of, to ``peer``."""
+        value, quorum = self._decided[step]
+        return Send(
+            to=(peer,),
+            message=Decided(sender=self.node, step=step, value=value, quorum=list(quorum)),
         )
 
     def _answer_laggard(self, message: CommitMessage, actions: list) -> None:
@@ -1181,17 +1180,7 @@ class StepCommit:
             entry = self._decided.get(message.step)
             far_behind = self.step - message.step >= self.config.state_transfer_gap_steps
             if entry is not None and not far_behind:
-                actions.append(
-                    Send(
-                        to=(message.sender,),
-                        message=Decided(
-                            sender=self.node,
-                            step=message.step,
-                            value=entry[0],
-                            quorum=list(entry[1]),
-                        ),
-                    )
-                )
+                actions.append(self._tell_decision(message.sender, message.step))
             else:
                 # This node started past that step (checkpoint or state transfer) and
                 # cannot tell its value; silence would stall the laggard for ever (found
