@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from swarmshake.kernels import coordinate_median, trimmed_mean
-from swarmshake.kernels.median import reference_coordinate_median, reference_trimmed_mean
+from swarmshake.kernels.median import (
+    SORT_NETWORK_K_MAX,
+    _sort_rows,
+    reference_coordinate_median,
+    reference_trimmed_mean,
+)
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
@@ -141,3 +146,60 @@ def test_dispatch_cpu_uses_reference():
     x = torch.randn(6, 1000, generator=torch.Generator().manual_seed(4))
     assert torch.equal(coordinate_median(x), reference_coordinate_median(x))
     assert torch.equal(trimmed_mean(x, 2), reference_trimmed_mean(x, 2))
+
+
+# -- the sorting network (median._sort_rows) --------------------------------------------------
+
+
+@pytest.mark.parametrize("k", range(1, 15))
+def test_sort_network_sorts_every_0_1_input(k):
+    # The 0-1 principle: a comparator network that sorts every 0-1 input sorts all.
+    columns = torch.arange(1 << k)
+    v = ((columns.unsqueeze(0) >> torch.arange(k).unsqueeze(1)) & 1).to(torch.float32)
+    assert torch.equal(torch.stack(_sort_rows(v)), torch.sort(v, dim=0).values)
+
+
+def _sort_based_median(stacked):
+    """The reference as it was before the sorting network: torch.sort along dim 0."""
+    x2 = stacked.reshape(stacked.shape[0], -1)
+    v = x2.to(torch.float64 if x2.dtype == torch.float64 else torch.float32) + 0.0
+    finite = torch.isfinite(v)
+    v = torch.where(finite, v, torch.full_like(v, float("inf")))
+    s, n = torch.sort(v, dim=0).values, finite.sum(dim=0)
+    lo, hi = torch.clamp(n - 1, min=0) // 2, n // 2
+    a = s.gather(0, lo.unsqueeze(0)).squeeze(0)
+    b = s.gather(0, hi.unsqueeze(0)).squeeze(0)
+    res = torch.where(lo == hi, a, a * 0.5 + b * 0.5)
+    res = torch.where(n == 0, torch.full_like(res, float("nan")), res)
+    return res.to(stacked.dtype).reshape(stacked.shape[1:])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 9, 16, SORT_NETWORK_K_MAX, SORT_NETWORK_K_MAX + 1])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("non_finite", [False, True])
+def test_median_bits_equal_the_sort_based_definition(k, dtype, non_finite):
+    g = torch.Generator().manual_seed(k)
+    # Few distinct values: ties everywhere, and -0.0 beside +0.0.
+    x = torch.randint(-3, 4, (k, 501), generator=g).to(torch.float32) * 0.5
+    x[torch.rand(k, 501, generator=g) < 0.2] = -0.0
+    if non_finite:
+        for value, share in ((float("nan"), 0.1), (float("inf"), 0.05), (float("-inf"), 0.05)):
+            x[torch.rand(k, 501, generator=g) < share] = value
+        x[:, 0] = float("nan")  # a column with no finite value
+    x = x.to(dtype)
+    got, want = reference_coordinate_median(x), _sort_based_median(x)
+    assert got.dtype == want.dtype
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    assert torch.equal(got.view(bits), want.view(bits))  # NaNs and zeros' signs too
+
+
+@pytest.mark.parametrize("k, trim", [(4, 1), (5, 2), (9, 2)])
+def test_trimmed_with_non_finite_matches_brute_force(k, trim):
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(k, 61, generator=g)
+    x[torch.rand(k, 61, generator=g) < 0.2] = float("nan")
+    x[torch.rand(k, 61, generator=g) < 0.1] = float("inf")
+    got = reference_trimmed_mean(x, trim)
+    want = torch.tensor([_brute_trimmed(x[:, c].tolist(), trim) for c in range(61)])
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~got.isnan()], want[~want.isnan()])
