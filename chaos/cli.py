@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "regenerate or compare reports of a run directory"),
     "faults": ("faults", "the fault catalog: every op, its fields, its heal, where it runs"),
     "specs": ("specs", "check the TLA+ specs, their mutants, or a run's trace with TLC"),
-    "bench": ("bench", "benchmarks: recovery, overhead, load, rejoin, harness, kernels, sim"),
+    "bench": ("bench", "benchmarks: recovery, overhead, load, rejoin, harness, bugs, kernels, sim"),
     "up": ("cluster", "start a long-lived cluster for exploring by hand"),
     "down": ("cluster", "stop a cluster (--all: everything swarmshake ever started)"),
     "status": ("cluster", "show the long-lived cluster"),

@@ -1,4 +1,4 @@
-"""``swarmshake bench recovery|overhead|load|rejoin|harness|kernels|sim [--quick] [--json] ...``.
+"""``swarmshake bench recovery|overhead|load|rejoin|harness|bugs|kernels|sim [--quick] [--json] ...``.
 
 Every benchmark takes the same two flags (``_args.bench_flags``): ``--quick`` runs
 its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
@@ -27,6 +27,14 @@ its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
 - ``sim``: the simulator's speed (``chaos/bench/sim_speed.py``): 1,000 nodes x 600 s
   with churn and no training, 10 and 64 nodes x 600 s with training (``--quick``:
   60 s of virtual time).
+- ``bugs [--bugs a,b] [--trials N] [--controls [N]] [--backend local|docker] [--out DIR]
+  [--budget 90m]``: every planted protocol bug (``reference_node/protocol/bugs.py``)
+  run on real nodes with its scenario (``chaos/bench/bugs.BUG_SCENARIOS``), N trials
+  each (default 10, ``--quick`` 1), each one ``swarmshake run SCENARIO --bug NAME``
+  under ``flock /tmp/swarmshake-heavy.lock``; counts caught / invalid-other / missed /
+  unknown / error per bug, and with ``--controls`` runs each scenario without a bug
+  (2 per scenario unless given).  Writes ``bugs.json`` and ``summary.md`` into
+  ``--out`` after every trial; ``--json`` prints ``bugs.json``.
 - ``kernels``: the GPU kernel benchmarks (``swarmshake.kernels.bench``; ``--quick``:
   fewer shapes and repetitions).
 
@@ -52,7 +60,7 @@ from swarmshake.chaos.commands._args import (
     parse_duration_s,
 )
 
-SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "kernels", "sim")
+SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "bugs", "kernels", "sim")
 
 
 def _csv_ints(text: str, flag: str = "--sizes") -> list[int]:
@@ -375,6 +383,88 @@ def harness_main(argv: list[str]) -> int:
     return EXIT_VALID
 
 
+def bugs_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="swarmshake bench bugs",
+        description="how often real runs catch each planted protocol bug",
+        epilog="--quick: 1 trial per bug; --json: bugs.json on stdout. Each trial runs "
+        "`swarmshake run SCENARIO --bug NAME` under flock /tmp/swarmshake-heavy.lock",
+        parents=[bench_flags()],
+    )
+    parser.add_argument("--bugs", help="comma-separated bug names (default: every bug)")
+    parser.add_argument("--trials", type=int, help="runs per bug (default 10, --quick 1)")
+    parser.add_argument(
+        "--controls",
+        type=int,
+        nargs="?",
+        const=2,
+        default=0,
+        metavar="N",
+        help="also run each distinct scenario without a bug, N times (default N: 2)",
+    )
+    parser.add_argument("--backend", choices=("local", "docker"), default="local")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-bugs"))
+    parser.add_argument(
+        "--budget",
+        type=parse_duration_s,
+        help="start no trial after this long, e.g. 90m (what finished is reported as n of m)",
+    )
+    return parser
+
+
+MAX_BUG_TRIALS = 100  # per bug; each is a real cluster for a minute or two
+
+
+def bugs_main(argv: list[str]) -> int:
+    import time
+
+    from rich.console import Console
+
+    from swarmshake.chaos.bench import bugs
+
+    args = bugs_parser().parse_args(argv)
+    trials = args.trials if args.trials is not None else 1 if args.quick else 10
+    if not 1 <= trials <= MAX_BUG_TRIALS:
+        raise UsageError(f"--trials {trials}: must lie in [1, {MAX_BUG_TRIALS}]")
+    if not 0 <= args.controls <= MAX_BUG_TRIALS:
+        raise UsageError(f"--controls {args.controls}: must lie in [0, {MAX_BUG_TRIALS}]")
+    try:
+        names = bugs.parse_bugs(args.bugs)
+        planned = bugs.plan(names, trials, args.controls)
+    except bugs.BugBenchError as error:
+        raise UsageError(str(error)) from None
+    console = Console(stderr=True, highlight=False)
+    command = shlex.join(["swarmshake", "bench", "bugs", *argv])
+    started = bugs.now_utc()
+    deadline = time.time() + args.budget if args.budget is not None else None
+
+    def document(done: list[bugs.Trial]) -> dict:
+        return bugs.bench_document(
+            done, names, command=command, backend=args.backend, started=started
+        )
+
+    console.print(
+        f"{len(planned)} runs ({len(names)} bugs x {trials}, {args.controls} controls per "
+        f"scenario) on {args.backend}, each under flock {bugs.HEAVY_LOCK}; out: {args.out}"
+    )
+    done = bugs.run_bench(
+        planned,
+        backend=args.backend,
+        out=args.out,
+        progress=console.print,
+        on_trial=lambda done: bugs.write_files(document(done), args.out),
+        deadline=deadline,
+    )
+    final = document(done)
+    paths = bugs.write_files(final, args.out)
+    console.print(bugs.rich_table(final))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if args.json:
+        sys.stdout.write(json.dumps(final, indent=2) + "\n")
+    measured = [t for t in done if t.outcome != "error"]
+    return EXIT_VALID if measured else EXIT_UNKNOWN
+
+
 def kernels_parser() -> argparse.ArgumentParser:
     return importlib.import_module("swarmshake.kernels.bench").build_parser()
 
@@ -398,6 +488,7 @@ PARSERS = {
     "load": load_parser,
     "rejoin": rejoin_parser,
     "harness": harness_parser,
+    "bugs": bugs_parser,
     "kernels": kernels_parser,
     "sim": lambda: _sim_speed().parser(),
 }
@@ -414,6 +505,7 @@ def main(argv: list[str]) -> int:
         "load": load_main,
         "rejoin": rejoin_main,
         "harness": harness_main,
+        "bugs": bugs_main,
         "kernels": kernels_main,
         "sim": lambda rest: _sim_speed().main(rest),
     }

@@ -12,169 +12,38 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from swarmshake.chaos import faults as F
+from swarmshake.chaos.bench.bugs import BUG_SCENARIOS, scenario_path
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol.bugs import BUGS
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
-# The suite whose faults expose each bug on a real cluster (the property it breaks
-# is named by the registry; the run must report exactly that one as violated).
-BUG_SUITES = {
-    "no-quorum": "smoke",  # the isolated n1 commits alone on its own view
-    "eager-dead": "gray",  # jittery latency inside the envelope: a false death
-    # One link slows past the suspicion floor for a moment: a lone monitor suspects,
-    # the suspected node refutes, and with the bug is declared dead anyway.
-    "no-refute": "inline:false-suspicion",
-    "stale-rejoin": "smoke",  # n4 restarts and commits with stale parameters
-    # n1 holds every bulk frame at the node (hold_bulk: a proxy would already have
-    # read them) from its commit of step 20 on: its peers miss its gradient, so the
-    # aggregate of a step n1 coordinates (voters[k % 4], k = 24, 28, ...) can come only
-    # from n1.  The first request for it kills n1 for good: with the bug the peers
-    # had voted before holding the bytes and the step is committed, without it they
-    # had not and another value wins.  Permanent: a restart would serve the bytes
-    # again from n1's aggregate store.
-    "ack-before-apply": "inline:ack-before-apply",
-    # n1 votes for n2's value of step k, is killed and restarted; n3, cut off from n2,
-    # forms its majority with n1, which forgot its vote: a second value commits.
-    "forget-vote": "inline:lost-vote",
-    # n2 restored to an old checkpoint while n1 prunes past it, then n3 cut off and n1
-    # restarted with n2 as its only source (INLINE_SCENARIOS["stale-source"]).
-    "no-vote-floor": "inline:stale-source",
-}
+# The scenario whose faults expose each bug on a real cluster is BUG_SCENARIOS
+# (chaos/bench/bugs.py; `swarmshake bench bugs` reads the same table); the property it
+# breaks is named by the registry, and the run must report it among the violated.
+# forget-vote's scenario: n1 restarts right after voting for n2's value of step k, in
+# one block per step of LOST_VOTE_STEPS (read from the file: the crash triggers).
+LOST_VOTE_STEPS = tuple(
+    entry["when"]["step_at_least"]
+    for entry in yaml.safe_load((ROOT / BUG_SCENARIOS["forget-vote"]).read_text())["faults"]
+    if entry["op"]["op"] == "crash"
+)
 
 
-def _lost_vote_scenario(steps: tuple[int, ...]) -> str:
-    """The simulator explorer's ``lost_vote`` block (chaos/sim/explore.py), once per step
-    in ``steps``, with the real cluster's names (n1..n3, where the simulator says
-    n0..n2).  Step k's coordinator is ``voters[k % 3]``, so k = 1 (mod 3) makes n2 the
-    coordinator and n1 the coordinator of k - 1.
-
-    Real-run timing: triggers fire ~20-40 ms after their event (the harness tails the
-    event files every 20 ms, then calls Toxiproxy), and a tiny step takes ~25-60 ms.
-    So the n2 -> n3 cut is triggered by n2's commit of k - 2, a whole step before n2's
-    step-k contribution leaves (the simulator cuts at k - 1), and the crash lands after
-    n1's accept reply is on the wire, as the simulator's 10 ms delay does.  The n2 -> n1
-    cut keeps n2 from telling the restarted n1 the decision or its state (the simulator
-    has no state source to pick; here n1 must rejoin from n3's older state to vote on
-    step k again).  Repeated on three steps so one badly timed block (e.g. n2 still
-    rejoining from the last one) does not decide the run."""
-    entries = []
-    for k in steps:
-        assert k % 3 == 1, "n2 must coordinate step k"
-        entries.append(
-            f"""  - when: {{node: n2, kind: commit, step_at_least: {k - 2}}}
-    op: {{op: blackhole, src: [n2], dst: [n3], direction: one_way}}
-    heal_after_s: 6
-  - when: {{node: n1, kind: accept, step_at_least: {k}}}
-    op: {{op: crash, nodes: [n1]}}
-    heal_after_s: 0.3
-  - when: {{node: n1, kind: accept, step_at_least: {k}}}
-    op: {{op: blackhole, src: [n2], dst: [n1], direction: one_way}}
-    heal_after_s: 5"""
-        )
-    return (
-        """name: lost-vote
-description: an acceptor restarts right after its vote while another voter is cut off from the coordinator
-seed: 3
-cluster: {nodes: 3, model: tiny}
-steady_state: {min_commit_step: 2, timeout_s: 60}
-duration_s: 50
-quiesce_s: 10
-faults:
-"""
-        + "\n".join(entries)
-        + "\n"
-    )
-
-
-# Far enough apart (600 steps: 6 s at the idle rate of ~95 steps/s, longer when the
-# machine is busy) that one block's cuts are healed before the next begins; five
-# blocks, because each lines up its restart between an accept and a second
-# proposer's prepare in only some runs.
-LOST_VOTE_STEPS = (100, 700, 1300, 1900, 2500)
-
-
-# Scenarios that expose one bug and belong to no shipped suite (a named trigger and a
-# link fault timed together).
-INLINE_SCENARIOS = {
-    "ack-before-apply": """
-name: ack-before-apply
-description: a step's coordinator holds its bulk bytes at the node and dies for good once a peer asks it for an aggregate
-seed: 5
-cluster: {nodes: 4, model: tiny}
-steady_state: {min_commit_step: 2, timeout_s: 60}
-duration_s: 20
-quiesce_s: 10
-faults:
-  - when: {node: n1, kind: commit, step_at_least: 20}
-    op: {op: hold_bulk, nodes: [n1], to: ["*"]}
-    heal_after_s: 15
-  - when: {node: n1, kind: aggregate_serve, step_at_least: 20}
-    op: {op: crash, nodes: [n1], permanent: true}
-""",
-    # The simulator's stale_source block (explore --backend sim --bug no-vote-floor
-    # --seed 1 writes it as replay.yaml), its steps moved for real nodes: replayed as
-    # written, n2 crashed holding accept records of the steps it came back to, so the
-    # re-proposal adopted the chosen value (and stalled on n3's bytes).  Here n2 goes
-    # down at step ~90 with its checkpoint of step 51 (checkpoint_every 50) behind its
-    # own kept records (16); when n1 commits step 125, n3 is cut off, n2 restarts on
-    # that checkpoint (its peers silent) and n1 restarts with n2 as its only source.
-    "stale-source": """
-name: stale-source
-description: a node restarts while its only reachable source is a peer restored to a checkpoint behind both nodes' pruned acceptor records
-seed: 1
-cluster: {nodes: 3, model: tiny}
-steady_state: {min_commit_step: 2, timeout_s: 60}
-duration_s: 30
-quiesce_s: 15
-faults:
-  - when: {node: n2, kind: commit, step_at_least: 90}
-    op: {op: crash, nodes: [n2]}
-  - when: {node: n1, kind: commit, step_at_least: 125}
-    op: {op: partition, grouping: isolate, nodes: [n3]}
-    heal_after_s: 8.0
-  - when: {node: n1, kind: commit, step_at_least: 125}
-    op: {op: restart, nodes: [n2]}
-  - when: {node: n1, kind: commit, step_at_least: 125}
-    op: {op: crash, nodes: [n1]}
-    heal_after_s: 2.3
-""",
-    "lost-vote": _lost_vote_scenario(LOST_VOTE_STEPS),
-    # 250 ms on one directed link lifts one gap past the 160 ms suspicion floor; the
-    # declared envelope (300 ms) covers it, so S4 judges every declaration.
-    "false-suspicion": """
-name: false-suspicion
-description: one link slows past the suspicion floor for a moment; the lone suspicion must be refuted
-seed: 7
-cluster: {nodes: 4, model: tiny}
-steady_state: {min_commit_step: 2, timeout_s: 60}
-duration_s: 20
-quiesce_s: 8
-bounds: {latency_ms_max: 300}
-faults:
-  - {at_s: 2, op: {op: latency, src: [n3], dst: [n1], direction: one_way, delay_ms: 250}, heal_after_s: 3}
-  - {at_s: 8, op: {op: latency, src: [n4], dst: [n2], direction: one_way, delay_ms: 250}, heal_after_s: 3}
-  - {at_s: 14, op: {op: latency, src: [n2], dst: [n3], direction: one_way, delay_ms: 250}, heal_after_s: 3}
-""",
-}
-
-
-def suite_path(tmp_path: Path, suite: str) -> Path:
-    if suite.startswith("inline:"):
-        name = suite.removeprefix("inline:")
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(INLINE_SCENARIOS[name])
-        return path
+def suite_path(suite: str) -> Path:
+    """``suites/<suite>.yaml`` (``bugs/false-suspicion`` names a file under suites/bugs/)."""
     return ROOT / "suites" / f"{suite}.yaml"
 
 
-def run_suite(tmp_path, suite: str, *extra: str) -> tuple[int, dict, str]:
+def run_suite(tmp_path, suite: str | Path, *extra: str) -> tuple[int, dict, str]:
+    path = suite if isinstance(suite, Path) else suite_path(suite)
     env = {**os.environ, "SWARMSHAKE_STATE_DIR": str(tmp_path / "state"), "CI": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "swarmshake", "run", str(suite_path(tmp_path, suite)),
+        [sys.executable, "-m", "swarmshake", "run", str(path),
          "--out", str(tmp_path / "runs"), "--json", *extra],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
@@ -283,7 +152,7 @@ REAL_RUN_OPEN = {
     ],
 )
 def test_known_bug_is_caught_by_a_real_run(tmp_path, bug):
-    code, result, stderr = run_suite(tmp_path, BUG_SUITES[bug], "--bug", bug)
+    code, result, stderr = run_suite(tmp_path, scenario_path(bug), "--bug", bug)
     assert result, stderr[-3000:]
     assert code == 1 and result["status"] == "invalid", result.get("message") or stderr[-3000:]
     assert BUGS[bug].breaks in result["violated"], result["violated"]
@@ -292,7 +161,7 @@ def test_known_bug_is_caught_by_a_real_run(tmp_path, bug):
 def test_a_lone_false_suspicion_is_refuted_on_correct_nodes(tmp_path):
     """no-refute's scenario without the bug: the slowed links make monitors suspect,
     the suspected nodes refute, and nobody is declared dead (the catch is the bug's)."""
-    code, result, stderr = run_suite(tmp_path, "inline:false-suspicion")
+    code, result, stderr = run_suite(tmp_path, "bugs/false-suspicion")
     assert result, stderr[-3000:]
     assert code == 0 and result["status"] == "valid", result.get("message") or stderr[-3000:]
     kinds = collections.Counter(
@@ -307,7 +176,7 @@ def test_held_bytes_without_the_bug_leave_no_committed_step_unapplied(tmp_path):
     """ack-before-apply's scenario on correct nodes: the peers ask n1 for the
     aggregate before they vote, n1 dies for good on the first request (its bytes held
     at the node by hold_bulk), and another value of that step commits: valid."""
-    code, result, stderr = run_suite(tmp_path, "inline:ack-before-apply")
+    code, result, stderr = run_suite(tmp_path, "bugs/ack-before-apply")
     assert result, stderr[-3000:]
     assert code == 0 and result["status"] == "valid", result.get("message") or stderr[-3000:]
     events = [
@@ -330,7 +199,7 @@ def test_lost_vote_without_the_bug_commits_the_chosen_value_from_the_restarted_a
     the restarted n1 reloads the bytes of the value it accepted (aggregate_store) and
     serves them to n3, which cannot rebuild them (n2's contribution never reached it)
     nor fetch them from n2 (cut off), and commits n2's value with n2's fingerprint."""
-    code, result, stderr = run_suite(tmp_path, "inline:lost-vote")
+    code, result, stderr = run_suite(tmp_path, "bugs/lost-vote")
     assert result, stderr[-3000:]
     verdict = json.loads((Path(result["run_dir"]) / "verdict.json").read_text())
     statuses = {name: r["status"] for name, r in verdict["results"].items()}
