@@ -70,6 +70,7 @@ from swarmshake.reference_node.protocol.membership import (
     PeerDeclaredDead,
 )
 from swarmshake.reference_node.protocol.messages import (
+    GENESIS_STEP,
     AcceptRequest,
     AggregateRequest,
     Decided,
@@ -129,10 +130,11 @@ class NodeDisk:
 
     records: dict[int, AcceptorRecord] = field(default_factory=dict)
     checkpoint: tuple[int, tuple[int, ...], str] | None = None  # (step, params, fp)
-    applied_any: bool = False  # whether this node ever applied a committed step
-    # The bytes of each accepted value, written with its accept record: the acceptor
-    # vouched for holding them, and a retry must adopt that value (explore, seed 2: a
-    # restarted acceptor's value could be fetched from no one and commits stopped).
+    # The bytes of every aggregate the node held, written when it got them (as the
+    # runtime's aggregate store): an acceptor vouched for holding them, and a retry
+    # must adopt that value (explore, seed 2: a restarted acceptor's value could be
+    # fetched from no one and commits stopped).  Kept for the node core's
+    # ``aggregates_kept_steps`` below the applied step.
     aggregates: dict[tuple[int, str], tuple[str, ...]] = field(default_factory=dict)
     # The highest step whose acceptor record was pruned (node_core.prune_records),
     # written before the records go: this node never votes at or below it again.
@@ -171,7 +173,6 @@ class NodeApp:
         self.lead_timer_at = math.inf
         self.lead_deadline_armed: float | None = None  # the leader deadline last armed
         self.rejoin_timer_at = math.inf
-        self.highest_step_seen = -1
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
         self.pending_state: tuple[str, StateBytes] | None = None
         self.alive_view: tuple[str, ...] = sim.names
@@ -213,13 +214,15 @@ class NodeApp:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, t: float) -> None:
-        if self.first or not self.disk.applied_any:
-            # Nothing was ever applied here: the deterministic initial parameters are
-            # this node's verified state, whatever the cluster did since (a node that
-            # is behind learns the decided steps or rejoins from a peer when told).
-            self._new_commit(t, 0)
+        if nc.rejoins_at_start(first_start=self.first, joining=False):
+            self._start_rejoin(t)
         else:
-            self._timer(t + self.config.rejoin_delay_s, ("rejoin_begin",))
+            self._new_commit(t, 0)
+
+    def _at_genesis(self) -> bool:
+        """This node holds the initial parameters: it applied nothing in this life and
+        loaded no checkpoint (the runtime's ``at_genesis``)."""
+        return self.param_step < 0 and self.disk.checkpoint is None
 
     def _new_commit(self, t: float, first_step: int) -> None:
         records = tuple(r for s, r in sorted(self.disk.records.items()) if s >= first_step)
@@ -330,7 +333,7 @@ class NodeApp:
         value_fp = training.fingerprint(
             training.aggregate(self.sim.seed, action.step, contributors)
         )
-        self.held.setdefault(action.step, {})[value_fp] = contributors
+        self._hold(action.step, value_fp, contributors)
         value = StepValue(
             agg_fp=value_fp,
             contributors=list(contributors),
@@ -422,7 +425,6 @@ class NodeApp:
             elif isinstance(action, Committed):
                 self._committed(t, action)
             elif isinstance(action, Behind):
-                self.highest_step_seen = max(self.highest_step_seen, action.peer_step)
                 self.peer_steps[action.peer] = max(
                     self.peer_steps.get(action.peer, -1), action.peer_step
                 )
@@ -434,17 +436,32 @@ class NodeApp:
     def _persist(self, record: AcceptorRecord) -> None:
         disk = self.disk
         disk.records[record.step] = record
-        value = record.accepted_value
-        if value is not None and value.agg_fp in self.held.get(record.step, {}):
-            disk.aggregates[(record.step, value.agg_fp)] = self.held[record.step][value.agg_fp]
         pruning = nc.prune_records(disk.records, disk.floor, config=self.config, bugs=self.bugs)
         disk.floor = pruning.floor  # durable before the records go
         for step in pruning.steps:
             del disk.records[step]
-        if pruning.steps:
-            cut = pruning.steps[-1]
-            for key in [k for k in disk.aggregates if k[0] <= cut]:
-                del disk.aggregates[key]
+
+    def _hold(self, step: int, value_fp: str, contributors: tuple[str, ...]) -> None:
+        """This node now holds the aggregate's bytes: durably, as the runtime's worker
+        writes every aggregate it holds before it reports it (aggregate_store.py)."""
+        self.held.setdefault(step, {})[value_fp] = contributors
+        self.disk.aggregates[(step, value_fp)] = contributors
+
+    def _prune_aggregates(self, applied_step: int) -> None:
+        """Drop the aggregate bytes the node core does not keep (``aggregates_to_keep``):
+        from the disk, and from memory outside the window, as the runtime's worker."""
+        accepted = {
+            step: record.accepted_value.agg_fp
+            for step, record in self.disk.records.items()
+            if record.accepted_value is not None
+        }
+        kept = nc.aggregates_to_keep(accepted, applied_step, config=self.config)
+        pinned = set(kept.pinned)
+        aggregates = self.disk.aggregates
+        for key in [k for k in aggregates if k[0] < kept.from_step and k not in pinned]:
+            del aggregates[key]
+        for step in [s for s in self.held if s < kept.from_step]:
+            del self.held[step]
 
     def _rebuild(self, key: tuple[int, str]) -> bool:
         """Build the aggregate ``key`` names from the contributions this node holds;
@@ -456,7 +473,7 @@ class NodeApp:
             return False
         if training.fingerprint(training.aggregate(self.sim.seed, step, contributors)) != value_fp:
             return False
-        self.held.setdefault(step, {})[value_fp] = contributors
+        self._hold(step, value_fp, contributors)
         self.fetches.pop(key, None)
         return True
 
@@ -493,7 +510,7 @@ class NodeApp:
         update = training.aggregate(self.sim.seed, step, value.contributors)
         self.params = training.apply(self.params, update)
         self.param_step = step
-        self.disk.applied_any = True
+        self._prune_aggregates(step)
         self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
 
     def _committed(self, t: float, action: Committed) -> None:
@@ -517,8 +534,6 @@ class NodeApp:
                 param_fp=action.param_fp,
                 nbytes=self.settings.state_nbytes,
             )
-        for old in [s for s in self.held if s < action.step - self.config.records_kept]:
-            del self.held[old]
         self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
         self.pushed = {k: v for k, v in self.pushed.items() if k[0] > action.step}
         self._begin_step(t)
@@ -530,7 +545,6 @@ class NodeApp:
             self._contribution(t, message)
         elif isinstance(message, _COMMIT_MESSAGES):
             step = message.step
-            self.highest_step_seen = max(self.highest_step_seen, step)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
             if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):
@@ -576,10 +590,9 @@ class NodeApp:
                 self._rejoin(t, rejoin.FetchFailed(source=sender, reason="connection reset"))
 
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
-        held = self.held.setdefault(message.step, {})
-        if message.value_fp in held:
+        if message.value_fp in self.held.get(message.step, {}):
             return
-        held[message.value_fp] = message.contributors
+        self._hold(message.step, message.value_fp, message.contributors)
         self.fetches.pop((message.step, message.value_fp), None)
         if self._window(message.step):
             self._commit(t, HoldsAggregate(step=message.step, value_fp=message.value_fp))
@@ -622,21 +635,28 @@ class NodeApp:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
         self.commit = None
         self.applying = None
-        # The peers' committed step: one below the highest step their messages carry.
+        start = nc.rejoin_start(
+            self.name,
+            alive=self.alive_view,
+            members=self.sim.names,
+            peer_steps=self.peer_steps,
+            own_step=own_step,
+            evidence=evidence,
+            at_genesis=self._at_genesis(),
+            genesis_param_fp=training.INITIAL_FP,
+        )
         self.rejoin = rejoin.Rejoin(
             node=self.name,
             incarnation=self.proc.incarnation,
             seed=self.sim.core_seed,
             local_checkpoint=info,
             local_param_fp=local_fp,
-            cluster_step=max(self.highest_step_seen - 1, -1),
+            cluster_step=start.cluster_step,
+            genesis_param_fp=start.genesis_param_fp,
             bugs=self.bugs,
             vote_floor=self.disk.floor,
         )
-        sources = nc.rejoin_sources(
-            self.name, self.alive_view, self.sim.names, self.peer_steps, own_step, evidence
-        )
-        self._rejoin(t, rejoin.Begin(live_peers=sources))
+        self._rejoin(t, rejoin.Begin(live_peers=start.sources))
 
     def _rejoin(self, t: float, event: Any) -> None:
         if self.rejoin is None:
@@ -685,6 +705,7 @@ class NodeApp:
         self.param_step = done.step
         self.rejoin = None
         self.peer_steps = {}
+        self._prune_aggregates(done.step)
         self._new_commit(t, done.step + 1)
 
     def _announce_held(self, t: float) -> None:
@@ -695,8 +716,16 @@ class NodeApp:
                     self._commit(t, HoldsAggregate(step=step, value_fp=value_fp))
 
     def _serve_state(self, t: float, requester: str) -> None:
-        if self.commit is None or self.param_step < 0:
-            return  # nothing verified to give: the requester times out and moves on
+        if self._at_genesis():
+            # Nothing committed here: say so at once (DRIVERS.md, as the runtime does)
+            # rather than leave the requester waiting out its offer timeout.
+            offer = StateOffer(
+                sender=self.name, step=GENESIS_STEP, param_fp=training.INITIAL_FP, nbytes=0
+            )
+            self._send(t, requester, offer)
+            return
+        if self.commit is None:
+            return  # mid-rejoin: the requester times out and moves on
         nbytes = self.settings.state_nbytes
         offer = StateOffer(
             sender=self.name,

@@ -17,13 +17,16 @@ no clock, no randomness, no I/O.  The pieces:
 - ``StepLeader``: who proposes step ``s`` and when.  Its transitions are the table
   in ``StepLeader.handle`` (one method per event, listed in ``_LEADER_HANDLERS``).
 - ``prune_records``: which acceptor records a node keeps and its durable vote floor
-  (the ``no-vote-floor`` bug lives here: records pruned, floor never raised).
+  (the ``no-vote-floor`` bug lives here: records pruned, floor never raised);
+  ``aggregates_to_keep``: which aggregate bytes outlive a crash.
 - ``plan_aggregate``: rebuild an aggregate from held contributions, or wait for the
   proposer's push and then fetch it, and from whom.
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
-- ``rejoin_sources``: the peers a rejoin asks, in order; ``replica_peers``: the
-  peers that keep this node's checkpoint replicas.
+- ``rejoins_at_start``: whether a started process fetches the cluster's state before
+  its first step; ``rejoin_start``: whom a rejoin asks, the cluster step it knows of
+  and whether genesis is a valid outcome (``rejoin_sources`` orders the peers);
+  ``replica_peers``: the peers that keep this node's checkpoint replicas.
 - ``history_of``: the one mapping from a core's action to the history event logged
   for it (DESIGN: a node logs a vote before sending it).
 
@@ -104,6 +107,11 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # core answers laggards from the same window), and the vote floor below it keeps
     # it from voting again on a step whose record is gone (49f9838).
     records_kept: int = _COMMIT_DEFAULTS.retained_steps
+    # The bytes of every aggregate a node held (built, rebuilt, fetched) are kept for
+    # the steps above its last applied step minus this many, so a lagging acceptor
+    # or learner can fetch them.  The accepted value of every acceptor record kept
+    # stays longer, as long as its record (aggregates_to_keep says why).
+    aggregates_kept_steps: int = 4
     # Contributions and aggregate announcements are kept this far ahead of the
     # current step: the commit core's own look-ahead window.
     steps_ahead_max: int = _COMMIT_DEFAULTS.steps_ahead_max
@@ -113,8 +121,6 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     rejoin_retry_s: float = 1.0
     join_retry_s: float = 1.0
     leave_retry_s: float = 1.0
-    # A restarted node lets its detector see a view before it asks for state.
-    rejoin_delay_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in (
@@ -128,13 +134,19 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "rejoin_retry_s",
             "join_retry_s",
             "leave_retry_s",
-            "rejoin_delay_s",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
-        for name in ("fetch_rounds_max", "records_kept", "steps_ahead_max"):
+        for name in (
+            "fetch_rounds_max",
+            "records_kept",
+            "steps_ahead_max",
+            "aggregates_kept_steps",
+        ):
             check_count(getattr(self, name), f"NodeConfig.{name}")
-        if self.records_kept < 1 or self.fetch_rounds_max < 1:
-            raise LocalProtocolError("NodeConfig.records_kept and fetch_rounds_max must be >= 1")
+        if self.records_kept < 1 or self.fetch_rounds_max < 1 or self.aggregates_kept_steps < 1:
+            raise LocalProtocolError(
+                "NodeConfig.records_kept, fetch_rounds_max and aggregates_kept_steps must be >= 1"
+            )
 
 
 NODE_DEFAULTS = NodeConfig()
@@ -467,6 +479,34 @@ def prune_records(
     return Pruning(steps=pruned, floor=max(floor, pruned[-1]))
 
 
+class AggregatesKept(msgspec.Struct, frozen=True, kw_only=True):
+    from_step: int  # every held aggregate of this step and later stays
+    pinned: tuple[tuple[int, str], ...]  # (step, value fp): stays although older
+
+
+def aggregates_to_keep(
+    accepted: Mapping[int, str], applied_step: int, *, config: NodeConfig = NODE_DEFAULTS
+) -> AggregatesKept:
+    """Which aggregate bytes a node keeps durably once it applied ``applied_step``;
+    ``accepted`` maps the step of each acceptor record it keeps to the value it
+    accepted there.
+
+    Every aggregate of the last ``aggregates_kept_steps`` steps and later (for lagging
+    peers), and the accepted value of every record kept, however old.  Why the
+    second: when a majority restarts from checkpoints older than the steps it
+    decided (forced restarts after a partition, a crash of several nodes), a retry
+    must re-propose each recorded value (Paxos: the highest accepted one), and only
+    an acceptor that kept the bytes can serve them.  With the bytes gone no value
+    can be chosen and commits stop for good (explore, 4 nodes, seed 0: 26 s without
+    a commit once the window was 4 steps and the checkpoints 10 apart).  Records
+    are kept ``records_kept`` steps, so a checkpoint interval up to that many steps
+    is covered."""
+    return AggregatesKept(
+        from_step=applied_step + 1 - config.aggregates_kept_steps,
+        pinned=tuple(sorted(accepted.items())),
+    )
+
+
 # --- aggregates: rebuild or fetch ------------------------------------------------------------
 
 
@@ -533,6 +573,64 @@ def peer_ahead(
     alive_set = set(alive)
     ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= own_step + gap_steps]
     return max(ahead)[1] if ahead else None
+
+
+def rejoins_at_start(*, first_start: bool, joining: bool) -> bool:
+    """Whether a node whose process just started fetches the cluster's state before
+    its first step.
+
+    Every restart does (DESIGN L3: a restarted node catches up by state transfer from
+    a live peer, its local checkpoint as the fallback), whether or not it ever applied
+    a step: the cluster may be far ahead, and one transfer is cheaper than learning
+    that from the first message of a later step.  The process's first start (nothing
+    on its disk: incarnation 1 in the runtime) does not: every node derives the
+    initial parameters from the seed, so a genesis exchange would cost a round trip
+    and prove nothing; a fresh node that is behind learns it from the commit core
+    (``Behind``) or ``peer_ahead`` and rejoins then.  A joiner is not a member yet:
+    it rejoins once a member shows it was added (its own path)."""
+    return not first_start and not joining
+
+
+class RejoinStart(msgspec.Struct, frozen=True, kw_only=True):
+    """The inputs of a rejoin core (``rejoin.Rejoin`` and its ``Begin``)."""
+
+    sources: tuple[str, ...]  # whom it may ask (rejoin_sources)
+    cluster_step: int  # the cluster's committed step as far as this node knows (-1: none)
+    genesis_param_fp: str  # "" unless the initial parameters are a valid outcome
+
+
+def rejoin_start(
+    node: str,
+    *,
+    alive: Iterable[str],
+    members: Iterable[str],
+    peer_steps: Mapping[str, int],
+    own_step: int,
+    evidence: str | None,
+    at_genesis: bool,
+    genesis_param_fp: str,
+    joining: bool = False,
+) -> RejoinStart:
+    """How a rejoin starts: ``evidence`` is the peer whose message showed this node is
+    behind (None: the process is starting).
+
+    The cluster's committed step: one below the step the evidence peer's messages
+    carried (a peer sends messages of the step it runs, so it committed the one
+    before), else one below the highest step any peer's did.  Genesis is a valid
+    outcome only for a node that holds the initial parameters and has committed
+    nothing (``at_genesis``), and never for a joiner, which was added at a committed
+    step: then a peer's genesis offer ends the rejoin at once, and when every peer
+    restarted together (a partition that every live node was declared dead in) the
+    initial state is the one state they can start from."""
+    if evidence is not None:
+        heard = peer_steps.get(evidence, -1)
+    else:
+        heard = max(peer_steps.values(), default=-1)
+    return RejoinStart(
+        sources=rejoin_sources(node, alive, members, peer_steps, own_step, evidence, joining),
+        cluster_step=max(heard - 1, -1),
+        genesis_param_fp=genesis_param_fp if at_genesis and not joining else "",
+    )
 
 
 def rejoin_sources(

@@ -234,16 +234,20 @@ class AggregateStore:
         """(step, fingerprint) of every aggregate held, oldest step first."""
         return sorted(held for held in self._table().values() if held is not None)
 
-    def prune(self, keep_from_step: int) -> list[tuple[int, str]]:
-        """Free the slots of steps below ``keep_from_step``; returns what they held.
+    def prune(
+        self, keep_from_step: int, keep: frozenset[tuple[int, str]] = frozenset()
+    ) -> list[tuple[int, str]]:
+        """Free the slots of steps below ``keep_from_step`` except the (step, fingerprint)
+        in ``keep``; returns what they held.
 
         Why old steps may go: a restarted acceptor installs the state of a live peer
-        (rejoin), and under S2 (fewer than a majority crashed) that state is at most a
-        few steps behind any step this node applied -- an acceptor of the newest
-        decided step lives in every majority, and a node that many steps behind it
-        transfers state instead of deciding old steps again.  So only steps from about
-        this node's applied step on can be claimed again; the worker passes its applied
-        step minus the window it also keeps in memory for lagging peers.
+        (rejoin), and while fewer than a majority restart that state is at most a few
+        steps behind any step this node applied -- an acceptor of the newest decided
+        step lives in every majority, and a node that many steps behind it transfers
+        state instead of deciding old steps again.  When a majority does restart from
+        older checkpoints, the steps after them are decided again, and each retry
+        re-proposes the value an acceptor record holds: those values are ``keep``
+        (node_core.aggregates_to_keep), as long as their records.
 
         A freed slot's header is zeroed without a sync: if that is lost in a crash, the
         old aggregate reloads, verifies, and is never claimed (its step is old).
@@ -251,7 +255,7 @@ class AggregateStore:
         slots = self._table()
         freed = []
         for index, held in sorted(slots.items()):
-            if held is not None and held[0] < keep_from_step:
+            if held is not None and held[0] < keep_from_step and held not in keep:
                 try:
                     with open(self.slot_path(index), "r+b") as handle:
                         handle.write(bytes(len(MAGIC)))

@@ -82,6 +82,11 @@ class FetchAggregate(_Msg, tag="fetch_aggregate"):
 class ApplyCommitted(_Msg, tag="apply"):
     step: int
     agg_fp: str
+    # Which stored aggregates stay (node_core.aggregates_to_keep): every one of
+    # ``keep_from_step`` and later, and the ``pinned`` (step, fingerprint) values this
+    # node's kept acceptor records accepted; the worker drops the rest.
+    keep_from_step: int = 0
+    pinned: list[tuple[int, str]] = []
 
 
 class ExpectState(_Msg, tag="expect_state"):
@@ -110,6 +115,9 @@ class InstallStaged(_Msg, tag="install_staged"):
 
     source: str
     next_step: int = -1
+    # As in ApplyCommitted: the stored aggregates that stay.
+    keep_from_step: int = 0
+    pinned: list[tuple[int, str]] = []
 
 
 class WriteCheckpoint(_Msg, tag="write_checkpoint"):

@@ -44,6 +44,7 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +106,19 @@ class AcceptorStore:
         # This store is the floor's only writer (one per node process), so it is read
         # once here rather than on every write.
         self._floor = self._read_floor()
+        # The value each kept record accepted (step -> fingerprint): their bytes stay
+        # in the worker's aggregate store (node_core.aggregates_to_keep).  Written on
+        # the persist thread, read on the control loop: replaced whole, never changed
+        # in place, so a reader always sees one consistent mapping.
+        self.accepted: Mapping[int, str] = {
+            r.step: r.accepted_value.agg_fp for r in self.load() if r.accepted_value is not None
+        }
 
     def write(self, record: cm.AcceptorRecord) -> None:
         write_atomically(self.folder, f"step-{record.step:012d}.json", self._encoder.encode(record))
+        accepted = dict(self.accepted)
+        if record.accepted_value is not None:
+            accepted[record.step] = record.accepted_value.agg_fp
         paths = {_record_step(path): path for path in self.folder.glob("step-*.json")}
         pruning = nc.prune_records(paths, self._floor, config=self.config, bugs=self.bugs)
         if pruning.floor > self._floor:
@@ -116,6 +127,8 @@ class AcceptorStore:
             self._floor = pruning.floor
         for step in pruning.steps:
             paths[step].unlink(missing_ok=True)
+            accepted.pop(step, None)
+        self.accepted = accepted
 
     def pruned_through(self) -> int:
         """The highest step whose record was pruned (-1: none)."""
@@ -186,7 +199,13 @@ class StepDriver:
         self.schedule = CheckpointSchedule(self.config.step, node.clock.now())
         if node.incarnation > 1:
             self.schedule.failure(node.clock.now())  # this node's own restart is a failure
-        self.startup_rejoin = not self.joining
+        # What the first pass of the loop does: fetch the cluster's state (a restart),
+        # begin the step the worker's state is at (the first start), or nothing (a
+        # joiner, which waits to be added).
+        self.startup: str | None = None
+        if not self.joining:
+            rejoins = nc.rejoins_at_start(first_start=node.incarnation <= 1, joining=False)
+            self.startup = "rejoin" if rejoins else "begin"
         # Acceptor records are fsynced on this thread, off the control loop (perform()).
         self._persist_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="acceptor-fsync"
@@ -545,7 +564,18 @@ class StepDriver:
             return
         step, agg_fp = self.pending_apply
         self.applying = True
-        self.node.to_worker(ipc.ApplyCommitted(step=step, agg_fp=agg_fp))
+        kept = self._aggregates_kept(step)
+        self.node.to_worker(
+            ipc.ApplyCommitted(
+                step=step,
+                agg_fp=agg_fp,
+                keep_from_step=kept.from_step,
+                pinned=list(kept.pinned),
+            )
+        )
+
+    def _aggregates_kept(self, applied_step: int) -> nc.AggregatesKept:
+        return nc.aggregates_to_keep(self.store.accepted, applied_step, config=self.decisions)
 
     def _on_applied(self, message: ipc.Applied) -> None:
         self.applying = False
@@ -569,31 +599,30 @@ class StepDriver:
             return
         self.offered_configs = {}
         self.install_config = None
+        start = nc.rejoin_start(
+            self.name,
+            alive=self._alive(),
+            members=self.core.members,
+            peer_steps=self.peer_steps,
+            own_step=self.step,
+            evidence=peer,
+            at_genesis=self.at_genesis(),
+            genesis_param_fp=self.genesis_fp,
+            joining=self.joining,
+        )
         self.rejoin = rj.Rejoin(
             node=self.name,
             incarnation=self.node.events.incarnation,
             seed=self.config.node.seed,
             local_checkpoint=self.latest_checkpoint,
             local_param_fp=self.param_fp,
-            cluster_step=self.peer_steps.get(peer, -1) if peer is not None else -1,
-            # Genesis is a valid outcome only for a node that holds the initial state
-            # (a fresh start): there is nothing to install then.  A joiner was added
-            # at a committed step, so genesis is never its state.
-            genesis_param_fp=self.genesis_fp if self.at_genesis() and not self.joining else "",
+            cluster_step=start.cluster_step,
+            genesis_param_fp=start.genesis_param_fp,
             bugs=self.config.bug_set,
             vote_floor=self.store.pruned_through(),
         )
         self.rejoin_started = self.node.clock.now()
-        live = nc.rejoin_sources(
-            self.name,
-            self._alive(),
-            self.core.members,
-            self.peer_steps,
-            self.step,
-            peer,
-            joining=self.joining,
-        )
-        self.feed_rejoin(rj.Begin(live_peers=live))
+        self.feed_rejoin(rj.Begin(live_peers=start.sources))
 
     def feed_rejoin(self, event: object) -> None:
         if self.rejoin is None:
@@ -622,8 +651,14 @@ class StepDriver:
                         # to install, start at step 0.
                         self._installed(0, self.genesis_fp, action.source)
                     else:
+                        kept = self._aggregates_kept(action.step)
                         self.node.to_worker(
-                            ipc.InstallStaged(source=action.source, next_step=action.step)
+                            ipc.InstallStaged(
+                                source=action.source,
+                                next_step=action.step,
+                                keep_from_step=kept.from_step,
+                                pinned=list(kept.pinned),
+                            )
                         )
                 case rj.RejoinFailed():
                     self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
@@ -861,11 +896,13 @@ class StepDriver:
             else:  # a joiner's state transfer still counts against its join timeout
                 self._join_progress_timeout_only()
             return self.rejoin.next_deadline() if self.rejoin is not None else None
-        if self.startup_rejoin:
-            # Every start fetches the cluster's state first (DESIGN L3); a fresh
-            # cluster answers with genesis offers and starts at step 0.
-            self.startup_rejoin = False
-            self._start_rejoin(None)
+        if self.startup is not None:
+            startup, self.startup = self.startup, None
+            if startup == "rejoin":
+                self._start_rejoin(None)
+            else:
+                self.feed(cm.ViewUpdated(alive=self._alive()))
+                self._advance_to(self.step)
         if self.rejoin is not None:
             return self.rejoin.next_deadline()
         peer = self._behind_peers()

@@ -60,8 +60,6 @@ from swarmshake.reference_node.training.wire import WireEncoder, WireError, deco
 # A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
 # hold up the others for longer than a step is worth.
 BULK_SEND_TIMEOUT_S = 10.0
-# Aggregates are kept this many steps back so a lagging acceptor or learner can fetch.
-KEEP_AGGREGATE_STEPS = 4
 # Contributions are accepted for the current step and this many ahead (peers run
 # at most one step ahead of a node that is applying its commit).
 AHEAD_STEPS = 2
@@ -496,11 +494,9 @@ class Worker:
         if self.sharded is not None:
             self.sharded.forget_through(message.step)
         self.aggregates = {
-            key: value
-            for key, value in self.aggregates.items()
-            if key[0] > message.step - KEEP_AGGREGATE_STEPS
+            key: value for key, value in self.aggregates.items() if key[0] >= message.keep_from_step
         }
-        self.prune_stored_aggregates(message.step - KEEP_AGGREGATE_STEPS + 1)
+        self.prune_stored_aggregates(message.keep_from_step, message.pinned)
         self.assembler.forget_steps_before(message.step + 1)
         # When to checkpoint is the control process's decision (checkpoint_schedule).
         self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
@@ -585,11 +581,18 @@ class Worker:
             return
         self.channel.send(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=contributors))
 
-    def prune_stored_aggregates(self, keep_from_step: int) -> None:
-        """Forget stored aggregates of steps below ``keep_from_step`` (AggregateStore.prune
-        says why they are never claimed again); the files go on the store's thread."""
-        self.durable = {key: f for key, f in self.durable.items() if key[0] >= keep_from_step}
-        self.store_thread.submit(self.aggregate_store.prune, keep_from_step)
+    def prune_stored_aggregates(
+        self, keep_from_step: int, pinned: list[tuple[int, str]] | tuple = ()
+    ) -> None:
+        """Forget stored aggregates of steps below ``keep_from_step`` but the ``pinned``
+        ones (node_core.aggregates_to_keep decides both); the files go on the store's
+        thread.  A pinned aggregate stays on disk only: it is loaded again at a
+        restart, the one time it is needed."""
+        keep = frozenset((int(step), str(fp)) for step, fp in pinned)
+        self.durable = {
+            key: f for key, f in self.durable.items() if key[0] >= keep_from_step or key in keep
+        }
+        self.store_thread.submit(self.aggregate_store.prune, keep_from_step, keep)
 
     # -- checkpoints and state transfer --------------------------------------------------------
 
@@ -721,7 +724,7 @@ class Worker:
         self._forget_speculation_through(state.step - 1)
         if self.sharded is not None:
             self.sharded.forget_through(state.step - 1)
-        self.prune_stored_aggregates(state.step - KEEP_AGGREGATE_STEPS)
+        self.prune_stored_aggregates(message.keep_from_step, message.pinned)
         # A restarted node runs honest whatever its previous incarnation did; the
         # replay learns from this event which behaviour produced its next gradients.
         honest = ByzantineBehaviour()

@@ -131,6 +131,24 @@ FOUND_WITHOUT_A_BUG = {
 - {op: {op: crash, nodes: [n0]}, at_s: 0.5, heal_after_s: 0.1}
 """,
     ),
+    # Every node restarted (a crash, and forced restarts after a one-way cut) and two
+    # came back on their step-0 checkpoints: the steps after it were decided again,
+    # and each retry had to re-propose the value the records held, whose bytes the
+    # runtime's worker had pruned after 4 steps (the simulator had kept them until
+    # then: the shells differed).  26 s without a commit.  Now both keep the values
+    # their records accepted as long as the records (node_core.aggregates_to_keep).
+    "accepted bytes pruned before their records": (
+        0,
+        4,
+        """
+- {op: {op: crash, nodes: [n0]}, at_s: 0.5, heal_after_s: 0.1}
+- {op: {op: partition, grouping: isolate, nodes: [n0], direction: one_way}, at_s: 9.91, heal_after_s: 1.71}
+- op: {op: crash, nodes: [n1]}
+  when: {node: n1, kind: agg_send, step_at_least: 7, delay_s: 0.0}
+  heal_after_s: 2.98
+- {op: {op: crash, nodes: [n2]}, at_s: 3.35}
+""",
+    ),
     # Healing one black hole ended the envelope window of another still active, so
     # S4 judged a declaration across a live black hole as a false positive.
     "two black holes, one healed": (
@@ -260,9 +278,17 @@ def test_lost_vote_block_aims_at_the_coordinator_of_its_step(step):
 
 
 def test_lost_vote_block_breaks_s1_only_with_forget_vote():
+    """n2 accepts n0's step-0 value (n0 commits it with n2's vote; n1 never hears
+    n0) and crashes.  A restart rejoins first (node_core.rejoins_at_start), so n0,
+    the one node that committed, is cut from n2 too: n2's state request finds only
+    n1, which offers genesis, and n2 is back at step 0.  With its vote forgotten it
+    accepts n1's different value for step 0 (S1); with the vote kept it cannot."""
     block = _entries(
         """
 - {op: {op: blackhole, src: [n0], dst: [n1], direction: one_way}, when: {node: n0, kind: start}}
+- op: {op: blackhole, src: [n0], dst: [n2], direction: one_way}
+  when: {node: n2, kind: accept, step_at_least: 0, delay_s: 0.005}
+  heal_after_s: 5.0
 - op: {op: crash, nodes: [n2]}
   when: {node: n2, kind: accept, step_at_least: 0, delay_s: 0.01}
   heal_after_s: 0.1

@@ -10,10 +10,14 @@ the test that would have caught the drift between the two (contribution_wait_s v
 collect_s, 32 vs 16 records, no vote floor in the simulator).
 
 The worker here is the simulator's abstract training (``chaos/sim/training.py``):
-the same fingerprints on both sides, so values compare bit for bit.  Startup differs
-by design (the runtime fetches the cluster's state first and gets genesis offers;
-a fresh simulated node starts at step 0 directly), so rejoin events and state
-messages are left out of the comparison.
+the same fingerprints on both sides, so values compare bit for bit.  Restarts are
+drawn too: ``n0`` crashes and comes back on what its disk kept (acceptor records,
+vote floor, stored aggregates, last checkpoint), asks a peer for its state, and the
+peer answers with the state ``n0`` last applied (genesis when it applied nothing):
+the node core decides that a restart rejoins first, whom it asks, which records and
+bytes survive, and what the first step after the rejoin re-proposes; both shells must
+ask the same peer and then agree again.  Rejoin events and state messages themselves
+are left out of the comparison (the runtime's worker moves those bytes).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swarmshake.chaos.sim import training
-from swarmshake.chaos.sim.app import AppSettings, Contribution, NodeApp, NodeDisk
+from swarmshake.chaos.sim.app import AppSettings, Contribution, NodeApp, NodeDisk, StateBytes
 from swarmshake.reference_node import config as node_config
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
@@ -53,6 +57,23 @@ ME = "n0"
 SEED = 7
 TRAINING_SEED = 11
 COMMIT_MESSAGES = cm.CommitMessage.__args__  # type: ignore[attr-defined]
+STATE_NBYTES = AppSettings().state_nbytes
+
+
+def _offer(source: str, step: int, params: tuple) -> msgs.StateOffer:
+    """``source``'s answer to a state request: its state of ``step`` (genesis: the
+    initial parameters, no bytes follow), under the initial configuration."""
+    return msgs.StateOffer(
+        sender=source,
+        step=step,
+        param_fp=training.fingerprint(params),
+        nbytes=0 if step == msgs.GENESIS_STEP else STATE_NBYTES,
+        voters=list(NODES),
+        learners=[],
+        config_step=-1,
+    )
+
+
 # Logged by the worker in the runtime (checkpoints compared by step instead), or
 # startup-only (rejoin), or the worker's I/O (agg_send).
 IGNORED_KINDS = {"rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write"}
@@ -81,6 +102,7 @@ class RuntimeNode:
 
     def __init__(self, folder: Path, bugs: tuple[str, ...]):
         self.host_s = 0.0
+        self.folder = folder
         section = node_config.NodeSection(
             id=ME, members=list(NODES), run_dir=str(folder), seed=SEED, bugs=list(bugs)
         )
@@ -90,9 +112,20 @@ class RuntimeNode:
         self.config = node_config.NodeConfig(node=section, step=step)
         self.checkpoints: list[int] = []  # the steps whose state the worker was asked to write
         self.node = ME
-        self.incarnation = 0
+        self.sent: list[tuple[str, Any]] = []
         self.clock = NodeClock(host=lambda: self.host_s)
-        self.events = EventLog(folder / "events.jsonl", ME, 0)
+        # The worker's disk: its checkpoints (step -> parameters) and the aggregates it
+        # holds (aggregate_store.py: every aggregate the worker held, synced first).
+        self.checkpoint_params: dict[int, tuple[int, ...]] = {}
+        self.stored_aggregates: set[tuple[int, str]] = set()
+        self._boot(incarnation=1, ready_step=0, params=training.INITIAL_PARAMS, checkpoint="")
+
+    def _boot(self, *, incarnation: int, ready_step: int, params: tuple, checkpoint: str) -> None:
+        """A process start on this node's folder (the acceptor store, the configuration
+        history and the events file are read back from it, as in the real node)."""
+        folder = self.folder
+        self.incarnation = incarnation
+        self.events = EventLog(folder / "events.jsonl", ME, incarnation)
         configs = ConfigHistory.load(
             self.config.data_dir, initial_configuration(list(NODES), ME, False)
         )
@@ -104,26 +137,65 @@ class RuntimeNode:
             now=self.clock.now,
             members_changed=lambda members: None,
         )
-        self.alive: tuple[str, ...] = NODES
+        self.alive: tuple[str, ...] = NODES  # a started detector holds every member alive
         self.detector = SimpleNamespace(core=SimpleNamespace(alive_view=lambda: self.alive))
         self.drops = SimpleNamespace(drop=lambda reason, peer: None)
         self.worker_ready = ipc.WorkerReady(
-            step=0,
-            param_fp=training.INITIAL_FP,
+            step=ready_step,
+            param_fp=training.fingerprint(params),
             bulk_port=0,
             worker_pid=0,
-            source="initial",
+            source="checkpoint" if checkpoint else "initial",
             torch_version="",
             threads=1,
             cpu_flags="",
+            checkpoint_path=checkpoint,
             initial_param_fp=training.INITIAL_FP,
+            stored_aggregates=sorted(self.stored_aggregates),
         )
-        self.sent: list[tuple[str, Any]] = []
         self.replies: list[object] = []  # worker answers, delivered after each input
         self.contribute_requested = -1
-        self.params = training.INITIAL_PARAMS
+        self.params = params
+        self.applied_step = ready_step - 1  # the last committed step the parameters hold
         self.stopped = ""
         self.driver = StepDriver(self)
+
+    async def restart(self) -> None:
+        """Crash and restart: the worker comes back on its last checkpoint (or the
+        initial parameters) and reloads its stored aggregates."""
+        self.driver._persist_pool.shutdown(wait=True)  # noqa: SLF001 - a crash after the fsync
+        last = max(self.checkpoint_params, default=None)
+        if last is None:
+            self._boot(
+                incarnation=self.incarnation + 1,
+                ready_step=0,
+                params=training.INITIAL_PARAMS,
+                checkpoint="",
+            )
+        else:
+            self._boot(
+                incarnation=self.incarnation + 1,
+                ready_step=last + 1,
+                params=self.checkpoint_params[last],
+                checkpoint=str(self.folder / f"checkpoint-{last}"),
+            )
+        self.driver.poll(self.clock.now())
+        await self.settle()
+
+    async def state_from(self, source: str, step: int, params: tuple) -> None:
+        """``source`` answers this node's state request with its state of ``step``."""
+        self.driver.on_message(_offer(source, step, params))
+        await self.settle()
+        if step != msgs.GENESIS_STEP:
+            staged = ipc.StateStaged(
+                source=source,
+                step=step,
+                computed_fp=training.fingerprint(params),
+                nbytes=STATE_NBYTES,
+            )
+            self.staged = (step, params)
+            self.driver.on_worker(staged)
+            await self.settle()
 
     # ControlProcess's surface
     def send_message(self, peer: str, message: Any) -> None:
@@ -141,6 +213,7 @@ class RuntimeNode:
                 self.contribute_requested = message.step
             case ipc.BuildAggregate():
                 value = training.aggregate(TRAINING_SEED, message.step, message.contributors)
+                self.stored_aggregates.add((message.step, training.fingerprint(value)))
                 self.replies.append(
                     ipc.AggregateHeld(
                         step=message.step,
@@ -152,6 +225,8 @@ class RuntimeNode:
                 value = self.driver.values[(message.step, message.agg_fp)]
                 update = training.aggregate(TRAINING_SEED, message.step, value.contributors)
                 self.params = training.apply(self.params, update)
+                self.applied_step = message.step
+                self._prune_aggregates(message.keep_from_step, message.pinned)
                 self.replies.append(
                     ipc.Applied(
                         step=message.step,
@@ -162,6 +237,20 @@ class RuntimeNode:
             case ipc.WriteCheckpoint():
                 # The worker writes the state of the last committed step and logs it.
                 self.checkpoints.append(self.driver.core.step - 1)
+                self.checkpoint_params[self.applied_step] = self.params
+            case ipc.InstallStaged():
+                # The staged state (its step, not next_step, which only the
+                # stale-rejoin bug's "local" install reads).
+                step, params = self.staged
+                self.params, self.applied_step = params, step
+                self._prune_aggregates(message.keep_from_step, message.pinned)
+                self.replies.append(
+                    ipc.StateInstalled(
+                        next_step=step + 1,
+                        param_fp=training.fingerprint(params),
+                        source=message.source,
+                    )
+                )
 
     # the harness
     async def settle(self) -> None:
@@ -185,22 +274,26 @@ class RuntimeNode:
         raise AssertionError("the runtime shell never settled")
 
     async def start(self) -> None:
-        self.driver.poll(self.clock.now())
-        for peer in NODES[1:]:
-            self.driver.on_message(
-                msgs.StateOffer(
-                    sender=peer,
-                    step=msgs.GENESIS_STEP,
-                    param_fp=training.INITIAL_FP,
-                    nbytes=0,
-                    voters=list(NODES),
-                    learners=[],
-                    config_step=-1,
-                )
-            )
-            await self.settle()
+        # The first start (incarnation 1) begins at step 0 with no state transfer
+        # (node_core.rejoins_at_start), as the simulator's first start does.
         self.driver.poll(self.clock.now())
         await self.settle()
+
+    def _prune_aggregates(self, keep_from_step: int, pinned: list) -> None:
+        # The worker's pruning of its aggregate store, as the control process says.
+        keep = {tuple(k) for k in pinned}
+        self.stored_aggregates = {
+            k for k in self.stored_aggregates if k[0] >= keep_from_step or k in keep
+        }
+
+    def state(self) -> tuple[int, tuple]:
+        return self.applied_step, self.params
+
+    def state_request_to(self) -> str | None:
+        for peer, message in reversed(self.sent):
+            if isinstance(message, msgs.StateRequest):
+                return peer
+        return None
 
     async def gradient(self) -> None:
         step = self.driver.step
@@ -268,13 +361,42 @@ class SimNode:
         clock = SimpleNamespace(local=lambda t: t, true_time=lambda t: t, identity=True)
         self.proc = SimpleNamespace(
             name=ME,
-            incarnation=0,
+            # The runtime's first incarnation is 1 (incarnation.py); the simulation
+            # engine counts from 0.  The rejoin core hashes it into its choice of
+            # source, so the two start from the same number here.
+            incarnation=1,
             clock=clock,
             cpu_fraction=1.0,
             up=True,
             detector=SimpleNamespace(known_incarnation={}),
         )
-        self.app = NodeApp(self, self.proc, AppSettings(), NodeDisk(), first=True)
+        self.disk = NodeDisk()
+        self.app = NodeApp(self, self.proc, AppSettings(), self.disk, first=True)
+
+    async def restart(self) -> None:
+        """Crash and restart: what survives is the node's ``NodeDisk``; a dead process's
+        timers die with it (as the simulation engine drops them)."""
+        self.timers.clear()
+        self.proc.incarnation += 1
+        self.app = NodeApp(self, self.proc, AppSettings(), self.disk, first=False)
+        self.app.start(self.t)
+        self._fire_due(self.t)
+
+    async def state_from(self, source: str, step: int, params: tuple) -> None:
+        self.app.receive(self.t, source, _offer(source, step, params))
+        self._fire_due(self.t)
+        if step != msgs.GENESIS_STEP:
+            self.app.receive(self.t, source, StateBytes(step, params, STATE_NBYTES))
+            self._fire_due(self.t)
+
+    def state(self) -> tuple[int, tuple]:
+        return self.app.param_step, self.app.params
+
+    def state_request_to(self) -> str | None:
+        for peer, message in reversed(self.sent):
+            if isinstance(message, msgs.StateRequest):
+                return peer
+        return None
 
     # the sim's surface
     def log(self, cls: type, proc: Any, t: float, **fields: Any) -> None:
@@ -355,6 +477,9 @@ ARRIVE = st.tuples(st.just("arrive"), st.sampled_from(NODES[1:]), st.integers(-1
 ARRIVE_NOW = st.tuples(st.just("arrive"), st.sampled_from(NODES[1:]), st.just(0))
 VOTE = st.tuples(st.just("vote"), st.sampled_from(NODES[1:]), st.booleans())
 ADVANCE = st.tuples(st.just("advance"), st.integers(1, 300).map(lambda cs: cs / 100))
+# n0 crashes and restarts; the peer it asks answers with the state n0 last applied
+# (every live majority member holds it).
+RESTART = st.tuples(st.just("restart"))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -369,6 +494,7 @@ EVENTS = st.one_of(
     ADVANCE,
     ADVANCE,
     ADVANCE,
+    RESTART,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -412,6 +538,7 @@ async def _run(
         await node.start()
     assert runtime.step() == sim.step() == 0
     epoch = 0
+    restarts: set[str] = set()
     for index, drawn in enumerate(sequence):
         kind = drawn[0]
         if kind == "gradient":
@@ -429,6 +556,19 @@ async def _run(
             epoch += 1
             for node in nodes:
                 await node.view(drawn[1], epoch)
+        elif kind == "restart":
+            state = runtime.state()
+            assert state == sim.state(), index
+            restarts.add("from a peer's state" if state[0] >= 0 else "at genesis")
+            if sim.disk.records:
+                restarts.add("with acceptor records")
+            for node in nodes:
+                await node.restart()
+            source = runtime.state_request_to()
+            assert source == sim.state_request_to(), index
+            assert source is not None, "a restarted node asks a live peer for its state"
+            for node in nodes:
+                await node.state_from(source, *state)
         elif kind == "vote":
             answers = _votes(runtime, drawn[1], drawn[2])
             assert answers == _votes(sim, drawn[1], drawn[2]), index
@@ -450,6 +590,8 @@ async def _run(
         f"prepare rounds: {'yes' if any(isinstance(m, msgs.Prepare) for _, m in sim.sent) else 'no'}"
     )
     hypothesis.event(f"promises logged: {'promise' in kinds}")
+    for what in sorted(restarts):
+        hypothesis.event(f"restart {what}")
 
 
 @settings(

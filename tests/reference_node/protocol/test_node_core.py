@@ -230,6 +230,47 @@ def test_a_live_peer_two_steps_ahead_is_the_rejoin_evidence():
     assert nc.peer_ahead(5, {"n2": 9}, ("n1",), gap) is None
 
 
+def test_a_restart_rejoins_first_and_a_first_start_begins_at_once():
+    # Both shells ask this one function (the runtime with incarnation <= 1 as the
+    # first start, the simulator with nothing on the node's disk).
+    assert nc.rejoins_at_start(first_start=False, joining=False)
+    assert not nc.rejoins_at_start(first_start=True, joining=False)
+    assert not nc.rejoins_at_start(first_start=False, joining=True)  # a joiner waits
+
+
+def test_a_rejoin_knows_the_cluster_step_from_its_evidence_and_genesis_only_at_genesis():
+    def start(evidence, peer_steps, at_genesis=False, joining=False):
+        return nc.rejoin_start(
+            "n1",
+            alive=VOTERS,
+            members=VOTERS,
+            peer_steps=peer_steps,
+            own_step=5,
+            evidence=evidence,
+            at_genesis=at_genesis,
+            genesis_param_fp="g" * 16,
+            joining=joining,
+        )
+
+    # A peer sends messages of the step it runs: it committed the one before.
+    behind = start("n0", {"n0": 9, "n2": 12})
+    assert (behind.cluster_step, behind.sources) == (8, ("n0", "n2"))
+    assert start(None, {"n0": 9, "n2": 12}).cluster_step == 11  # the highest heard
+    assert start(None, {}).cluster_step == -1  # a restart has heard nothing yet
+    assert start(None, {}).genesis_param_fp == ""  # holds a later state: no genesis
+    assert start(None, {}, at_genesis=True).genesis_param_fp == "g" * 16
+    assert start("n0", {"n0": 9}, at_genesis=True, joining=True).genesis_param_fp == ""
+
+
+def test_the_accepted_values_of_kept_records_outlive_the_aggregate_window():
+    kept = nc.aggregates_to_keep({3: "aa", 9: "bb"}, 10, config=nc.NODE_DEFAULTS)
+    # The window: the last aggregates_kept_steps steps up to the applied one, and later.
+    assert kept.from_step == 10 + 1 - nc.NODE_DEFAULTS.aggregates_kept_steps
+    assert kept.pinned == ((3, "aa"), (9, "bb"))
+    with pytest.raises(LocalProtocolError):
+        nc.NodeConfig(aggregates_kept_steps=0)
+
+
 # --- history ---------------------------------------------------------------------------------------
 
 

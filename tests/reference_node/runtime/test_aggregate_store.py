@@ -120,6 +120,21 @@ def test_prune_frees_old_steps_keeps_few_spare_slots_and_bounds_the_slots(store)
     assert 6 not in remaining  # the oldest steps' slots were reused first
 
 
+def test_prune_keeps_the_pinned_values_of_older_steps_across_a_restart(store):
+    """node_core.aggregates_to_keep pins the values the kept acceptor records accepted:
+    a majority restarting from older checkpoints decides those steps again, and
+    only a kept copy can serve the value each retry must re-propose."""
+    tensor, agg_fp = aggregate(1)
+    rival, rival_fp = aggregate(2)
+    for step in range(10):
+        store.write(step, agg_fp, payload(tensor))
+    store.write(3, rival_fp, payload(rival))  # a value this node held but never accepted
+    freed = store.prune(keep_from_step=6, keep=frozenset({(2, agg_fp), (4, agg_fp)}))
+    assert (3, rival_fp) in freed and (2, agg_fp) not in freed
+    assert [step for step, _ in store.stored()] == [2, 4, 6, 7, 8, 9]
+    assert [step for step, _ in reopen(store)[1]] == [2, 4, 6, 7, 8, 9]
+
+
 def test_the_store_refuses_names_and_sizes_that_are_not_an_aggregate(store):
     tensor, agg_fp = aggregate(1)
     with pytest.raises(AggregateStoreError, match="fingerprint"):
