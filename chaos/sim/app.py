@@ -535,6 +535,7 @@ class NodeApp:
                 nbytes=self.settings.state_nbytes,
             )
         self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
+        self.fetches = {k: v for k, v in self.fetches.items() if k[0] > action.step}
         self.pushed = {k: v for k, v in self.pushed.items() if k[0] > action.step}
         self._begin_step(t)
 
@@ -604,10 +605,10 @@ class NodeApp:
             self.fetches.pop(key, None)
             return
         sources, attempt = entry
-        if not sources or attempt >= self.config.fetch_rounds_max * len(sources):
-            self.fetches.pop(key, None)  # no one has it: a later decision or rejoin decides
+        source = nc.fetch_source(self.name, sources, attempt, self.alive_view)
+        if source is None:
+            self.fetches.pop(key, None)
             return
-        source = sources[attempt % len(sources)]
         entry[1] = attempt + 1
         self._send(t, source, AggregateRequest(sender=self.name, step=key[0], value_fp=key[1]))
         self._timer(t + self.config.fetch_timeout_s, ("fetch_timeout", key, attempt + 1))

@@ -98,10 +98,12 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # An acceptor that cannot rebuild an aggregate waits this long for the proposer's
     # push (it leaves with the accept request, ~0.45 s for 40 MB) before pulling.
     push_grace_s: float = 0.5
-    # One pull attempt; the sources are tried round-robin this many rounds, then the
-    # fetch is dropped (a later decision or a rejoin decides): bounded retries.
+    # One pull attempt; then the next source (fetch_source).  The fetch is retried
+    # for as long as its step is the node's (the drivers drop it when the step moves
+    # on or the node rejoins): one request a second is nothing next to heartbeats,
+    # and a node that gave up could hold its peers' next step without its vote
+    # (explore, 3 nodes, seed 2: no commit for 26 s after a heal).
     fetch_timeout_s: float = 1.0
-    fetch_rounds_max: int = 3
     # Acceptor records kept on disk: the commit core's retained window, one number.
     # A node rolled back further than this catches up by state transfer anyway (the
     # core answers laggards from the same window), and the vote floor below it keeps
@@ -137,15 +139,14 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
         for name in (
-            "fetch_rounds_max",
             "records_kept",
             "steps_ahead_max",
             "aggregates_kept_steps",
         ):
             check_count(getattr(self, name), f"NodeConfig.{name}")
-        if self.records_kept < 1 or self.fetch_rounds_max < 1 or self.aggregates_kept_steps < 1:
+        if self.records_kept < 1 or self.aggregates_kept_steps < 1:
             raise LocalProtocolError(
-                "NodeConfig.records_kept, fetch_rounds_max and aggregates_kept_steps must be >= 1"
+                "NodeConfig.records_kept and aggregates_kept_steps must be >= 1"
             )
 
 
@@ -539,6 +540,19 @@ def plan_aggregate(
     own = bool(action.sources) and action.sources[0] == node
     wait_s = config.push_grace_s if pushes and not own else 0.0
     return AggregatePlan(rebuild=False, wait_s=wait_s, sources=ordered)
+
+
+def fetch_source(
+    node: str, sources: Iterable[str], attempt: int, alive: Iterable[str]
+) -> str | None:
+    """The peer a value's ``attempt``-th pull asks: round-robin over the sources this
+    node's view holds alive, else over all of them (after a partition each side may
+    think the other dead); None when no one but this node could serve it."""
+    others = [s for s in sources if s != node]
+    live_set = set(alive)
+    live = [s for s in others if s in live_set]
+    candidates = live or others
+    return candidates[attempt % len(candidates)] if candidates else None
 
 
 # --- membership and rejoin decisions ----------------------------------------------------------

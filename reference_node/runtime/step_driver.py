@@ -500,13 +500,10 @@ class StepDriver:
         self._fetch_from(key, plan.sources, 0)
 
     def _fetch_from(self, key: tuple[int, str], sources: tuple[str, ...], index: int) -> None:
-        alive = self.node.detector.core.alive_view()
-        live = [s for s in sources if s in alive and s != self.name]
-        candidates = live or [s for s in sources if s != self.name]
-        if not candidates:
+        source = nc.fetch_source(self.name, sources, index, self._alive())
+        if source is None:
             self.fetching.pop(key, None)
             return
-        source = candidates[index % len(candidates)]
         self.fetching[key] = (sources, index + 1, self.node.clock.now())
         self.node.to_worker(ipc.FetchAggregate(step=key[0], agg_fp=key[1], source=source))
 

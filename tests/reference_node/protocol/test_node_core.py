@@ -211,6 +211,17 @@ def test_rebuild_when_every_contribution_is_held_else_wait_for_the_push_then_pul
     assert nc.plan_aggregate("n1", own, None, (), VOTERS).wait_s == 0.0  # no push is coming
 
 
+def test_a_pull_goes_round_robin_over_live_sources_and_never_gives_up():
+    sources = ("n0", "n1", "n2")
+    # n1 pulls: live sources first, round-robin, for as many attempts as it takes.
+    assert [nc.fetch_source("n1", sources, a, VOTERS) for a in range(5)] == [
+        "n0", "n2", "n0", "n2", "n0",
+    ]  # fmt: skip
+    assert nc.fetch_source("n1", sources, 7, ("n1", "n2")) == "n2"
+    # Nobody alive in this node's view: ask them all the same (a cut may be healing).
+    assert nc.fetch_source("n1", sources, 1, ("n1",)) == "n2"
+    assert nc.fetch_source("n1", ("n1",), 0, VOTERS) is None
+
 def test_rejoin_sources_are_the_peers_known_to_be_ahead():
     assert nc.rejoin_sources("n1", VOTERS, VOTERS, {}, 5, None) == ("n0", "n2")
     # n0's messages carried step 3 and n2's step 9: only n2 can hand over a later
