@@ -46,11 +46,14 @@ def broker_proxy_name(node: str) -> str:
 class Link:
     """``src → dst``: ``await link.cut()``, ``await link.add_toxic("latency", {...})``."""
 
-    def __init__(self, control: ProxyControl, src: str, dst: str):
+    def __init__(
+        self, control: ProxyControl, src: str, dst: str, channels: tuple[str, ...] = CHANNELS
+    ):
+        """``channels``: the link's proxied channels (a system may proxy only ``control``)."""
         self._control = control
         self.src = src
         self.dst = dst
-        self.proxies = tuple(proxy_name(src, dst, channel) for channel in CHANNELS)
+        self.proxies = tuple(proxy_name(src, dst, channel) for channel in channels)
         self.cut_now = False
         self.toxics: dict[str, dict[str, Any]] = {}  # kind -> attributes, as applied
 

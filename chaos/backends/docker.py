@@ -1,4 +1,4 @@
-"""The Docker backend: nodes, Mosquitto and Toxiproxy as containers on a project network.
+"""The Docker backend: nodes, services, Mosquitto and Toxiproxy as containers on one network.
 
 Everything runs on one project-created bridge network ``swarmshake-<run-id>``; every
 container and the network carry ``swarmshake.project`` and ``swarmshake.run=<id>``
@@ -6,40 +6,46 @@ labels, so ``chaos/cleanup.py`` finds leftovers.  The run directory is bind-moun
 at the same absolute path in every node container, so events and checkpoints
 survive container death and the node's config paths mean the same on both sides.
 
-- Toxiproxy: the host's static binary mounted into a ``base_tag()`` container (no
-  registry can be reached), alias ``toxiproxy``; one proxy per directed link and
-  channel plus one per node's broker connection, each on its own port.
-- Mosquitto: the host's Debian binary run in a base container with the host's
-  library folder mounted read-only (same Debian release, so the same ABI).
-- Nodes: the content-tagged node image (``docker_image.node_tag()``, built from the
-  code layer in seconds when missing), listening on fixed ports inside their
-  container; ``NET_ADMIN`` so ``tc netem`` can act in the node's namespace.
+**Any system, one path.**  What starts follows from what the system declares
+(``DockerPlan``), never from its name; the reference node is one system among the
+others.  Every node runs its system's own command (``System.launch``, after
+``System.configure`` wrote its files) in the node image, in its holder's namespace
+(below), listening on fixed ports there (``DockerPlan.ports``); a program of the
+harness's virtual environment (the interpreter, ``torchrun``, ``torchft_lighthouse``)
+is run from the image's ``/opt/venv``, which holds the same pinned packages (the
+``torchft`` extra included), and the launch's ``mounts`` (a script beside a suite, a
+test's program) appear read-only at their host paths.  Then, by declaration:
+
+- ``link_faults = "proxy"`` (the reference node; any system that dials the addresses
+  it is given): Toxiproxy, the host's static binary mounted into a ``base_tag()``
+  container (no registry can be reached), alias ``toxiproxy``; one proxy per
+  directed link and proxied channel (``System.link_channels()``), each on its own
+  port, and a node's ``ctx.peers`` name those listeners.  Nodes get ``NET_ADMIN`` so
+  ``tc netem`` can act in their namespace.
+- ``needs_broker``: Mosquitto, the host's Debian binary run in a base container with
+  the host's library folder mounted read-only (same Debian release, so the same
+  ABI), with the run's logins and ACL; reached through one proxy per node under
+  ``proxy`` link faults (``broker_loss`` and the harness's MQTT commands act there),
+  at its own address otherwise.
+- ``link_faults = "netns"`` (torchft, TorchElastic): each node's holder namespace is
+  its namespace for link faults: the same iptables/``tc`` rules as on the local
+  backend (``chaos/netns.py``), entered from the host.
+- ``System.services`` (a rendezvous store, a Lighthouse): each in a holder of its
+  own on the project network, so no node fault reaches it; the nodes start once it
+  accepts connections.
 
 Crash is ``docker kill``, restart ``docker start`` (same container, new process,
 new incarnation from the mounted data folder), pause ``docker pause``, CPU throttle
 ``docker update --cpu-quota``.  ``netem`` shapes the sending node's egress.
 
-**Network holders.** Each node and the broker run in the network namespace of a
-small holder container (``sleep infinity``) that owns the address and the DNS alias,
-as a pod's sandbox does in Kubernetes.  A crash then kills the process but not the
-host: a dial to the dead node is refused at once, as on the local backend.  Without
-holders the alias vanished with the killed container, and Toxiproxy, which resolves
-its upstream inside its accept loop, waited on Docker's DNS for the unknown name
-(5 s timeouts seen) while every client of that proxy queued in the backlog, so a
+**Network holders.** Each node, service and the broker run in the network namespace
+of a small holder container (``sleep infinity``) that owns the address and the DNS
+alias, as a pod's sandbox does in Kubernetes.  A crash then kills the process but not
+the host: a dial to the dead node is refused at once, as on the local backend.
+Without holders the alias vanished with the killed container, and Toxiproxy, which
+resolves its upstream inside its accept loop, waited on Docker's DNS for the unknown
+name (5 s timeouts seen) while every client of that proxy queued in the backlog, so a
 restarted node heard nothing from its peers for seconds and declared them dead.
-
-**Other systems** (torchft, TorchElastic, a user's): the reference node has the
-Toxiproxy path above; any system whose nodes take link faults in a namespace
-(``link_faults = "netns"``) or none runs its own commands (``System.launch``) in the
-node image instead.  Each node's process runs in its holder's namespace, which is
-that node's namespace for link faults: the same iptables/``tc`` rules as on the local
-backend (``chaos/netns.py``), entered from the host.  Each cluster service (the
-rendezvous store, the Lighthouse) runs in a holder of its own on the project network,
-so no node fault reaches it, and the nodes start once it accepts connections.  No
-broker and no Toxiproxy are started for them.  A program of the harness's virtual
-environment (the interpreter, ``torchrun``, ``torchft_lighthouse``) is run from the
-image's ``/opt/venv``, which holds the same pinned packages (the ``torchft`` extra
-included).
 """
 
 from __future__ import annotations
@@ -51,11 +57,12 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from swarmshake.chaos import docker_image
-from swarmshake.chaos.backends import node_config
 from swarmshake.chaos.backends.base import (
     Backend,
     BackendError,
@@ -65,7 +72,7 @@ from swarmshake.chaos.backends.base import (
     UnsupportedFault,
 )
 from swarmshake.chaos.cleanup import LABEL, RUN_LABEL, Registry
-from swarmshake.chaos.links import CHANNELS, Link, broker_proxy_name, proxy_name
+from swarmshake.chaos.links import Link, broker_proxy_name, proxy_name
 from swarmshake.chaos.mosquitto import auth_config_lines, mosquitto_binary
 from swarmshake.chaos.netns import HolderNamespaces, NetnsLink
 from swarmshake.chaos.systems.base import Launch, NodeContext, System
@@ -290,6 +297,71 @@ class ContainerToxiproxy:
         await self._supervised(self.client.reset, "reset")
 
 
+@dataclass(frozen=True)
+class DockerPlan:
+    """What the Docker backend starts for a system, read from what the system declares
+    (``System.link_faults``, ``ports``, ``link_channels()``, ``needs_broker``), never
+    from its name: the reference node and a user's system that declare the same get
+    the same containers, proxies and addresses.
+
+    ``ports`` are each node's listening ports, the same fixed numbers in every node's
+    namespace (a node is alone in its holder's), from ``CONTROL_PORT`` on in the
+    order of ``System.ports`` (the reference node: control 7001, bulk 7002, http 7003).
+    """
+
+    toxiproxy: bool  # link_faults == "proxy": one proxy per directed link and channel
+    broker: bool  # needs_broker: Mosquitto in a holder of its own
+    netns: bool  # link_faults == "netns": iptables/tc rules in the holders' namespaces
+    channels: Mapping[str, str]  # link channel -> the proxied port's name
+    ports: Mapping[str, int]  # port name -> port, inside each node's namespace
+
+    @classmethod
+    def of(cls, system: System) -> DockerPlan:
+        return cls(
+            toxiproxy=system.link_faults == "proxy", broker=system.needs_broker,
+            netns=system.link_faults == "netns", channels=system.link_channels(),
+            ports={name: CONTROL_PORT + i for i, name in enumerate(system.ports)},
+        )  # fmt: skip
+
+    def proxies(self, nodes: Sequence[str]) -> list[tuple[str, str]]:
+        """(proxy name, upstream ``alias:port``) of every proxy, in creation order."""
+        wanted: list[tuple[str, str]] = []
+        for src in nodes if self.toxiproxy else ():
+            if self.broker:
+                wanted.append((broker_proxy_name(src), f"broker:{BROKER_PORT}"))
+            for dst in nodes:
+                if src != dst:
+                    for channel, port_name in self.channels.items():
+                        wanted.append((proxy_name(src, dst, channel), f"{dst}:{self.ports[port_name]}"))  # fmt: skip
+        return wanted
+
+    def context(
+        self, spec: ClusterSpec, name: str, index: int, *, addresses: Mapping[str, str],
+        listeners: Mapping[str, int], services: Mapping[str, tuple[str, int]],
+        broker: tuple[str, int] | None,
+    ) -> NodeContext:  # fmt: skip
+        """What node ``name`` is told: a proxied port of a peer is dialled at its
+        proxy's listener on the ``toxiproxy`` holder, any other at the peer's own
+        address; the broker through the node's broker proxy when links are proxied,
+        at ``broker`` (its own address) otherwise."""
+        peers = {
+            peer: {port_name: (addresses[peer], port) for port_name, port in self.ports.items()}
+            for peer in spec.nodes if peer != name
+        }  # fmt: skip
+        if self.toxiproxy:
+            for peer, dial in peers.items():
+                for channel, port_name in self.channels.items():
+                    dial[port_name] = ("toxiproxy", listeners[proxy_name(name, peer, channel)])
+            if broker is not None:
+                broker = ("toxiproxy", listeners[broker_proxy_name(name)])
+        return NodeContext(
+            spec=spec, name=name, index=index, address=addresses[name], ports=dict(self.ports),
+            peers=peers, addresses=dict(addresses), services=dict(services),
+            run_dir=spec.run_dir, python=f"{IMAGE_VENV_BIN}/python",
+            broker=broker if self.broker else None,
+        )  # fmt: skip
+
+
 class DockerBackend(Backend):
     name = "docker"
     supported_ops = frozenset(
@@ -313,8 +385,8 @@ class DockerBackend(Backend):
         self._nodes: dict[str, DockerNode] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._netem_nodes: set[str] = set()
-        # Systems other than the reference node (module docstring): link faults in
-        # the holders' namespaces, and the cluster services' containers by name.
+        # ``netns`` systems (module docstring): link faults in the holders'
+        # namespaces; and the cluster services' containers by name.
         self.netns: HolderNamespaces | None = None
         self._services: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
@@ -361,20 +433,12 @@ class DockerBackend(Backend):
         import docker
 
         started = time.monotonic()
-        spec = self.spec
-        launched = self.system.name != "reference"
-        if launched and (why := launched_unsupported(self.system)):
-            raise BackendError(why)
+        spec, system = self.spec, self.system
+        plan = DockerPlan.of(system)
         if spec.direct_links:
             raise BackendError("links: direct is a local-backend mode; Docker nodes always "
                                "talk through Toxiproxy")  # fmt: skip
-        for folder in (
-            "logs",
-            "events",
-            "checkpoints",
-            "nodes",
-            *(() if launched else ("broker",)),
-        ):
+        for folder in ("logs", "events", "checkpoints", "nodes", *(("broker",) * plan.broker)):
             (spec.run_dir / folder).mkdir(parents=True, exist_ok=True)
         self.record_system()
         if self.registry:
@@ -385,92 +449,26 @@ class DockerBackend(Backend):
         self.network = await asyncio.to_thread(
             self.client.networks.create, self._name("net"), driver="bridge", labels=self.labels
         )
-        if launched:
-            await self._up_launched(node_image, started)
-            return
-        base = docker_image.base_tag()
-        # Every holder first, all at once: a name exists before anyone dials it.
-        aliases = ("broker", *spec.nodes, "toxiproxy")
-        holders = await asyncio.gather(*(self._holder(alias) for alias in aliases))
-        broker_holder = holders[0]
-        node_holders = dict(zip(spec.nodes, holders[1:-1], strict=True))
-        # Logins and ACL as on the local backend (chaos/mosquitto.py); the folder is
-        # mounted at /broker, and the broker runs as this user so it reads the 0600 files.
-        auth = self.broker_auth()
-        auth.write_broker_files(spec.run_dir / "broker")
-        auth.write_harness_file(spec.run_dir / "harness" / "mqtt-credentials.json")
-        config = spec.run_dir / "broker" / "mosquitto.conf"
-        config.write_text(
-            "\n".join([f"listener {BROKER_PORT} 0.0.0.0", *auth_config_lines("/broker"),
-                       "persistence false", ""])
-        )  # fmt: skip
-        # Toxiproxy and the broker start together (each container start is ~0.5 s).
-        # Two Toxiproxy servers, control (+ broker) and bulk (chaos/toxiproxy/split.py
-        # says why), each its own container in the "toxiproxy" holder's namespace: one
-        # address and name for the nodes, and either server restarts on its own.
-        toxi_holder = holders[-1]
-
-        def toxiproxy_server(role: str, api_port: int) -> Any:
-            return self._run(
-                base, role, role, netns=toxi_holder,
-                entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(api_port)],
-                volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
-            )  # fmt: skip
-
-        toxi, toxi_bulk, broker = await asyncio.gather(
-            toxiproxy_server("toxiproxy", TOXIPROXY_API_PORT),
-            toxiproxy_server("toxiproxy-bulk", TOXIPROXY_BULK_API_PORT),
-            self._run(
-                base, "broker", "broker", netns=broker_holder,
-                entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
-                environment={"LD_LIBRARY_PATH": "/hostlib"}, user=f"{os.getuid()}:{os.getgid()}",
-                volumes={
-                    str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
-                    HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
-                    str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
-                },
-            ),
-        )  # fmt: skip
-        self._broker = DockerBroker(broker)
-        self._broker_ip = await asyncio.to_thread(self._ip, broker_holder)
-        toxi_ip = await asyncio.to_thread(self._ip, toxi_holder)
-
-        def incident(kind: str, data: dict[str, Any]) -> None:
-            self.incidents.append({"kind": kind, **data})
-
-        self.toxiproxy = ChannelSplit(
-            ContainerToxiproxy(toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}", incident),
-            ContainerToxiproxy(toxi_bulk, f"http://{toxi_ip}:{TOXIPROXY_BULK_API_PORT}", incident),
-        )
-        await asyncio.gather(*(server.wait_ready() for server in self.toxiproxy.servers))
-        listeners = await self._create_proxies()
-        self.timings["infrastructure_s"] = time.monotonic() - started
-        uid = f"{os.getuid()}:{os.getgid()}"
-        # Containers start concurrently (one at a time cost ~0.5 s each under load), a
-        # few at once: docker-py's connection pool holds 10 and dockerd serialises
-        # parts of container creation anyway, so more buys nothing.
-        gate = asyncio.Semaphore(NODE_START_CONCURRENCY)
-
-        async def start_node(name: str) -> DockerNode:
-            async with gate:
-                return await self._start_node(name, node_image, listeners, uid, node_holders[name])
-
-        started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
-        self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
-        self.timings["nodes_started_s"] = time.monotonic() - started
-
-    async def _up_launched(self, node_image: str, started: float) -> None:
-        """A system's own commands in holder containers (module docstring, "Other systems")."""
-        spec, system = self.spec, self.system
         services = system.services(spec)
-        aliases = (*spec.nodes, *(f"service-{service.name}" for service in services))
-        # Every holder first, all at once: an address exists before anyone dials it.
-        holders = await asyncio.gather(*(self._holder(alias) for alias in aliases))
-        node_holders = dict(zip(spec.nodes, holders[: len(spec.nodes)], strict=True))
+        # Every holder first, all at once: a name exists before anyone dials it.
+        aliases = (*spec.nodes, *(f"service-{service.name}" for service in services),
+                   *(("broker",) * plan.broker), *(("toxiproxy",) * plan.toxiproxy))  # fmt: skip
+        holders = dict(
+            zip(aliases, await asyncio.gather(*(self._holder(a) for a in aliases)), strict=True)
+        )
+        node_holders = {name: holders[name] for name in spec.nodes}
         addresses = {
             name: await asyncio.to_thread(self._ip, holder) for name, holder in node_holders.items()
         }
-        if system.link_faults == "netns":
+        # The broker and the two Toxiproxy servers start together (~0.5 s a container).
+        infrastructure = []
+        if plan.broker:
+            infrastructure.append(self._start_broker(holders["broker"]))
+        if plan.toxiproxy:
+            infrastructure.append(self._start_toxiproxy(holders["toxiproxy"]))
+        await asyncio.gather(*infrastructure)
+        listeners = await self._create_proxies(plan) if plan.toxiproxy else {}
+        if plan.netns:
             pids = {
                 name: await asyncio.to_thread(self._pid, holder)
                 for name, holder in node_holders.items()
@@ -483,7 +481,8 @@ class DockerBackend(Backend):
                         self._links[(src, dst)] = NetnsLink(self.netns, src, dst)  # type: ignore[assignment]
         uid = f"{os.getuid()}:{os.getgid()}"
         service_addresses: dict[str, tuple[str, int]] = {}
-        for service, holder in zip(services, holders[len(spec.nodes) :], strict=True):
+        for service in services:
+            holder = holders[f"service-{service.name}"]
             host = await asyncio.to_thread(self._ip, holder)
             self._services[service.name] = await self._run_launch(
                 node_image, f"service-{service.name}", service.launch(host, SERVICE_PORT),
@@ -494,50 +493,112 @@ class DockerBackend(Backend):
             *(self._wait_listening(name, *address) for name, address in service_addresses.items())
         )
         self.timings["infrastructure_s"] = time.monotonic() - started
-        # Each node is alone in its namespace, so its ports are the same fixed ones.
-        ports = {port_name: CONTROL_PORT + i for i, port_name in enumerate(system.ports)}
+        broker = (self._broker_ip, BROKER_PORT) if plan.broker else None
         launches: dict[str, Launch] = {}
         for index, name in enumerate(spec.nodes):
-            peers = {
-                peer: {port_name: (addresses[peer], port) for port_name, port in ports.items()}
-                for peer in spec.nodes if peer != name
-            }  # fmt: skip
-            ctx = NodeContext(
-                spec=spec, name=name, index=index, address=addresses[name], ports=ports,
-                peers=peers, addresses=addresses, services=service_addresses,
-                run_dir=spec.run_dir, python=f"{IMAGE_VENV_BIN}/python",
+            ctx = plan.context(
+                spec, name, index, addresses=addresses, listeners=listeners,
+                services=service_addresses, broker=broker,
             )  # fmt: skip
             system.configure(ctx)
             launches[name] = system.launch(ctx)
-        gate = asyncio.Semaphore(NODE_START_CONCURRENCY)  # up() says why a few at once
+        # Containers start concurrently (one at a time cost ~0.5 s each under load), a
+        # few at once: docker-py's connection pool holds 10 and dockerd serialises
+        # parts of container creation anyway, so more buys nothing.
+        gate = asyncio.Semaphore(NODE_START_CONCURRENCY)
 
         async def start_node(name: str) -> DockerNode:
             async with gate:
-                holder = node_holders[name]
                 container = await self._run_launch(
-                    node_image, f"node-{name}", launches[name], holder, uid
-                )
+                    node_image, f"node-{name}", launches[name], node_holders[name], uid,
+                    # netem: ``tc`` in the node's namespace (proxied links only).
+                    cap_add=["NET_ADMIN"] if plan.toxiproxy else None,
+                )  # fmt: skip
                 return DockerNode(self, name, container, address=addresses[name])
 
         started_nodes = await asyncio.gather(*(start_node(name) for name in spec.nodes))
         self._nodes.update(zip(spec.nodes, started_nodes, strict=True))
         self.timings["nodes_started_s"] = time.monotonic() - started
 
+    async def _start_broker(self, holder: Any) -> None:
+        """Mosquitto in ``holder``'s namespace, with the run's logins and ACL as on the
+        local backend (chaos/mosquitto.py); the folder is mounted at /broker, and the
+        broker runs as this user so it reads the 0600 files."""
+        spec = self.spec
+        auth = self.broker_auth()
+        auth.write_broker_files(spec.run_dir / "broker")
+        auth.write_harness_file(spec.run_dir / "harness" / "mqtt-credentials.json")
+        config = spec.run_dir / "broker" / "mosquitto.conf"
+        config.write_text(
+            "\n".join([f"listener {BROKER_PORT} 0.0.0.0", *auth_config_lines("/broker"),
+                       "persistence false", ""])
+        )  # fmt: skip
+        broker = await self._run(
+            docker_image.base_tag(), "broker", "broker", netns=holder,
+            entrypoint=["/mosquitto", "-c", "/broker/mosquitto.conf"],
+            environment={"LD_LIBRARY_PATH": "/hostlib"}, user=f"{os.getuid()}:{os.getgid()}",
+            volumes={
+                str(mosquitto_binary()): {"bind": "/mosquitto", "mode": "ro"},
+                HOST_LIBS: {"bind": "/hostlib", "mode": "ro"},
+                str(spec.run_dir / "broker"): {"bind": "/broker", "mode": "ro"},
+            },
+        )  # fmt: skip
+        self._broker = DockerBroker(broker)
+        self._broker_ip = await asyncio.to_thread(self._ip, holder)
+
+    async def _start_toxiproxy(self, holder: Any) -> None:
+        """Two Toxiproxy servers, control (+ broker) and bulk (chaos/toxiproxy/split.py
+        says why), each its own container in the "toxiproxy" holder's namespace: one
+        address and name for the nodes, and either server restarts on its own."""
+
+        def server(role: str, api_port: int) -> Any:
+            return self._run(
+                docker_image.base_tag(), role, role, netns=holder,
+                entrypoint=["/toxiproxy-server", "-host", "0.0.0.0", "-port", str(api_port)],
+                volumes={str(toxiproxy_binary()): {"bind": "/toxiproxy-server", "mode": "ro"}},
+            )  # fmt: skip
+
+        toxi, toxi_bulk = await asyncio.gather(
+            server("toxiproxy", TOXIPROXY_API_PORT),
+            server("toxiproxy-bulk", TOXIPROXY_BULK_API_PORT),
+        )
+        toxi_ip = await asyncio.to_thread(self._ip, holder)
+
+        def incident(kind: str, data: dict[str, Any]) -> None:
+            self.incidents.append({"kind": kind, **data})
+
+        self.toxiproxy = ChannelSplit(
+            ContainerToxiproxy(toxi, f"http://{toxi_ip}:{TOXIPROXY_API_PORT}", incident),
+            ContainerToxiproxy(toxi_bulk, f"http://{toxi_ip}:{TOXIPROXY_BULK_API_PORT}", incident),
+        )
+        await asyncio.gather(*(s.wait_ready() for s in self.toxiproxy.servers))
+
     async def _run_launch(
-        self, image: str, role: str, launch: Launch, holder: Any, uid: str
-    ) -> Any:
+        self, image: str, role: str, launch: Launch, holder: Any, uid: str,
+        cap_add: list[str] | None = None,
+    ) -> Any:  # fmt: skip
         """``launch`` in the node image, in ``holder``'s namespace, output appended to
-        ``logs/<role>.log`` in the mounted run directory (as ``_start_node`` does)."""
+        ``logs/<role>.log`` in the mounted run directory: live (the runner quotes it
+        when a node dies early), appended across restarts of the container, and kept
+        after the container is removed, as on the local backend.  The run directory
+        and the launch's ``mounts`` (read-only) appear at their host paths."""
         log = self.spec.run_dir / "logs" / f"{role.split('-', 1)[1]}.log"  # as local.py names it
         argv = in_image(launch.argv)
         entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1', *argv]
         run_dir = str(self.spec.run_dir)
+        volumes = {run_dir: {"bind": run_dir, "mode": "rw"}}
+        for mount in launch.mounts:
+            if not mount.exists():  # Docker would create an empty folder in its place
+                raise BackendError(f"{role}: launch mount {mount} does not exist on this host")
+            volumes[str(mount)] = {"bind": str(mount), "mode": "ro"}
         return await self._run(
             image, role, role, netns=holder, entrypoint=entrypoint, user=uid,
             working_dir=str(launch.cwd) if launch.cwd else None,
-            environment=dict(launch.env),
-            volumes={run_dir: {"bind": run_dir, "mode": "rw"}},
-            init=True,  # _start_node says why
+            environment=dict(launch.env), volumes=volumes, cap_add=cap_add,
+            # docker-init as PID 1: the node is then an ordinary child process (a
+            # worker that sees its parent as PID 1 believes it was orphaned), and
+            # zombies of restarted workers are reaped.
+            init=True,
         )  # fmt: skip
 
     async def _wait_listening(self, service: str, host: str, port: int) -> None:
@@ -570,50 +631,6 @@ class DockerBackend(Backend):
         container.reload()
         return int(container.attrs["State"]["Pid"])
 
-    async def _start_node(
-        self, name: str, node_image: str, listeners: dict[str, int], uid: str, holder: Any
-    ) -> DockerNode:
-        spec = self.spec
-        peers = {
-            peer: node_config.Endpoint(
-                "toxiproxy", listeners[proxy_name(name, peer, "control")],
-                listeners[proxy_name(name, peer, "bulk")],
-            )
-            for peer in spec.nodes if peer != name
-        }  # fmt: skip
-        raw = node_config.build(
-            spec, name, listen_host="0.0.0.0", control_port=CONTROL_PORT, bulk_port=BULK_PORT,
-            http_port=HTTP_PORT, peers=peers, broker_host="toxiproxy",
-            broker_port=listeners[broker_proxy_name(name)], run_dir=str(spec.run_dir),
-        )  # fmt: skip
-        path = node_config.write(raw, spec.run_dir / "nodes" / name / "node.toml")
-        command = ["--config", str(path), *[arg for bug in spec.bugs for arg in ("--bug", bug)]]
-        volumes = {str(spec.run_dir): {"bind": str(spec.run_dir), "mode": "rw"}}
-        entrypoint = ["/opt/venv/bin/python", "-m", spec.node_program]
-        if spec.node_program.endswith(".py"):  # a test's stand-in program: mount it
-            program = Path(os.getcwd(), spec.node_program)  # noqa: ASYNC240 - no I/O
-            volumes[str(program.parent)] = {"bind": "/stand-in", "mode": "ro"}
-            entrypoint = ["/opt/venv/bin/python", f"/stand-in/{program.name}"]
-        # The node's output goes to logs/<node>.log in the mounted run directory,
-        # as on the local backend: live (the runner quotes it when a node dies
-        # early), appended across restarts of the container, and kept after the
-        # container is removed.
-        log = spec.run_dir / "logs" / f"{name}.log"
-        entrypoint = ["/bin/sh", "-c", f'exec "$0" "$@" >>{shlex.quote(str(log))} 2>&1',
-                      *entrypoint]  # fmt: skip
-        container = await self._run(
-            node_image, f"node-{name}", name, netns=holder, command=command, user=uid,
-            entrypoint=entrypoint,
-            volumes=volumes,
-            environment={"SWARMSHAKE_RUN_ID": spec.run_id, "SWARMSHAKE_NODE": name},
-            cap_add=["NET_ADMIN"],
-            # docker-init as PID 1: the node is then an ordinary child process (a
-            # worker that sees its parent as PID 1 believes it was orphaned), and
-            # zombies of restarted workers are reaped.
-            init=True,
-        )  # fmt: skip
-        return DockerNode(self, name, container, address=await asyncio.to_thread(self._ip, holder))
-
     def _node_image(self) -> str:
         import docker.errors
 
@@ -634,20 +651,12 @@ class DockerBackend(Backend):
                 f"node image {tag} missing and could not be built ({error}); fix: `make image`"
             ) from None
 
-    async def _create_proxies(self) -> dict[str, int]:
+    async def _create_proxies(self, plan: DockerPlan) -> dict[str, int]:
+        """The proxies of ``plan`` (one per directed link and channel, one per node's
+        broker connection), each listening on its own port: proxy name -> port."""
         assert self.toxiproxy is not None
-        listeners: dict[str, int] = {}
-        port = FIRST_PROXY_PORT
-        wanted: list[tuple[str, str]] = []
-        for src in self.spec.nodes:
-            wanted.append((broker_proxy_name(src), f"broker:{BROKER_PORT}"))
-            for dst in self.spec.nodes:
-                if src != dst:
-                    for channel, upstream in zip(CHANNELS, (CONTROL_PORT, BULK_PORT), strict=True):
-                        wanted.append((proxy_name(src, dst, channel), f"{dst}:{upstream}"))
-        for name, _ in wanted:
-            listeners[name] = port
-            port += 1
+        wanted = plan.proxies(self.spec.nodes)
+        listeners = {name: FIRST_PROXY_PORT + i for i, (name, _) in enumerate(wanted)}
         toxiproxy = self.toxiproxy
         gate = asyncio.Semaphore(16)  # Toxiproxy serialises creation; more buys nothing
 
@@ -659,7 +668,7 @@ class DockerBackend(Backend):
         for src in self.spec.nodes:
             for dst in self.spec.nodes:
                 if src != dst:
-                    self._links[(src, dst)] = Link(toxiproxy, src, dst)
+                    self._links[(src, dst)] = Link(toxiproxy, src, dst, tuple(plan.channels))
         return listeners
 
     async def down(self) -> None:
@@ -759,21 +768,6 @@ class DockerBackend(Backend):
             "services": {name: container.name for name, container in self._services.items()},
             "incidents": self.incidents,
         }
-
-
-def launched_unsupported(system: System) -> str | None:
-    """Why ``system`` (not the reference node) cannot run on Docker; None if it can."""
-    if system.link_faults == "proxy":
-        return (
-            f"system {system.name} dials configured addresses through Toxiproxy; on the "
-            "docker backend only the reference node has that path; use --backend local"
-        )
-    if system.needs_broker:
-        return (
-            f"system {system.name} talks to the MQTT broker; on the docker backend only the "
-            "reference node has one; use --backend local"
-        )
-    return None
 
 
 def in_image(argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -32,7 +32,6 @@ from swarmshake.chaos.backends.base import (
 )
 from swarmshake.chaos.cleanup import Registry, process_state, unmount
 from swarmshake.chaos.links import (
-    CHANNELS,
     Link,
     broker_proxy_name,
     proxy_name,
@@ -535,7 +534,9 @@ class LocalBackend(Backend):
         proxied = system.link_faults == "proxy" and not spec.direct_links
         services = system.services(spec)
         extra = 3 + len(services)  # broker, the two Toxiproxy APIs, one port per service
-        proxy_count = n * (n - 1) * len(CHANNELS) + n if proxied else 0
+        channels = system.link_channels()  # channel -> proxied port (proxy systems)
+        broker_proxies = n if system.needs_broker else 0
+        proxy_count = n * (n - 1) * len(channels) + broker_proxies if proxied else 0
         ports = reserve_ports(per_node * n + extra + proxy_count)
         self._proxy_ports = ports[per_node * n + extra :]
         broker_port, api_port, bulk_api_port = ports[per_node * n : per_node * n + 3]
@@ -608,8 +609,11 @@ class LocalBackend(Backend):
             if peer == name:
                 continue
             own = dict(zip(system.ports, self.node_ports[peer], strict=True))
-            if listeners:  # proxied (or direct) reference links: dial the listener named
-                own.update({c: listeners[proxy_name(name, peer, c)] for c in CHANNELS if c in own})
+            if listeners:  # proxied (or direct) links: dial the listener named
+                own.update({
+                    port_name: listeners[proxy_name(name, peer, channel)]
+                    for channel, port_name in system.link_channels().items()
+                })  # fmt: skip
             peers[peer] = {port_name: (addresses[peer] if not listeners else HOST, port)
                            for port_name, port in own.items()}  # fmt: skip
         broker = None
@@ -643,30 +647,31 @@ class LocalBackend(Backend):
             if server.pid:
                 self.registry.add_process(name, server.pid)
 
-    def _direct_listeners(self) -> dict[str, int]:
-        """``links: direct``: every "proxy" port is the destination's own listener."""
-        assert self._broker is not None
-        listeners: dict[str, int] = {}
-        for src in self.spec.nodes:
-            listeners[broker_proxy_name(src)] = self._broker.port
-            for dst in self.spec.nodes:
-                if src != dst:
-                    control, bulk, *_ = self.node_ports[dst]
-                    for channel, port in zip(CHANNELS, (control, bulk), strict=True):
-                        listeners[proxy_name(src, dst, channel)] = port
-        return listeners
-
-    async def _create_proxies(self) -> dict[str, int]:
-        assert self.toxiproxy is not None and self._broker is not None
+    def _proxied_upstreams(self) -> list[tuple[str, int]]:
+        """(proxy name, the port it forwards to) for every proxy of a ``proxy`` system:
+        one per directed link and channel (``System.link_channels``), and one per
+        node's broker connection when the system talks to the broker."""
+        ports = self.system.ports
+        channels = self.system.link_channels()
         wanted: list[tuple[str, int]] = []
         for src in self.spec.nodes:
-            wanted.append((broker_proxy_name(src), self._broker.port))
+            if self._broker is not None:
+                wanted.append((broker_proxy_name(src), self._broker.port))
             for dst in self.spec.nodes:
                 if src == dst:
                     continue
-                control, bulk, *_ = self.node_ports[dst]
-                for channel, port in zip(CHANNELS, (control, bulk), strict=True):
-                    wanted.append((proxy_name(src, dst, channel), port))
+                own = dict(zip(ports, self.node_ports[dst], strict=True))
+                for channel, port_name in channels.items():
+                    wanted.append((proxy_name(src, dst, channel), own[port_name]))
+        return wanted
+
+    def _direct_listeners(self) -> dict[str, int]:
+        """``links: direct``: every "proxy" port is the destination's own listener."""
+        return dict(self._proxied_upstreams())
+
+    async def _create_proxies(self) -> dict[str, int]:
+        assert self.toxiproxy is not None
+        wanted = self._proxied_upstreams()
         gate = asyncio.Semaphore(PROXY_CREATE_CONCURRENCY)
         toxiproxy = self.toxiproxy
 
@@ -683,7 +688,9 @@ class LocalBackend(Backend):
         for src in self.spec.nodes:
             for dst in self.spec.nodes:
                 if src != dst:
-                    self._links[(src, dst)] = Link(toxiproxy, src, dst)
+                    self._links[(src, dst)] = Link(
+                        toxiproxy, src, dst, tuple(self.system.link_channels())
+                    )
         return listeners
 
     async def down(self) -> None:

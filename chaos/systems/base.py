@@ -8,11 +8,19 @@ a cluster needs besides its nodes (a rendezvous store, a Lighthouse), which faul
 ops it can take, and how link faults reach it:
 
 - ``proxy``: the node dials addresses the harness configures, so every directed
-  link goes through a Toxiproxy proxy (the reference node);
+  link goes through a Toxiproxy proxy per channel (``proxied_ports`` says which of
+  the node's ports peers dial through them; the reference node's control and bulk);
 - ``netns``: the node dials addresses it learns at run time (gloo, NCCL, gRPC), so
   each node runs in its own network namespace and link faults are iptables / ``tc``
   rules there (``chaos/netns.py``);
 - ``none``: no link faults; a scenario that asks for one is refused before it runs.
+
+What a backend starts follows from these declarations, never from a system's name:
+``link_faults``, ``ports`` / ``proxied_ports``, ``needs_broker`` (an MQTT broker,
+reached through a proxy of its own under ``proxy``), ``services``, ``extra_ops``
+(fault ops delivered some other way, e.g. the reference node's MQTT commands) and
+``Launch.mounts`` (host files a containerised node must see).  The reference node
+is one system among the others and takes no private path.
 
 The *workload* is the training loop the node runs; it records the run's history in
 the neutral schema of ``verify/history.py`` (``events/<node>.jsonl``), which is how
@@ -38,6 +46,9 @@ if TYPE_CHECKING:
     from swarmshake.chaos.backends.events import EventTail
 
 LinkFaults = Literal["proxy", "netns", "none"]
+# The channels of a proxied link (chaos/links.py CHANNELS; not imported: chaos.links
+# imports the Toxiproxy client, which a System need not load).
+PROXY_CHANNELS = ("control", "bulk")
 
 # Fault ops that act on a node's processes; every backend delivers them the same way
 # (signals or ``docker kill/pause``), whatever the system.
@@ -98,6 +109,11 @@ class NodeContext:
 class Launch:
     """One process to start: ``argv`` (``argv[0]`` an executable), env additions, cwd.
 
+    ``mounts`` are host files or folders the process reads besides the run directory
+    (a script beside a suite, a test's program): a container backend mounts each
+    read-only at the same absolute path, so ``argv`` names them as on the host; a
+    local process sees the host anyway.
+
     ``python_module`` marks the fast path: the process is ``python -m python_module``
     with ``argv`` as its arguments, so a backend that keeps a torch-preloaded parent
     (the local backend's zygote) may fork it instead of executing ``argv``.  Both
@@ -109,10 +125,17 @@ class Launch:
     cwd: Path | None = None
     python_module: str | None = None
     module_argv: tuple[str, ...] = ()
+    mounts: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
             raise SystemConfigError("a launch needs a non-empty argv")
+        for mount in self.mounts:
+            if not isinstance(mount, Path) or not mount.is_absolute():
+                raise SystemConfigError(
+                    f"launch mount {mount!r}: give an absolute pathlib.Path (it is mounted "
+                    "at the same path in a container)"
+                )
         for key, value in self.env.items():
             if not isinstance(key, str) or not isinstance(value, str) or "=" in key:
                 raise SystemConfigError(
@@ -141,6 +164,11 @@ class System(abc.ABC):
     link_faults: ClassVar[LinkFaults] = "none"
     #: names of the ports one node listens on (the backend reserves them)
     ports: ClassVar[tuple[str, ...]] = ()
+    #: under ``proxy`` link faults, link channel -> the port (of ``ports``) that peers
+    #: dial through that channel's proxy (``control``, ``bulk``: the bulk proxies run
+    #: on a Toxiproxy server of their own); a port not named here is dialled directly
+    #: (no link faults reach it).  Empty: the first port, on ``control``.
+    proxied_ports: ClassVar[Mapping[str, str]] = {}
     #: whether nodes talk to the harness's MQTT broker (commands, telemetry)
     needs_broker: ClassVar[bool] = False
     #: a ``Launch.python_module`` may be forked from a torch-preloaded zygote (local)
@@ -165,7 +193,33 @@ class System(abc.ABC):
                 f"system {self.name}: unknown option(s) {unknown}; allowed: {allowed}"
             )
         self.options: dict[str, Any] = {**self.option_defaults, **options}
+        if self.link_faults == "proxy":
+            self.link_channels()  # a class that cannot be proxied fails here, named
         self.validate_options()
+
+    def link_channels(self) -> dict[str, str]:
+        """Under ``proxy`` link faults: channel -> proxied port name, in channel order
+        (``proxied_ports``, or the first port on ``control``); empty otherwise."""
+        if self.link_faults != "proxy":
+            return {}
+        wanted = dict(self.proxied_ports) or ({"control": self.ports[0]} if self.ports else {})
+        if not wanted:
+            raise SystemConfigError(
+                f"system {self.name}: link_faults = 'proxy' needs a port its peers dial "
+                "(ports = ('rpc',) on the class)"
+            )
+        for channel, port in wanted.items():
+            if channel not in PROXY_CHANNELS or port not in self.ports:
+                raise SystemConfigError(
+                    f"system {self.name}: proxied_ports {dict(self.proxied_ports)}: map a "
+                    f"channel ({', '.join(PROXY_CHANNELS)}) to one of ports {list(self.ports)}"
+                )
+        if len(set(wanted.values())) != len(wanted):
+            raise SystemConfigError(
+                f"system {self.name}: proxied_ports {dict(self.proxied_ports)}: a port can be "
+                "dialled through one channel only"
+            )
+        return {channel: wanted[channel] for channel in PROXY_CHANNELS if channel in wanted}
 
     def validate_options(self) -> None:
         """Raise :class:`SystemConfigError` naming the option and the fix."""
@@ -232,6 +286,7 @@ class System(abc.ABC):
         return {
             "system": self.name,
             "link_faults": self.link_faults,
+            "needs_broker": self.needs_broker,
             "produces": sorted(self.produces),
             "options": self.options,
         }

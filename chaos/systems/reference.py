@@ -2,8 +2,9 @@
 
 A node is ``python -m swarmshake.reference_node --config node.toml``; its config
 (``chaos/backends/node_config.py``) carries the harness's address book, so every
-link it dials goes through the link's Toxiproxy proxies (``link_faults = "proxy"``).
-It talks to the harness's broker (clock skew, Byzantine switches, leave), writes
+link it dials goes through the link's Toxiproxy proxies (``link_faults = "proxy"``,
+its control and bulk ports on those channels).  It talks to the harness's broker
+(``needs_broker``: clock skew, Byzantine switches, leave, its ``extra_ops``), writes
 the full reference vocabulary of ``reference_node/protocol/history.py`` (which
 ``verify/history.py`` maps onto the neutral history), and is the one system whose
 launch the local backend may fork from its torch-preloaded zygote.
@@ -12,6 +13,7 @@ launch the local backend may fork from its torch-preloaded zygote.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,6 +43,7 @@ class ReferenceSystem(System):
     description: ClassVar[str] = "swarmshake's reference P2P training node (Paxos step commit)"
     link_faults = "proxy"
     ports: ClassVar[tuple[str, ...]] = ("control", "bulk", "http")
+    proxied_ports: ClassVar[Mapping[str, str]] = {"control": "control", "bulk": "bulk"}
     needs_broker: ClassVar[bool] = True
     uses_zygote: ClassVar[bool] = True
     extra_ops: ClassVar[frozenset[str]] = frozenset(
@@ -76,8 +79,13 @@ class ReferenceSystem(System):
             listed = node_gpus(gpus)
             env["CUDA_VISIBLE_DEVICES"] = listed[ctx.index % len(listed)]
         program = spec.node_program
+        mounts: tuple[Path, ...] = ()
         if program.endswith(".py"):  # a test's stand-in program speaking the same config
-            argv = (ctx.python, program, *args)
+            script = Path(program).resolve()
+            argv: tuple[str, ...] = (ctx.python, str(script), *args)
+            mounts = (script,)  # not in the node image: a container mounts it
         else:
             argv = (ctx.python, "-m", program, *args)
-        return Launch(argv=argv, env=env, python_module=program, module_argv=tuple(args))
+        return Launch(
+            argv=argv, env=env, python_module=program, module_argv=tuple(args), mounts=mounts
+        )

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmshake.chaos.backends.docker import IMAGE_VENV_BIN, in_image, launched_unsupported
+from swarmshake.chaos.backends.docker import IMAGE_VENV_BIN, in_image
 from swarmshake.chaos.netns import HolderNamespaces, NetnsError, NetnsLink, NetnsNetwork
 from swarmshake.chaos.systems import load_system
-from swarmshake.chaos.systems.base import System
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 7912
@@ -45,26 +44,6 @@ def test_programs_of_the_harness_venv_run_from_the_images_venv():
     # Anything else is the system's own business: a path in the image, or a name on PATH.
     assert in_image(("/usr/bin/env", "true")) == ("/usr/bin/env", "true")
     assert in_image(("torchrun", "-m", "w")) == ("torchrun", "-m", "w")
-
-
-def test_which_systems_run_on_docker_without_the_reference_nodes_path():
-    assert launched_unsupported(load_system("torchft")) is None
-    assert launched_unsupported(load_system("torchelastic")) is None
-
-    class Proxied(System):
-        name = "proxied"
-        link_faults = "proxy"
-
-        def launch(self, ctx):
-            raise AssertionError("never started")
-
-    class Brokered(Proxied):
-        name = "brokered"
-        link_faults = "netns"
-        needs_broker = True
-
-    assert "only the reference node" in (launched_unsupported(Proxied()) or "")
-    assert "MQTT broker" in (launched_unsupported(Brokered()) or "")
 
 
 def test_holder_namespaces_apply_the_netns_rules_through_a_process_pid(tmp_path):
