@@ -16,6 +16,16 @@ import signal
 import sys
 
 USAGE = "usage: python -m swarmshake.reference_node.runtime.worker_entry FD NICE"
+# How long a thread holding the GIL keeps it while another waits (CPython's default:
+# 5 ms).  The worker's event loop (bulk frames: Python work) and its compute thread
+# (torch ops, each taking the GIL back between ops, and the hand-off of every result
+# through the loop's self-pipe) take turns on it many times a step; at 5 ms a thread
+# back from an op or a syscall queued behind the other's Python for up to a whole
+# interval, on the step's critical path.  py-spy on a 4-node 1M-parameter run showed
+# the compute thread's result hand-off (``_write_to_self``) at 15 % of its samples;
+# at 0.5 ms the all-to-all path went from 7.6-8.0 to 11.2-12.0 steps/s on the 2-core
+# machine, CPU per step unchanged (BENCHMARKS.md, session 7).
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def _die_with_parent() -> None:
@@ -37,6 +47,7 @@ def become_worker(fd: int, nice: int, control_pid: int) -> int:
         return 3  # the parent died before PDEATHSIG was armed
     # Absolute, not relative: the control process may run at a negative niceness.
     os.setpriority(os.PRIO_PROCESS, 0, nice)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     from swarmshake.reference_node.runtime.worker import run
 
     return run(fd)
