@@ -433,7 +433,8 @@ def bugs_main(argv: list[str]) -> int:
         planned = bugs.plan(names, trials, args.controls)
     except bugs.BugBenchError as error:
         raise UsageError(str(error)) from None
-    console = Console(stderr=True, highlight=False)
+    # A log file is read wider than rich's 80-column default for what is not a terminal.
+    console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
     command = shlex.join(["swarmshake", "bench", "bugs", *argv])
     started = bugs.now_utc()
     deadline = time.time() + args.budget if args.budget is not None else None
