@@ -49,6 +49,7 @@ class Network:
         "_fast_path",
         "_default_latency",
         "_bulk_rate",
+        "_control_rate",
     )
 
     def __init__(self, profile: LinkProfile, rngs: RngStreams):
@@ -67,6 +68,7 @@ class Network:
         # same floats as computing them per message).
         self._default_latency = (profile.delay_ms * MS, profile.jitter_ms * MS)
         self._bulk_rate = profile.bulk_kbps * 1000.0
+        self._control_rate = profile.bandwidth_kbps * 1000.0 if profile.bandwidth_kbps > 0 else None
 
     def _refresh(self) -> None:
         self._fast_path = not (
@@ -175,8 +177,40 @@ class Network:
         """The arrival time of a message sent now on ``src → dst``, or ``None`` if lost.
 
         ``channel`` is ``"control"`` or ``"bulk"``: DESIGN gives every link two
-        connections so a tensor never delays a heartbeat; each is FIFO on its own."""
-        if not self._fast_path and not self.connected(src, dst):
+        connections so a tensor never delays a heartbeat; each is FIFO on its own.
+
+        Without a fault (``_fast_path``) this is the general path below with every
+        override absent: the same draws and the same float operations, in one call."""
+        if not self._fast_path:
+            return self._arrival_with_faults(src, dst, now, nbytes, channel)
+        key = (src, dst, channel)
+        state = self._links.get(key)
+        if state is None:
+            state = self._links[key] = [-math.inf, 0.0]  # [last arrival, busy until]
+            if len(self._links) > LINK_STATES_MAX:
+                self._prune(now)
+        departure = now
+        rate = self._bulk_rate if channel == "bulk" else self._control_rate
+        if rate and nbytes:
+            busy = state[1]
+            departure = (now if now >= busy else busy) + nbytes / rate  # max(now, busy)
+            state[1] = departure
+        rng = self._rngs_by_sender.get((src, channel))
+        if rng is None:
+            rng = self._sender_rng(src, channel)
+        delay, jitter = self._default_latency  # sample_delay without overrides
+        if jitter > 0.0:
+            delay += (rng.random() * 2.0 - 1.0) * jitter  # type: ignore[attr-defined]
+        arrival = departure + delay
+        if arrival < state[0]:
+            arrival = state[0]  # FIFO: one TCP connection per direction and channel
+        state[0] = arrival
+        return arrival
+
+    def _arrival_with_faults(
+        self, src: str, dst: str, now: float, nbytes: int, channel: str
+    ) -> float | None:
+        if not self.connected(src, dst):
             return None
         key = (src, dst, channel)
         state = self._links.get(key)
@@ -188,8 +222,8 @@ class Network:
         rate = self.bandwidth.get((src, dst)) if self.bandwidth else None
         if channel == "bulk":
             rate = min(rate or math.inf, self._bulk_rate)
-        elif rate is None and self.profile.bandwidth_kbps > 0:
-            rate = self.profile.bandwidth_kbps * 1000.0
+        elif rate is None:
+            rate = self._control_rate
         if rate and nbytes:
             departure = max(now, state[1]) + nbytes / rate
             state[1] = departure

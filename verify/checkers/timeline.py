@@ -206,7 +206,6 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
     exit_windows: list[ExitWindow] = []
     crashes: list[tuple[str, float, int]] = []
-    first_seen: dict[str, float] = {}
     end_t = history.events[-1].t_mono if history.events else 0.0
     grace = bounds.detection_s
 
@@ -234,9 +233,9 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         if not windows:
             open_windows.pop(op, None)
 
-    for index, event in enumerate(history.events):
-        if event.node != HARNESS:
-            first_seen.setdefault(event.node, event.t_mono)
+    # Only these kinds shape the timeline: the history's index by class hands them
+    # over in history order (a simulated history is mostly agg_send and votes).
+    for index, event in history.indexed(Start, Stop, LoopStall, DeclareDead, Fault):
         if isinstance(event, Start):
             timeline = nodes.setdefault(event.node, NodeTimeline())
             if timeline.processes and timeline.processes[-1].end == math.inf:
@@ -267,6 +266,7 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         close(op, math.inf)
     # A node that logged events but no start (a history cut at the front) is up from its
     # first event: absent evidence of a start is not evidence of death.
+    first_seen = _first_seen(history, {n for n, tl in nodes.items() if not tl.processes})
     for name, timeline in nodes.items():
         if not timeline.processes and name in first_seen:
             timeline.processes.append(Interval(first_seen[name]))
@@ -279,6 +279,21 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         cuts=cuts,
         exits=exit_windows,
     )
+
+
+def _first_seen(history: History, names: set[str]) -> dict[str, float]:
+    """The ``t_mono`` of the first event of each of ``names`` (the harness has none)."""
+    names.discard(HARNESS)
+    first: dict[str, float] = {}
+    if not names:
+        return first
+    for event in history.events:
+        node = event.node
+        if node in names and node not in first:
+            first[node] = event.t_mono
+            if len(first) == len(names):
+                break
+    return first
 
 
 def _fault_links(event: Fault, nodes: list[str]) -> frozenset[tuple[str, str]] | None:
