@@ -123,6 +123,7 @@ Phase = Literal["idle", "preparing", "accepting", "backoff", "decided"]
 CommitMessage = (
     Prepare | PromiseReply | AcceptRequest | AcceptedReply | Nack | Decided | DecisionRequest
 )
+_COMMIT_MESSAGES = CommitMessage.__args__  # for isinstance (a tuple: no union per call)
 
 # Everything that moves a proposer between phases of one step.  Inputs:
 #   start_round0      the coordinator proposes at ballot (0, index), skipping phase 1
@@ -224,7 +225,7 @@ class MessageReceived(CoreEvent, frozen=True, kw_only=True):
     message: CommitMessage
 
     def __post_init__(self) -> None:
-        if not isinstance(self.message, CommitMessage.__args__):  # type: ignore[attr-defined]
+        if not isinstance(self.message, _COMMIT_MESSAGES):
             raise LocalProtocolError(f"not a commit message: {type(self.message).__name__}")
 
 
@@ -456,7 +457,7 @@ class StepCommit:
         self.learners: tuple[str, ...] = tuple(sorted(learners))
         self.step = first_step
         self.view: tuple[str, ...] = tuple(sorted(set(voters) | set(learners)))
-        self._members_of: tuple[tuple[str, ...] | None, ...] = (None, None, ())  # members
+        self._members_of: tuple = (None, None, (), frozenset())  # _configuration()
         self._clock = Clock()
         self._acceptors: dict[int, _Acceptor] = {}
         for record in persisted:
@@ -496,6 +497,8 @@ class StepCommit:
         message goes to the others: the coordinator's own accept of a round-0 value is
         persisted before any peer can see that value, so a restarted coordinator finds
         it and never proposes a second value at ballot (0, index)."""
+        if not actions:
+            return actions  # most messages change nothing visible
         out: list = []
         for action in actions:
             if isinstance(action, Send) and self.node in action.to:
@@ -511,13 +514,28 @@ class StepCommit:
 
     @property
     def members(self) -> tuple[str, ...]:
-        # Asked for every message; recomputed only when the configuration tuples are
-        # replaced (they are immutable, so the same objects mean the same members).
+        cached = self._members_of
+        if self.voters is cached[0] and self.learners is cached[1]:
+            return cached[2]  # the usual case, without a call
+        return self._configuration()[2]
+
+    @property
+    def _member_set(self) -> frozenset[str]:
+        cached = self._members_of
+        if self.voters is cached[0] and self.learners is cached[1]:
+            return cached[3]
+        return self._configuration()[3]
+
+    def _configuration(self) -> tuple:
+        """``(voters, learners, members, members as a set)``.  Asked for every
+        message; recomputed only when the configuration tuples are replaced (they are
+        immutable, so the same objects mean the same members)."""
         voters, learners = self.voters, self.learners
         cached = self._members_of
         if voters is not cached[0] or learners is not cached[1]:
-            self._members_of = (voters, learners, tuple(sorted(voters + learners)))
-        return self._members_of[2]
+            members = tuple(sorted(voters + learners))
+            cached = self._members_of = (voters, learners, members, frozenset(members))
+        return cached
 
     def quorum_size(self) -> int:
         if self._no_quorum:  # bug: a majority of whoever the detector sees
@@ -608,7 +626,7 @@ class StepCommit:
         return self.members.index(node)
 
     def _check_value(self, value: StepValue, error: type[Exception]) -> None:
-        members = set(self.members)
+        members = self._member_set
         unknown = [c for c in value.contributors if c not in members]
         if unknown:
             raise error(f"contributors {unknown} are not members", reason="invalid-value")
@@ -632,7 +650,7 @@ class StepCommit:
 
     def _check_message(self, message: CommitMessage) -> None:
         sender = message.sender
-        if sender not in self.members:
+        if sender not in self._member_set:
             raise RemoteProtocolError(
                 f"{type(message).__name__} from non-member {sender!r}", reason="unknown-peer"
             )

@@ -62,6 +62,8 @@ def check_names(values: object, what: str) -> None:
 
 
 def check_count(value: object, what: str) -> None:
+    if type(value) is int and value >= 0:
+        return  # the common case, without the isinstance calls
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise LocalProtocolError(f"{what} must be a non-negative int, got {value!r}")
 
