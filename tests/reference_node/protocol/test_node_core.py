@@ -222,6 +222,7 @@ def test_a_pull_goes_round_robin_over_live_sources_and_never_gives_up():
     assert nc.fetch_source("n1", sources, 1, ("n1",)) == "n2"
     assert nc.fetch_source("n1", ("n1",), 0, VOTERS) is None
 
+
 def test_rejoin_sources_are_the_peers_known_to_be_ahead():
     assert nc.rejoin_sources("n1", VOTERS, VOTERS, {}, 5, None) == ("n0", "n2")
     # n0's messages carried step 3 and n2's step 9: only n2 can hand over a later
