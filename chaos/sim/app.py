@@ -15,10 +15,10 @@ into simulated I/O:
    tell the leader (``OwnContribution``), and every arrival (``ContributionArrived``);
 2. a ``BuildProposal`` is aggregated at once (the simulated worker is instantaneous)
    and proposed; a ``ProposeStored`` is proposed as it is;
-3. a proposer pushes the aggregate's bytes on the bulk channel before its accept
-   requests on the control channel (once per ``push_grace_s``); an acceptor that lacks
-   them follows ``plan_aggregate``: rebuild from held contributions (at once or as
-   soon as the missing ones arrive), else wait for the push, then pull;
+3. an acceptor that lacks a value's bytes follows ``plan_aggregate``: rebuild from
+   held contributions (at once or as soon as the missing ones arrive), else pull
+   them from the value's sources (the proposer first), as the runtime's worker does:
+   no proposer pushes an aggregate;
 4. ``ApplyStep`` adds the aggregate of exactly the committed contributors to the
    integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
 
@@ -166,7 +166,6 @@ class NodeApp:
         # The contributors of values seen in accept requests and decisions: what an
         # acceptor needs to rebuild an aggregate from the contributions it holds.
         self.values: dict[tuple[int, str], tuple[str, ...]] = {}
-        self.pushed: dict[tuple[int, str], float] = {}  # value -> when its bytes were pushed
         self.applying: tuple[int, StepValue] | None = None
         self.fetches: dict[tuple[int, str], list] = {}  # key -> [sources, attempt]
         self.commit_timer_at = math.inf
@@ -412,13 +411,12 @@ class NodeApp:
                         self.values.get(key),
                         self.leader.arrived.get(action.step, ()),
                         self.alive_view,
-                        self.config,
                     )
                     if plan.rebuild and self._rebuild(key):
                         rebuilt.append(key)
                     else:
                         self.fetches[key] = [plan.sources, 0]
-                        self._timer(t + plan.wait_s, ("fetch", key))
+                        self._timer(t, ("fetch", key))  # after the list: no re-entry
             elif isinstance(action, ApplyStep):
                 self.applying = (action.step, action.value)
                 self._apply_if_held(t)
@@ -484,19 +482,6 @@ class NodeApp:
 
     def _send_commit(self, t: float, action: Send) -> None:
         message = action.message
-        if isinstance(message, AcceptRequest):
-            key = (message.step, message.value.agg_fp)
-            contributors = self.held.get(message.step, {}).get(message.value.agg_fp)
-            last = self.pushed.get(key)
-            if contributors is not None and (last is None or t - last >= self.config.push_grace_s):
-                # Not again while the last push is still on its way (a retry's accept
-                # requests find those bytes, and a second 40 MB push would hold up the
-                # next step's contributions on the same link); again after that, as
-                # the push may have been lost to a partition.
-                self.pushed[key] = t
-                push = AggregateBytes(message.step, message.value.agg_fp, contributors)
-                for peer in action.to:
-                    self._send(t, peer, push, "bulk", self.settings.aggregate_nbytes)
         for peer in action.to:
             self._send(t, peer, message)
 
@@ -536,7 +521,6 @@ class NodeApp:
             )
         self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
         self.fetches = {k: v for k, v in self.fetches.items() if k[0] > action.step}
-        self.pushed = {k: v for k, v in self.pushed.items() if k[0] > action.step}
         self._begin_step(t)
 
     # --- messages -----------------------------------------------------------------------

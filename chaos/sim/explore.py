@@ -24,8 +24,9 @@ trap for an acceptor that votes without the aggregate's bytes: every node sends 
 gradient to every other, so an acceptor normally rebuilds the aggregate itself; cut
 the two other nodes off from each other (the step's coordinator bridges them, so
 each misses the other's gradient and cannot rebuild), and crash the coordinator as
-it commits, before its pushed bytes arrive.  Correct acceptors accepted only once
-the push arrived and hold the value; ones that voted without it hold nothing
+it commits, before the acceptors' pulls of its bytes are answered.  Correct
+acceptors accepted only once the bytes arrived and hold the value; ones that voted
+without them hold nothing
 (``ack-before-apply`` breaks S2).  ``stale_source`` is the trap for an acceptor that
 prunes its records without a vote floor: a node restarted while its only reachable
 source is one far behind its pruned records (``no-vote-floor`` breaks S1; see
@@ -247,7 +248,7 @@ def lost_bytes(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntry]
             block,
             st.just(k),
             other_two(k),
-            st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts the push
+            st.one_of(st.none(), _seconds(200, 800)),  # the cut outlasts the pull
         )
     )
 

@@ -19,8 +19,8 @@ no clock, no randomness, no I/O.  The pieces:
 - ``prune_records``: which acceptor records a node keeps and its durable vote floor
   (the ``no-vote-floor`` bug lives here: records pruned, floor never raised);
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
-- ``plan_aggregate``: rebuild an aggregate from held contributions, or wait for the
-  proposer's push and then fetch it, and from whom.
+- ``plan_aggregate``: rebuild an aggregate from held contributions, or fetch it,
+  and from whom.
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
 - ``rejoins_at_start``: whether a started process fetches the cluster's state before
@@ -95,9 +95,6 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # staggered, so the ranks do not pre-empt each other's phase-1 rounds.
     fallback_delay_s: float = 3.0
     fallback_rank_step_s: float = 0.5
-    # An acceptor that cannot rebuild an aggregate waits this long for the proposer's
-    # push (it leaves with the accept request, ~0.45 s for 40 MB) before pulling.
-    push_grace_s: float = 0.5
     # One pull attempt; then the next source (fetch_source).  The fetch is retried
     # for as long as its step is the node's (the drivers drop it when the step moves
     # on or the node rejoins): one request a second is nothing next to heartbeats,
@@ -131,7 +128,6 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "backup_delay_s",
             "fallback_delay_s",
             "fallback_rank_step_s",
-            "push_grace_s",
             "fetch_timeout_s",
             "rejoin_retry_s",
             "join_retry_s",
@@ -301,7 +297,7 @@ class StepLeader:
         """Whether this node computes and sends a gradient for its current step: not
         when it re-proposes the value it accepted before a restart (that value is
         the step's, or a retry adopts a higher one: a gradient would be wasted, and
-        its 40 MB on the bulk link would hold up the push of the re-proposed value
+        its 40 MB on the bulk link would hold up the fetch of the re-proposed value
         the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step)."""
         return not self.replaying
 
@@ -513,8 +509,7 @@ def aggregates_to_keep(
 
 class AggregatePlan(msgspec.Struct, frozen=True, kw_only=True):
     rebuild: bool  # build it from the contributions held (same inputs, same bits)
-    wait_s: float  # else: wait this long for a push before the first pull
-    sources: tuple[str, ...]  # ... then pull from these, in this order
+    sources: tuple[str, ...]  # else pull from these, in this order
 
 
 def plan_aggregate(
@@ -523,23 +518,18 @@ def plan_aggregate(
     contributors: Iterable[str] | None,
     arrived: Iterable[str],
     alive: Iterable[str],
-    config: NodeConfig = NODE_DEFAULTS,
-    pushes: bool = True,
 ) -> AggregatePlan:
     """An acceptor or learner that lacks a value's bytes: rebuild it if it holds every
-    contributor's gradient (``contributors``: the value's, if known), else wait for the
-    proposer's push (not when this node's own round adopted the value: no push comes)
-    and pull from the live sources first.  ``pushes``: whether the driver's proposers
-    push an accepted value's bytes (the simulator's do; the runtime's worker does
-    not yet, so its acceptors pull at once)."""
+    contributor's gradient (``contributors``: the value's, if known), else pull it at
+    once from the value's sources, the live ones first.  No proposer pushes an
+    aggregate: a push of the whole aggregate to every acceptor would cost the
+    proposer (n - 1) x its size a step on top of the contributions, and an acceptor
+    that holds every contribution, the usual case, needs none."""
     others = tuple(s for s in action.sources if s != node)
     live = set(alive)
     ordered = tuple(s for s in others if s in live) + tuple(s for s in others if s not in live)
-    if contributors is not None and set(contributors) <= set(arrived):
-        return AggregatePlan(rebuild=True, wait_s=0.0, sources=ordered)
-    own = bool(action.sources) and action.sources[0] == node
-    wait_s = config.push_grace_s if pushes and not own else 0.0
-    return AggregatePlan(rebuild=False, wait_s=wait_s, sources=ordered)
+    rebuild = contributors is not None and set(contributors) <= set(arrived)
+    return AggregatePlan(rebuild=rebuild, sources=ordered)
 
 
 def fetch_source(

@@ -484,8 +484,6 @@ class StepDriver:
             value.contributors if value is not None else None,
             self.arrived.get(action.step, ()),
             self._alive(),
-            self.decisions,
-            pushes=False,  # this worker never pushes an aggregate: pull at once
         )
         if plan.rebuild:
             # Rebuild from the contributions we hold (same inputs, same bits); fetch

@@ -29,11 +29,14 @@ from swarmshake.reference_node.protocol.history import (
     Start,
 )
 
-# (nodes, seed, virtual seconds) -> (digest, events, commits)
+# (nodes, seed, virtual seconds) -> (digest, events, commits).  Moved on purpose once
+# (session 7): proposers no longer push an aggregate's bytes to every acceptor with
+# their accept requests (the runtime's never did), so the bulk links carry only the
+# contributions and they land sooner; the same events and commits, other times.
 PINNED = {
-    (10, 1, 120.0): ("10dd3fe898259dab965aa8e05aeaa9e7", 11979, 1060),
-    (10, 2, 120.0): ("c6be9624e056cd5f7ae87a7345d30db6", 11988, 1060),
-    (64, 1, 15.0): ("d869ca37c7a5630a6063467ebdfad510", 54351, 832),
+    (10, 1, 120.0): ("0d5769419ad21ac16474d1a12516bd3a", 11979, 1060),
+    (10, 2, 120.0): ("9ffd73a7cbc5be67b8f894d7a22dd161", 11988, 1060),
+    (64, 1, 15.0): ("2a8c1db561110a46a41f2bb7d777a2f9", 54351, 832),
 }
 
 # Event-triggered faults: a crash fired by the third agg_send of a step (in the middle

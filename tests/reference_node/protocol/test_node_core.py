@@ -200,15 +200,14 @@ def test_one_records_kept_number_the_commit_cores_window():
 # --- aggregates, membership, rejoin ------------------------------------------------------------
 
 
-def test_rebuild_when_every_contribution_is_held_else_wait_for_the_push_then_pull_live_first():
+def test_rebuild_when_every_contribution_is_held_else_pull_live_first():
     fetch = cm.FetchAggregate(step=3, value_fp="ab" * 8, sources=("n0", "n2", "n1"))
     plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1", "n2"}, VOTERS)
     assert plan.rebuild
     plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1"}, ("n1", "n2"))
-    assert not plan.rebuild and plan.wait_s == CONFIG.push_grace_s
+    assert not plan.rebuild
     assert plan.sources == ("n2", "n0")  # live first, never itself
-    own = cm.FetchAggregate(step=3, value_fp="ab" * 8, sources=("n1", "n0"))
-    assert nc.plan_aggregate("n1", own, None, (), VOTERS).wait_s == 0.0  # no push is coming
+    assert not nc.plan_aggregate("n1", fetch, None, VOTERS, VOTERS).rebuild  # value unknown
 
 
 def test_a_pull_goes_round_robin_over_live_sources_and_never_gives_up():
