@@ -127,18 +127,17 @@ def test_a_sign_flipping_node_is_tolerated_by_median_but_not_by_mean(
     assert outcome["status"] == ("valid" if converges else "invalid"), outcome["message"]
 
 
-# Bugs no real run exposes today, with the reason (the simulator's explore still
-# catches each: tests/chaos/sim/test_explore.py).
+# Bugs not yet shown caught by 9 of 10 real runs, with the measured figure (the
+# simulator's explore catches each: tests/chaos/sim/test_explore.py).
 REAL_RUN_OPEN = {
-    "no-vote-floor": "not yet shown reliable (issue 13): the simulator's stale_source block "
-    "replayed as written was valid on real nodes (the stale n2 still held accept records of "
-    "the steps it came back to); the stale-source scenario, which moves n2's checkpoint "
-    "behind its own kept records, caught it (S1 and S2: the restarted n1 installed n2's "
-    "step-50 state and 25 steps from 51 on were committed twice) in 1 of 1 real run "
-    "(2026-11-26), too few to drop the xfail; the simulator's explore catches the bug (S1)",
-    "forget-vote": "timing-dependent (issue 5): the lost-vote blocks line up a restart between "
-    "an accept and a second proposer's prepare in most runs (3 of 4 in CI conditions; 1 of 1 "
-    "on 2026-11-26), not shown in every run",
+    "no-vote-floor": "not yet shown in 9 of 10 (issue 13): `swarmshake bench bugs` caught it "
+    "(S1 and S2) in 5 of 5 local runs and 1 of 1 Docker run on 2026-11-27 (the bench's time "
+    "budget ended before 10); control without the bug valid 1 of 1 "
+    "(docs/bench-results/session7-bugs/)",
+    "forget-vote": "not yet shown in 9 of 10 (issue 13): `swarmshake bench bugs` caught it "
+    "(S1 and S2) in 5 of 5 local runs and 1 of 1 Docker run on 2026-11-27 (the bench's time "
+    "budget ended before 10; earlier: 3 of 4 in CI conditions); control without the bug valid "
+    "1 of 1 (docs/bench-results/session7-bugs/)",
 }
 
 
