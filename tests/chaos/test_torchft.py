@@ -180,8 +180,16 @@ def test_a_crash_on_three_replica_groups_is_judged_by_the_neutral_checkers(tmp_p
     verdict = json.loads((Path(result["run_dir"]) / "verdict.json").read_text())
     statuses = {name: r["status"] for name, r in verdict["results"].items()}
     messages = {name: r["message"] for name, r in verdict["results"].items()}
-    assert all(statuses[p] in ("valid", "invalid") for p in ("S1", "L1", "L2", "L3")), messages
-    assert statuses["S1"] == "valid", messages  # participants of a step agree
+    shown = json.dumps(messages, indent=1)  # whole, not pytest's truncated repr
+    assert all(statuses[p] in ("valid", "invalid") for p in ("S1", "L2", "L3")), shown
+    # L1 as on Docker (test_docker_systems.py): unknown only when the crashed group was
+    # back before torchft logged a quorum without it (torchft timing; 1 of 5 crash
+    # trials side by side in session 5, and once in a session-7 CI check here, where
+    # pytest's repr cut off which property it was).  Unknown for any other reason fails.
+    assert statuses["L1"] in ("valid", "invalid") or (
+        "no crash lasted long enough (D) or was followed by a new group" in messages["L1"]
+    ), shown
+    assert statuses["S1"] == "valid", shown  # participants of a step agree
     assert {p.stem for p in (Path(result["run_dir"]) / "events").glob("*.jsonl")} >= {
         "n1", "n2", "n3"
     }  # fmt: skip
