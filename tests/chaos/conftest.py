@@ -120,3 +120,28 @@ def direct_stand_in(tmp_path) -> Iterator[tuple[ClusterSession, Observations]]:
     with ClusterSession("local", spec) as session:
         session.wait_until_steady(min_commit_step=-1, timeout_s=60)
         yield session, Observations(session.run_dir)
+
+
+@pytest.fixture
+def docker_leftovers() -> Callable[[Path], tuple[list, list]]:
+    """The containers and networks a finished Docker run left behind, found by its run
+    label (the harness labels everything it creates; both lists empty when it leaked
+    nothing)."""
+
+    def leftovers(run_dir: Path) -> tuple[list, list]:
+        import docker
+
+        from swarmshake.chaos.cleanup import RUN_LABEL
+
+        run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+        label = {"label": f"{RUN_LABEL}={run_id}"}
+        client = docker.from_env(timeout=60)
+        try:
+            return (
+                client.containers.list(all=True, filters=label),
+                client.networks.list(filters=label),
+            )
+        finally:
+            client.close()
+
+    return leftovers

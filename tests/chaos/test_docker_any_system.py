@@ -350,7 +350,7 @@ def fault_times(run_dir: Path, op: str) -> tuple[float, float]:
 @pytest.mark.parametrize(
     "backend", ["local", pytest.param("docker", marks=pytest.mark.docker)]
 )  # fmt: skip
-def test_a_users_proxy_system_runs_with_a_partition_and_a_crash(relay, backend):
+def test_a_users_proxy_system_runs_with_a_partition_and_a_crash(relay, backend, docker_leftovers):
     if backend == "docker" and (reason := docker_unavailable()):
         pytest.skip(f"Docker unavailable on this machine: {reason}")
     scenario = resolve(loads(SCENARIO.format(backend=backend), "relay-smoke.yaml"))
@@ -382,18 +382,7 @@ def test_a_users_proxy_system_runs_with_a_partition_and_a_crash(relay, backend):
     assert (run_dir / "nodes" / "n2" / "incarnation").read_text() == "1"
 
     if backend == "docker":
-        import docker
-
-        from swarmshake.chaos.cleanup import RUN_LABEL
-
-        client = docker.from_env(timeout=60)
-        try:
-            run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
-            label = {"label": f"{RUN_LABEL}={run_id}"}
-            assert client.containers.list(all=True, filters=label) == []
-            assert client.networks.list(filters=label) == []
-        finally:
-            client.close()
+        assert docker_leftovers(run_dir) == ([], [])
 
 
 @pytest.mark.docker

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,15 +122,15 @@ def run_smoke_on_docker(tmp_path: Path, suite: str) -> tuple[dict, dict, Path]:
 
 
 def assert_full_run_on_containers(
-    result: dict, verdict: dict, run_dir: Path, judged: tuple[str, ...]
+    result: dict,
+    verdict: dict,
+    run_dir: Path,
+    judged: tuple[str, ...],
+    leftovers: Callable[[Path], tuple[list, list]],
 ) -> None:
     """The run left DESIGN's run directory, the ``judged`` properties were decided (the
     workload's history reached the checkers from the containers), every smoke fault
     was applied, the crashed node came back, and no container or network is left."""
-    import docker
-
-    from swarmshake.chaos.cleanup import RUN_LABEL
-
     statuses = {name: r["status"] for name, r in verdict["results"].items()}
     messages = {name: r["message"] for name, r in verdict["results"].items()}
     assert all(statuses[p] in ("valid", "invalid") for p in judged), messages
@@ -151,25 +152,20 @@ def assert_full_run_on_containers(
         if '"start"' in line
     ]
     assert len({s["incarnation"] for s in starts if s.get("kind") == "start"}) >= 2, starts
-    client = docker.from_env(timeout=60)
-    try:
-        run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
-        label = {"label": f"{RUN_LABEL}={run_id}"}
-        assert client.containers.list(all=True, filters=label) == []
-        assert client.networks.list(filters=label) == []
-    finally:
-        client.close()
+    assert leftovers(run_dir) == ([], [])
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_torchft_smoke_suite_on_docker(tmp_path):
+def test_torchft_smoke_suite_on_docker(tmp_path, docker_leftovers):
     """3 torchft replica groups in containers, the Lighthouse in a holder of its own:
     crash + restart, one node isolated by iptables in its holder, a pause."""
     if problems := load_system("torchft").check():
         pytest.skip("; ".join(problems))
     result, verdict, run_dir = run_smoke_on_docker(tmp_path, "torchft-smoke")
-    assert_full_run_on_containers(result, verdict, run_dir, judged=("S1", "L2", "L3"))
+    assert_full_run_on_containers(
+        result, verdict, run_dir, judged=("S1", "L2", "L3"), leftovers=docker_leftovers
+    )
     # L1 is decided, or unknown for the one reason timing allows: torchft's survivors
     # drop a killed group after the Lighthouse's 5 s heartbeat timeout, and in some
     # runs the crashed group is back (the crash heals after 10 s) before any quorum
@@ -183,11 +179,13 @@ def test_torchft_smoke_suite_on_docker(tmp_path):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_torchelastic_smoke_suite_on_docker(tmp_path):
+def test_torchelastic_smoke_suite_on_docker(tmp_path, docker_leftovers):
     """3 torchrun agents in containers, the rendezvous store in a holder of its own:
     crash + restart, one node isolated by iptables in its holder, a pause."""
     result, verdict, run_dir = run_smoke_on_docker(tmp_path, "torchelastic-smoke")
     # L1 may stay unknown: the suite's crash heals after 10 s, and in the first Docker
     # run TorchElastic's survivors formed their next group 19 s after the crash, so no
     # group left the crashed node out while it was down.
-    assert_full_run_on_containers(result, verdict, run_dir, judged=("S1", "L2", "L3"))
+    assert_full_run_on_containers(
+        result, verdict, run_dir, judged=("S1", "L2", "L3"), leftovers=docker_leftovers
+    )
