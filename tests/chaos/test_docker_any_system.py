@@ -371,12 +371,16 @@ def test_a_users_proxy_system_runs_with_a_partition_and_a_crash(relay, backend, 
     if backend == "docker":
         assert {host for host, _ in config["peers"].values()} == {"toxiproxy"}
     # The partition reached the wire: n3 heard its peers before and after, never
-    # while it was cut off (half a second after the cut: lines already in flight).
+    # while it was cut off. Half a second is left out at each end: after the cut, lines
+    # already in flight; before the heal, lines over a link already restored (the heal
+    # is recorded once every cut link is restored, so the window is a superset; a CI
+    # run once saw a line 0.4 ms before the record).
     cut, healed = fault_times(run_dir, "partition")
     for sender, receiver in (("n1", "n3"), ("n3", "n1")):
         times = heard(run_dir, receiver, sender)
         assert any(t < cut for t in times), (sender, receiver, "nothing before the cut")
-        assert not [t for t in times if cut + 0.5 < t < healed], (sender, receiver, cut, healed)
+        while_cut = [t for t in times if cut + 0.5 < t < healed - 0.5]
+        assert not while_cut, (sender, receiver, cut, healed, while_cut)
         assert any(t > healed for t in times), (sender, receiver, "nothing after the heal")
     # n2 crashed and came back as a new incarnation, resumed from its checkpoint.
     assert (run_dir / "nodes" / "n2" / "incarnation").read_text() == "1"
