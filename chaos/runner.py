@@ -571,8 +571,8 @@ class Harness:
         from swarmshake.reference_node.protocol.history import History
         from swarmshake.reference_node.training.config import TrainingConfig
 
-        if self.scenario.system != "reference":
-            # Both re-run the reference node's training; another system's own
+        if not load_system(self.scenario.system, self.scenario.system_options).replays_training:
+            # Both re-run the reference training code; a system with its own
             # training loop is not reproduced here, so neither can decide.
             reason = (
                 f"system {self.scenario.system}: convergence and replay re-run the reference "

@@ -221,9 +221,15 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
             system = load_system(self.system, self.system_options)
         except SystemConfigError as error:
             raise ValueError(str(error)) from None
-        if self.system != "reference" and (self.cluster.bugs or self.load is not None):
+        foreign = sorted(set(self.cluster.bugs) - system.planted_bugs)
+        if foreign:
             raise ValueError(
-                f"system: {self.system} takes no cluster.bugs and no load (reference node only)"
+                f"cluster.bugs {foreign}: system {self.system} has no such planted-bug switch "
+                f"(it has: {', '.join(sorted(system.planted_bugs)) or 'none'})"
+            )
+        if self.load is not None and not system.serves_load:
+            raise ValueError(
+                f"load: system {self.system} serves no inference API for load to drive"
             )
         ops = system.supported_ops()
         for index, entry in enumerate(self.faults):

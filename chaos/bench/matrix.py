@@ -10,12 +10,14 @@ on purpose).
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from swarmshake.chaos import faults as F
 from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState
+from swarmshake.chaos.systems import DEFAULT_SYSTEM, System
 from swarmshake.reference_node.training.config import TrainingConfig
 
 
@@ -29,11 +31,16 @@ class Timing:
 
 QUICK_TIMING = Timing(fault_window_s=(1.0, 2.0), hold_s=2.0, duration_s=4.0, quiesce_s=4.0)
 FULL_TIMING = Timing(fault_window_s=(2.0, 5.0), hold_s=4.0, duration_s=10.0, quiesce_s=8.0)
-# With a system other than the reference node, every system (the reference node too, so
-# the cells compare) gets a longer quiesce: seen here, a TorchElastic group stalls for
-# its 10 s gloo timeout, then restarts from a checkpoint through a new rendezvous,
-# and had committed nothing new 14 s after the fault when FULL_TIMING's run ended.
-SYSTEMS_TIMING = Timing(fault_window_s=(2.0, 5.0), hold_s=4.0, duration_s=10.0, quiesce_s=25.0)
+
+
+def full_timing(systems: Iterable[System]) -> Timing:
+    """FULL_TIMING with the quiesce of the slowest system to settle (``System.settle_s``):
+    seen here, a TorchElastic group stalls for its 10 s gloo timeout, then restarts from
+    a checkpoint through a new rendezvous, and had committed nothing new 14 s after the
+    fault when an 8 s quiesce ended; every system of a sitting gets the same timing."""
+    settle_s = max((system.settle_s for system in systems), default=FULL_TIMING.quiesce_s)
+    return dataclasses.replace(FULL_TIMING, quiesce_s=max(FULL_TIMING.quiesce_s, settle_s))
+
 
 Builder = Callable[[list[str], random.Random, Timing], list[F.ScheduleEntry]]
 
@@ -181,7 +188,9 @@ class Cell:
     @property
     def key(self) -> str:
         # The reference node's cells keep the key they had before systems existed.
-        return self.fault_key if self.system == "reference" else f"{self.system}/{self.fault_key}"
+        return (
+            self.fault_key if self.system == DEFAULT_SYSTEM else f"{self.system}/{self.fault_key}"
+        )
 
 
 def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Scenario:
@@ -193,7 +202,7 @@ def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Sc
     rng = random.Random(f"{cell.fault_key}/{seed}")
     names = [f"n{i}" for i in range(1, cell.nodes + 1)]  # Scenario.node_names
     entries = FAULT_TYPES[cell.fault](names, rng, timing)
-    system_part = "" if cell.system == "reference" else f"{cell.system}-"
+    system_part = "" if cell.system == DEFAULT_SYSTEM else f"{cell.system}-"
     return Scenario(
         name=f"bench-{system_part}{cell.fault}-{cell.backend}-{cell.nodes}-t{trial}",
         description=f"recovery benchmark cell {cell.key}, trial {trial}",

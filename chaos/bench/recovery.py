@@ -40,6 +40,7 @@ from swarmshake.chaos.bench.trials import (
     default_runner,
     unsupported_ops,
 )
+from swarmshake.chaos.systems import DEFAULT_SYSTEM
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.reports.recovery import FaultMeasurement, measure_run
 from swarmshake.reports.series import loop_stalls
@@ -246,7 +247,7 @@ def results_by_fault(results: Sequence[CellResult]) -> dict[str, Any]:
     by_fault: dict[str, list[CellResult]] = {}
     for result in results:
         system = result.cell.system
-        key = result.cell.fault if system == "reference" else f"{system}/{result.cell.fault}"
+        key = result.cell.fault if system == DEFAULT_SYSTEM else f"{system}/{result.cell.fault}"
         by_fault.setdefault(key, []).append(result)
     return {fault: pooled(cells) for fault, cells in by_fault.items()}
 

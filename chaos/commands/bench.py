@@ -187,29 +187,25 @@ def _recovery_main(argv: list[str]) -> int:
     systems = _systems(args.system)
     if args.combine is not None:
         return _combine(args.combine, args.out, systems[0])
-    only_reference = systems == ["reference"]
-    backend_text = (
-        args.backend if args.backend is not None else "sim" if only_reference else "local"
-    )
+    from swarmshake.chaos.systems import load_system
+
+    loaded = [load_system(name) for name in systems]
+    all_simulated = all(system.simulated for system in loaded)
+    backend_text = args.backend if args.backend is not None else "sim" if all_simulated else "local"
     backends = [b.strip() for b in backend_text.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise UsageError(f"--backend {backend_text!r}: choose from {', '.join(BACKENDS)}")
-    if "sim" in backends and not only_reference:
-        others = ", ".join(s for s in systems if s != "reference")
+    if "sim" in backends and not all_simulated:
+        others = ", ".join(system.name for system in loaded if not system.simulated)
         raise UsageError(
-            f"--backend sim runs the reference node only, not {others}: use --backend local"
+            f"--backend sim runs the node core's systems only, not {others}: use --backend local"
         )
     faults = (
         [f.strip() for f in args.faults.split(",")] if args.faults else list(matrix.FAULT_TYPES)
     )
-    timing = (
-        matrix.QUICK_TIMING
-        if args.quick
-        else matrix.FULL_TIMING
-        if only_reference
-        else matrix.SYSTEMS_TIMING
-    )
+    # Every system gets the quiesce of the slowest to settle, so the cells compare.
+    timing = matrix.QUICK_TIMING if args.quick else matrix.full_timing(loaded)
     plan: list[tuple[list[matrix.Cell], int]] = []  # (cells, trials per cell) per backend
     try:
         for backend in backends:

@@ -71,7 +71,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
         raise UsageError(f"--budget {args.budget}: at most {MAX_REAL_BUDGET} real runs")
     from swarmshake.chaos import scenario as scenario_file
     from swarmshake.chaos.scenario import Scenario, SteadyState
-    from swarmshake.chaos.systems import SystemConfigError, load_system
+    from swarmshake.chaos.systems import DEFAULT_SYSTEM, SystemConfigError, load_system
 
     around: Scenario | None = None
     if args.scenario is not None:
@@ -85,7 +85,7 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
                 "drop --system or name the same one"
             )
         args.system = around.system
-    args.system = args.system or "reference"
+    args.system = args.system or DEFAULT_SYSTEM
     try:
         system = load_system(args.system, around.system_options if around else None)
     except SystemConfigError as error:
@@ -93,8 +93,22 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
     # The generator draws only what the system can take (a kernel without sch_netem
     # cannot delay a namespace's links: latency is left out, not skipped at run time).
     ops = [op for op in ("crash", "pause", "partition", "latency") if op in system.supported_ops()]
-    base = None
-    trigger_kinds = None
+    from swarmshake.verify.checkers import Bounds
+
+    try:
+        bounds = Bounds(**system.bounds)
+    except (TypeError, ValueError) as error:
+        raise UsageError(
+            f"system {args.system}: bad bounds {dict(system.bounds)}: {error}"
+        ) from None
+    # The run lasts --duration (a stall of a 60 s timeout needs room to show), then
+    # quiesces half as long; the system's bounds fit its own timeouts, and its steady
+    # timeout its start-up (workers that import torch take longer).
+    base = Scenario(
+        name="explore", duration_s=args.duration, quiesce_s=max(15.0, args.duration / 2),
+        system=args.system, bounds=bounds,
+        steady_state=SteadyState(min_commit_step=2, timeout_s=system.steady_timeout_s),
+    )  # fmt: skip
     if around is not None:
         # Everything but the faults comes from the file (cluster, system and its
         # options, steady state, durations, bounds); explore draws the faults, with
@@ -107,26 +121,9 @@ def explore_real_cluster(args) -> int:  # noqa: ANN001 - the parsed arguments of
                     f"{args.scenario}: generator.ops {unsupported}: system {args.system} "
                     f"cannot take them here ({system.unsupported_reason(unsupported[0])})"
                 )
-        trigger_kinds = sorted(system.produces) if args.system != "reference" else None
-    elif args.system != "reference":
-        from swarmshake.verify.checkers import Bounds
-
-        try:
-            bounds = Bounds(**system.bounds)
-        except (TypeError, ValueError) as error:
-            raise UsageError(
-                f"system {args.system}: bad bounds {dict(system.bounds)}: {error}"
-            ) from None
-        # Another system's workers import torch in every process: start-up takes longer.
-        # The run lasts --duration (a stall of a 60 s timeout needs room to show), then
-        # quiesces half as long; the system's bounds fit its own timeouts.
-        base = Scenario(
-            name="explore", duration_s=args.duration, quiesce_s=max(15.0, args.duration / 2),
-            system=args.system, bounds=bounds,
-            steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
-        )  # fmt: skip
-        # Its own history kinds (torchft's ``collective``) trigger drawn crashes and pauses.
-        trigger_kinds = sorted(system.produces)
+    # Drawn crashes and pauses may fire on the system's own kinds (torchft's
+    # ``collective``: a kill at the all-reduce start), when it declares any.
+    trigger_kinds = system.trigger_kinds() or None
     result = explore_blocking(
         backend=args.backend,
         budget=args.budget,
@@ -173,8 +170,8 @@ def main(argv: list[str]) -> int:
         "--duration",
         type=parse_duration_s,
         default=40.0,
-        help="time per run (sim: virtual; a real backend and a system other than the "
-        "reference: the fault phase)",
+        help="time per run (sim: virtual; a real backend: the fault phase, then a quiesce "
+        "of half as long, at least 15 s)",
     )
     parser.add_argument(
         "--property", action="append", choices=PROPERTIES, help="what counts as a violation"
@@ -224,11 +221,18 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--confirm {args.confirm} must lie in [1, 10]")
     if args.nodes is not None and not 1 <= args.nodes <= 64:
         raise UsageError(f"--nodes {args.nodes} must lie in [1, 64]")
-    if args.backend == "sim" and args.system not in (None, "reference"):
-        raise UsageError(
-            f"--system {args.system}: the simulator runs the reference node's core only; "
-            "use --backend local"
-        )
+    if args.backend == "sim" and args.system is not None:
+        from swarmshake.chaos.systems import SystemConfigError, load_system
+
+        try:
+            simulated = load_system(args.system).simulated
+        except SystemConfigError as error:
+            raise UsageError(str(error)) from None
+        if not simulated:
+            raise UsageError(
+                f"--system {args.system}: the simulator runs the node core's systems only "
+                "(this one is not built on it); use --backend local"
+            )
     if not 1 <= args.budget <= MAX_BUDGET:
         raise UsageError(f"--budget {args.budget} must lie in [1, {MAX_BUDGET}]")
     if args.backend != "sim":

@@ -183,6 +183,26 @@ class System(abc.ABC):
     #: system's own timeouts; ``swarmshake explore`` judges its generated runs by them
     #: (a scenario file states its own).  Empty: the reference node's defaults.
     bounds: ClassVar[Mapping[str, float]] = {}
+    # What the harness offers a system is chosen by what the system declares below,
+    # never by its name: a user's system that declares them gets the same paths.
+    #: the deterministic simulator runs this system's node core (explore and bench
+    #: recovery on ``--backend sim``): only a system built on the node core can be
+    simulated: ClassVar[bool] = False
+    #: the planted-bug switches (``cluster.bugs``, ``--bug``) its nodes understand
+    planted_bugs: ClassVar[frozenset[str]] = frozenset()
+    #: its nodes serve the HTTP inference API a scenario's ``load:`` section drives
+    serves_load: ClassVar[bool] = False
+    #: it trains with the reference training code (``TrainingConfig``), so convergence
+    #: against a fault-free baseline and bit-exact replay can re-run its steps
+    replays_training: ClassVar[bool] = False
+    #: history kinds whose logging may fire a crash or pause that real-backend explore
+    #: draws (a kill at the workload's all-reduce start); None: every kind it produces
+    fault_triggers: ClassVar[frozenset[str] | None] = None
+    #: how long a cluster that explore builds may take to reach steady state
+    steady_timeout_s: ClassVar[float] = 60.0
+    #: after a fault heals, how long the system may take to train again (rejoin, or
+    #: a restart from a checkpoint); a recovery bench quiesces the longest of these
+    settle_s: ClassVar[float] = 8.0
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         options = dict(options or {})
@@ -281,6 +301,10 @@ class System(abc.ABC):
     def steady(self, tail: EventTail, min_step: int) -> bool:
         """Steady state: every node committed a step ≥ ``min_step`` (from its history)."""
         return tail.steady(min_step)
+
+    def trigger_kinds(self) -> list[str]:
+        """The kinds that may fire explore's drawn crashes and pauses (sorted)."""
+        return sorted(self.produces if self.fault_triggers is None else self.fault_triggers)
 
     def describe(self) -> dict[str, Any]:
         return {

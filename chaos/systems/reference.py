@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from swarmshake.chaos.backends import node_config
 from swarmshake.chaos.systems.base import Launch, NodeContext, System
+from swarmshake.reference_node.protocol.bugs import BUGS
 from swarmshake.reference_node.protocol.history import EVENT_KINDS
 
 NODE_MODULE = "swarmshake.reference_node"
@@ -50,6 +51,13 @@ class ReferenceSystem(System):
         {"clock_skew", "byzantine", "broker_loss", "disk_full", "checkpoint_corrupt", "hold_bulk"}
     )
     produces: ClassVar[frozenset[str]] = frozenset(EVENT_KINDS)
+    simulated: ClassVar[bool] = True
+    planted_bugs: ClassVar[frozenset[str]] = frozenset(BUGS)
+    serves_load: ClassVar[bool] = True
+    replays_training: ClassVar[bool] = True
+    # A step takes ~0.1 s: explore's timed draws already land inside every phase of
+    # one, so no history kind fires them (a trigger would add a ~10 ms delay, no reach).
+    fault_triggers: ClassVar[frozenset[str] | None] = frozenset()
 
     def config_path(self, ctx: NodeContext) -> Path:
         return ctx.node_dir / "node.toml"

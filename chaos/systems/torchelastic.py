@@ -43,6 +43,12 @@ class TorchElasticSystem(System):
         {"start", "stop", "step_committed", "membership", "rejoin_begin", "rejoin_done",
          "collective", "fault", "run_mark"}
     )  # fmt: skip
+    # Every worker imports torch; the agents meet in a rendezvous before the first step.
+    steady_timeout_s: ClassVar[float] = 120.0
+    # Seen here: a group stalls for its 10 s gloo timeout, then restarts from a
+    # checkpoint through a new rendezvous, and had committed nothing new 14 s after
+    # the fault (the recovery bench's 8 s quiesce ended first).
+    settle_s: ClassVar[float] = 25.0
     option_defaults: ClassVar[dict[str, Any]] = {
         "max_restarts": 100,  # worker-group restarts an agent allows before it gives up
         "min_nodes": 0,  # 0: one fewer than the cluster (the group goes on without one node)

@@ -42,6 +42,11 @@ class TorchFTSystem(System):
         {"start", "stop", "step_committed", "membership", "rejoin_begin", "rejoin_done",
          "collective", "node_error", "fault", "run_mark"}
     )  # fmt: skip
+    # Every worker imports torch and waits for a Lighthouse quorum before its first step.
+    steady_timeout_s: ClassVar[float] = 120.0
+    # A group back from a crash waits for the next quorum and heals from a peer (~5 s
+    # here); the recovery bench gives it as long as TorchElastic (below) to compare.
+    settle_s: ClassVar[float] = 25.0
     bounds: ClassVar[dict[str, float]] = {
         # D: the Lighthouse drops a silent group after heartbeat_timeout_ms (5 s) and
         # the next quorum round forms without it; 20 s leaves room on a loaded machine.

@@ -292,10 +292,20 @@ def test_what_a_proxy_system_declares_is_checked_when_it_loads():
         Launch(argv=("python",), mounts=("/abs/but/a/str.py",))  # type: ignore[arg-type]
 
 
-def test_the_backends_never_choose_a_path_by_a_systems_name():
-    compares_name = re.compile(r"""name\s*(?:==|!=|in)\s*\(?["']reference""")
-    for path in ("chaos/backends/docker.py", "chaos/backends/local.py", "chaos/backends/base.py"):
-        assert not compares_name.search((ROOT / path).read_text()), path
+def test_the_harness_never_chooses_a_path_by_a_systems_name():
+    """What a system gets (the simulator, planted bugs, load, replay, explore's
+    triggers, a bench's quiesce) follows what it declares, never its name: a user's
+    system declaring the same gets the same.  Only chaos/systems/ names systems."""
+    compares_name = re.compile(r"""(?:==|!=|\bin)\s*\(?\s*(?:None,\s*)?["']reference["']""")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "chaos").rglob("*.py"))
+        if "systems" not in path.relative_to(ROOT / "chaos").parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compares_name.search(line)
+    ]
+    assert not found
+    assert compares_name.search('if args.system not in (None, "reference"):')
 
 
 def test_the_reference_stand_in_program_is_a_mount_of_its_launch(tmp_path):

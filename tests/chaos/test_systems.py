@@ -90,5 +90,7 @@ def test_a_scenario_names_its_system_and_faults_are_checked_against_it():
             loads(latency, "t.yaml")
     else:
         assert loads(latency, "t.yaml").faults[0].op.name == "latency"
-    with pytest.raises(ScenarioError, match="reference node only"):
+    with pytest.raises(ScenarioError, match="no such planted-bug switch"):
         loads("name: t\nsystem: torchelastic\ncluster: {bugs: [forget-vote]}\n", "t.yaml")
+    with pytest.raises(ScenarioError, match="serves no inference API"):
+        loads("name: t\nsystem: torchft\nload: {users: 2}\n", "t.yaml")
