@@ -171,6 +171,43 @@ def test_s2_a_commit_that_no_surviving_node_holds_is_invalid():
     assert "held by no node" in verdict.results["S2"].message
 
 
+def _left_on_disk_only() -> Run:
+    """Step 6 accepted with its bytes by n1 and n2 (n0, at step 5, did not vote) and
+    committed by n1; n1 restarts (its memory gone) and n2 crashes: one voter down,
+    and only n1's acceptor record of the value, on disk, holds it."""
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 5)
+    for node in ("n1", "n2"):
+        run.accept(node, 6, 6.4, "a0006")
+    run.commit("n1", 6, 6.5)
+    run.fault("crash", ["n1"], 6.6)
+    run.start("n1", 6.7, incarnation=1)
+    run.fault("crash", ["n2"], 6.8)
+    return run
+
+
+def test_s2_a_value_left_only_on_an_acceptors_disk_is_unknown_until_it_returns():
+    run = _left_on_disk_only()
+    result = run.check().results["S2"]
+    assert result.status == "unknown"
+    assert "acceptor records of n1" in result.message and "return was not seen" in result.message
+    run.start("n2", 7.0, incarnation=1)
+    run.commit("n1", 6, 7.5)
+    run.commit("n2", 6, 7.5)
+    assert run.check().results["S2"].status == "valid"
+
+
+def test_s2_a_value_left_only_on_disk_is_lost_when_the_cluster_commits_past_it():
+    run = _left_on_disk_only()
+    run.start("n2", 7.0, incarnation=1)
+    run.commit("n1", 7, 7.5)
+    result = run.check().results["S2"]
+    assert result.status == "invalid"
+    assert "committed step 7 without step 6 being committed again" in result.message
+
+
 def test_s2_a_crash_of_one_holder_out_of_three_is_fine():
     run = healthy(10)
     run.fault("crash", ["n0"], 10.6)

@@ -6,7 +6,11 @@
   voters are down: (a) no later commit of the same step with another value; (b) at
   every crash, some node that is not down still holds the step (it committed or
   rejoined at a step ≥ it, or accepted its value holding the bytes) unless a majority
-  is down.
+  is down.  A crash loses a process's memory, not its acceptor records: a node that
+  is up and once accepted the value with its bytes keeps them on disk with the
+  record, so when only such nodes are left the value is not judged lost unless the
+  cluster then commits past the step without it; if the run ends first, S2 is
+  ``unknown`` (the return was not seen), never ``valid``.
 - S3: a value commits only after a majority of the *configured* voters (not of a
   detector view) logged ``accept`` for it at one ballot.
 """
@@ -128,6 +132,9 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
     reported_overwrite: set[int] = set()
     held_step: dict[str, int] = {}  # node -> highest step its current process holds
     byte_accepts: dict[int, set[str]] = defaultdict(set)  # step -> nodes holding its bytes
+    # (step, value_fp) -> nodes whose acceptor record of that value carries its bytes:
+    # on disk, so a crash does not remove them (the node's restart reads them back).
+    byte_records: dict[tuple[int, str], set[str]] = defaultdict(set)
     # A value is committed once a majority accepted it at one ballot (Paxos's "chosen"),
     # whether or not anyone logged ``commit`` yet: durability is owed from then on.
     votes: dict[tuple[int, str, tuple[int, ...]], set[str]] = defaultdict(set)
@@ -139,6 +146,9 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
         crashes_at[index].append(name)
     lost_reported = False
     suspect: tuple[int, int, int, str, int, int] | None = None  # the first apparent loss
+    # The first crash after which only acceptor records on disk held the top step:
+    # (step, chosen index, crash index, crashed node, nodes whose disk holds it).
+    on_disk_only: tuple[int, int, int, str, list[str]] | None = None
     # In history order: the events this check reads, and the positions of crashes.
     relevant = dict(history.indexed(Start, Accept, Commit, RejoinDone))
     in_history = range(len(history.events))
@@ -152,6 +162,7 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
         elif isinstance(event, Accept):
             if event.holds_bytes:
                 byte_accepts[event.step].add(event.node)
+                byte_records[(event.step, event.value_fp)].add(event.node)
             voters = membership.voters_at(event.step)
             if event.node in voters:
                 key = (event.step, event.value_fp, tuple(event.ballot))
@@ -189,8 +200,17 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
             ]
             down_voters = sum(node in down for node in voters)
             if not holders and down_voters < majority(len(voters)):
-                lost_reported = True
-                suspect = (top_step, top_index, index, name, down_voters, len(voters))
+                chosen_fp = history.events[top_index].value_fp  # type: ignore[attr-defined]
+                on_disk = sorted(
+                    node
+                    for node in byte_records.get((top_step, chosen_fp), ())
+                    if node in voters and node not in down
+                )
+                if not on_disk:
+                    lost_reported = True
+                    suspect = (top_step, top_index, index, name, down_voters, len(voters))
+                elif on_disk_only is None:
+                    on_disk_only = (top_step, top_index, index, name, on_disk)
     if suspect is not None:
         step, chosen_index, crash_index, name, down_voters, voter_count = suspect
         chosen = history.events[chosen_index]
@@ -209,4 +229,44 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                 EventRef.of(chosen_index, chosen, "committed here"),
                 EventRef.of(crash_index, history.events[crash_index], f"crash of {name}"),
             )
+    if on_disk_only is not None:
+        _judge_held_on_disk(history, findings, on_disk_only)
     return findings.result(f"{len(committed_value)} committed steps, none lost")
+
+
+def _judge_held_on_disk(
+    history: History, findings: Findings, case: tuple[int, int, int, str, list[str]]
+) -> None:
+    """A committed value that, after a crash, only acceptor records on disk held: lost
+    if the cluster committed past its step without committing it again; not decided
+    if the run ended before any node committed the step or a later one again."""
+    step, chosen_index, crash_index, name, on_disk = case
+    chosen = history.events[chosen_index]
+    fp = chosen.value_fp  # type: ignore[attr-defined]
+    later = [
+        (i, event)
+        for i, event in enumerate(history.events[crash_index + 1 :], crash_index + 1)
+        if isinstance(event, Commit) and event.step >= step
+    ]
+    if any(event.step == step and event.value_fp == fp for _, event in later):
+        return  # back: a restarted acceptor's record brought it (a new value: (a) above)
+    refs = (
+        EventRef.of(chosen_index, chosen, "committed here"),
+        EventRef.of(crash_index, history.events[crash_index], f"crash of {name}"),
+    )
+    past = next(((i, e) for i, e in later if e.step > step), None)
+    if past is not None:
+        findings.invalid(
+            f"committed step {step} was held after {name} crashed only by the acceptor "
+            f"records of {', '.join(on_disk)}, and {past[1].node} committed step "
+            f"{past[1].step} without step {step} being committed again (its value was lost)",
+            *refs,
+            EventRef.of(past[0], past[1], "committed past it"),
+        )
+        return
+    findings.unknown(
+        f"committed step {step} was held after {name} crashed only by the acceptor records "
+        f"of {', '.join(on_disk)} (on disk, with its bytes), and the run ended before any "
+        f"node committed step {step} or a later one again: its return was not seen",
+        *refs,
+    )
