@@ -103,6 +103,9 @@ class WorkerSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     start: Literal["auto", "fork", "exec"] = "auto"
 
 
+_CHECKPOINTS = node_core.CHECKPOINT_DEFAULTS
+
+
 class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     # The node core's decision knobs (protocol/node_core.NodeConfig): who proposes a
     # step and when, fetch retries, acceptor records kept, join/leave/rejoin retries.
@@ -110,27 +113,34 @@ class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     node: node_core.NodeConfig = node_core.NODE_DEFAULTS
     # Stop after this many committed steps (0 = run until stopped).
     max_steps: int = 0
-    # When to checkpoint (protocol/checkpoint_policy.py): "fixed" every
-    # ``checkpoint_every`` committed steps, or "young-daly": sqrt(2 C M) from the
-    # measured write cost C and the failures this node observed (declared deaths and
-    # its own restarts), clamped to [checkpoint_min_interval_s, checkpoint_max_interval_s].
-    checkpoint_policy: Literal["fixed", "young-daly"] = "fixed"
-    # Write a checkpoint every this many committed steps (0 = only when asked).
-    checkpoint_every: int = 50
-    # Young-Daly: the MTBF assumed before any failure was seen (one pseudo-failure, so
-    # a quiet start does not mean "never checkpoint"), the window failures are counted
-    # over, and the interval's clamp.  An hour is the policy core's default and the
-    # order of a preemptible cloud node's lifetime.
-    checkpoint_prior_mtbf_s: float = 3600.0
-    checkpoint_window_s: float = 3600.0
-    checkpoint_min_interval_s: float = 10.0
-    checkpoint_max_interval_s: float = 3600.0
+    # When to checkpoint: the node core's ``CheckpointConfig`` (protocol/node_core.py,
+    # its defaults and reasons), under these names in node.toml.  "fixed" every
+    # ``checkpoint_every`` committed steps (0 = only when asked), or "young-daly":
+    # sqrt(2 C M) from the measured write cost C and the failures this node observed,
+    # clamped to [checkpoint_min_interval_s, checkpoint_max_interval_s].
+    checkpoint_policy: Literal["fixed", "young-daly"] = _CHECKPOINTS.policy  # type: ignore[assignment]
+    checkpoint_every: int = _CHECKPOINTS.every_steps
+    checkpoint_prior_mtbf_s: float = _CHECKPOINTS.prior_mtbf_s
+    checkpoint_window_s: float = _CHECKPOINTS.window_s
+    checkpoint_min_interval_s: float = _CHECKPOINTS.min_interval_s
+    checkpoint_max_interval_s: float = _CHECKPOINTS.max_interval_s
     # Each checkpoint is copied to this many peers (DESIGN S2: a committed step
     # survives while fewer than a majority crash).  -1 = automatic: (voters - 1) // 2,
     # i.e. f = the most crashes a majority quorum tolerates, so the node plus its f
     # replicas are f + 1 copies and some copy outlives any f crashes (1 for 3-4 nodes,
     # 2 for 5-6).  0 disables replication.
     checkpoint_replicas: int = -1
+
+    def checkpointing(self) -> node_core.CheckpointConfig:
+        """The node core's checkpoint configuration these settings name."""
+        return node_core.CheckpointConfig(
+            policy=self.checkpoint_policy,
+            every_steps=self.checkpoint_every,
+            prior_mtbf_s=self.checkpoint_prior_mtbf_s,
+            window_s=self.checkpoint_window_s,
+            min_interval_s=self.checkpoint_min_interval_s,
+            max_interval_s=self.checkpoint_max_interval_s,
+        )
 
 
 class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -50,6 +50,7 @@ from swarmshake.chaos.sim.network import Network
 from swarmshake.chaos.sim.recorder import Recorder
 from swarmshake.chaos.sim.rng import RngStreams, derive_seed
 from swarmshake.chaos.sim.streams import HeartbeatStream
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.bugs import BugSet
 from swarmshake.reference_node.protocol.detector import (
     DeclaredAlive,
@@ -312,7 +313,7 @@ class Simulation:
     # --- node lifecycle -------------------------------------------------------------------
 
     def start(self, name: str, t: float) -> NodeProcess:
-        incarnation = self.max_incarnation.get(name, -1) + 1
+        incarnation = nc.next_incarnation(self.max_incarnation.get(name, 0))
         self.max_incarnation[name] = incarnation
         self.generation[name] += 1
         old = self.processes.get(name)

@@ -270,7 +270,7 @@ def stale_source(nodes: list[str]) -> st.SearchStrategy[list[faults.ScheduleEntr
     # then fits well inside a run with time left to recover (a crash at step ~30 of
     # a 40 s run left the survivors too little time to re-commit, which the S2
     # checker judges a loss).
-    interval = AppSettings().checkpoint_every_steps
+    interval = AppSettings().checkpoint.every_steps
     records_kept = NODE_DEFAULTS.records_kept
 
     def block(

@@ -23,6 +23,7 @@ from swarmshake.chaos.sim.nemesis import Nemesis
 from swarmshake.chaos.sim.network import LinkProfile, Network
 from swarmshake.chaos.sim.recorder import Recorder
 from swarmshake.chaos.sim.rng import RngStreams
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.bugs import BugSet
 from swarmshake.reference_node.protocol.history import HARNESS, Commit, History, RunMark
 from swarmshake.verify.checkers import Bounds, Verdict, build_timeline, check_history
@@ -136,9 +137,8 @@ def _simulate(
     disks: dict[str, NodeDisk] = {}
 
     def make_app(sim: Simulation, proc: NodeProcess) -> NodeApp:
-        first = proc.name not in disks
         disk = disks.setdefault(proc.name, NodeDisk())
-        return NodeApp(sim, proc, config.app, disk, first)
+        return NodeApp(sim, proc, config.app, disk, nc.is_first_start(proc.incarnation))
 
     sim = Simulation(
         nodes=config.nodes,

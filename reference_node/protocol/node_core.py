@@ -27,6 +27,11 @@ no clock, no randomness, no I/O.  The pieces:
   its first step; ``rejoin_start``: whom a rejoin asks, the cluster step it knows of
   and whether genesis is a valid outcome (``rejoin_sources`` orders the peers);
   ``replica_peers``: the peers that keep this node's checkpoint replicas.
+- ``Checkpointing`` (with ``CheckpointConfig``): when the node checkpoints, the
+  checkpoint-policy core fed the same inputs in both shells (every commit, every
+  peer it declares dead and its own restart, the measured cost of each write).
+- ``next_incarnation`` / ``is_first_start``: a start's incarnation (the first is
+  ``FIRST_INCARNATION`` in both shells) and whether it is the node's first.
 - ``history_of``: the one mapping from a core's action to the history event logged
   for it (DESIGN: a node logs a vote before sending it).
 
@@ -48,6 +53,7 @@ from typing import Any
 
 import msgspec
 
+from swarmshake.reference_node.protocol import checkpoint_policy as cp
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
@@ -682,6 +688,144 @@ def replica_peers(
         wanted = (len(tuple(voters)) - 1) // 2
     others = tuple(m for m in members if m != node)
     return rj.rendezvous_order(seed, node, 0, others)[:wanted]
+
+
+# --- incarnations --------------------------------------------------------------------------
+
+# A node's first process is incarnation 1 in both shells; 0 means "none yet" (what a
+# peer holds for a node it never heard, what the runtime reads with no file on disk).
+FIRST_INCARNATION = 1
+
+
+def next_incarnation(highest_used: int) -> int:
+    """A starting process's incarnation: one above every incarnation the node used
+    (``highest_used``; 0 when it used none), so its peers tell it from its past lives
+    (SWIM).  The runtime persists the result before it says anything to a peer."""
+    check_count(highest_used, "next_incarnation(highest_used)")
+    return max(highest_used, FIRST_INCARNATION - 1) + 1
+
+
+def is_first_start(incarnation: int) -> bool:
+    """The node's first process: nothing on its disk, so nothing to rejoin from and
+    no failure of its own to count (``rejoins_at_start``, ``Checkpointing``)."""
+    return incarnation <= FIRST_INCARNATION
+
+
+# --- checkpoints: when the node writes one -------------------------------------------------
+
+
+class CheckpointConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """When to checkpoint (``checkpoint_policy``), defined once: the runtime's
+    ``[step] checkpoint_*`` settings and the simulator's workload build one."""
+
+    # "fixed": every ``every_steps`` committed steps; "young-daly": sqrt(2 C M) from
+    # the measured write cost C and the failures this node observed (declared deaths
+    # and its own restarts), clamped to [min_interval_s, max_interval_s].
+    policy: str = "fixed"
+    # Committed steps between two checkpoints (0: only when asked).
+    every_steps: int = 50
+    # Young-Daly: the MTBF assumed before any failure was seen (one pseudo-failure, so
+    # a quiet start does not mean "never checkpoint"), the window failures are counted
+    # over, and the interval's clamp.  An hour is the order of a preemptible cloud
+    # node's lifetime.
+    prior_mtbf_s: float = 3600.0
+    window_s: float = 3600.0
+    min_interval_s: float = 10.0
+    max_interval_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("fixed", "young-daly"):
+            raise LocalProtocolError(
+                f"CheckpointConfig.policy {self.policy!r}: choose fixed or young-daly"
+            )
+        check_count(self.every_steps, "CheckpointConfig.every_steps")
+        for name in ("prior_mtbf_s", "window_s", "min_interval_s", "max_interval_s"):
+            check_positive(getattr(self, name), f"CheckpointConfig.{name}")
+        if self.min_interval_s > self.max_interval_s:
+            raise LocalProtocolError(
+                "CheckpointConfig.min_interval_s must not exceed max_interval_s"
+            )
+
+
+CHECKPOINT_DEFAULTS = CheckpointConfig()
+
+
+class Checkpointing:
+    """When this node checkpoints: the checkpoint-policy core and the inputs both
+    shells owe it.  Every commit is ``StepCommitted`` (a checkpoint is written only at
+    a step boundary); every peer this node declares dead, and its own restart, is a
+    ``FailureObserved`` (the failure rate Young-Daly adapts to); the time from asking
+    the worker for a write (``committed`` answering a write, or ``forced``) to its
+    completion (``done``) is the measured ``CheckpointCost``.  Pure: ``now`` comes in."""
+
+    def __init__(self, config: CheckpointConfig, now: float, *, restarted: bool):
+        self.config = config
+        self.policy: cp.FixedInterval | cp.YoungDaly | None
+        if config.policy == "young-daly":
+            self.policy = cp.YoungDaly(
+                prior_mtbf_s=config.prior_mtbf_s, window_s=config.window_s,
+                min_interval_s=config.min_interval_s, max_interval_s=config.max_interval_s,
+                start_s=now,
+            )  # fmt: skip
+        elif config.every_steps > 0:
+            self.policy = cp.FixedInterval(every_steps=config.every_steps)
+        else:
+            self.policy = None  # only when asked
+        self.failures_observed = 0
+        self.writes_requested = 0
+        self.last_reason = ""
+        self.last_cost_s: float | None = None
+        self._asked_at: float | None = None
+        if restarted:
+            self.failure(now)  # this node's own restart is a failure
+
+    def committed(self, step: int, now: float) -> cp.WriteCheckpoint | None:
+        """Step ``step`` committed: the write to ask the worker for, if one is due."""
+        if self.policy is None:
+            return None
+        actions = self.policy.handle(cp.StepCommitted(step=step), now)
+        if not actions:
+            return None
+        self._asked(now, actions[0].reason)
+        return actions[0]
+
+    def forced(self, now: float, reason: str) -> None:
+        """A write asked from outside (the harness), timed like the policy's own."""
+        self._asked(now, reason)
+
+    def failure(self, now: float) -> None:
+        self.failures_observed += 1
+        if self.policy is not None:
+            self.policy.handle(cp.FailureObserved(), now)
+
+    def done(self, now: float) -> None:
+        """The worker finished a write: its duration is the policy's cost C."""
+        if self._asked_at is None:
+            return  # a write nobody timed (one asked before a restart)
+        self.last_cost_s = max(0.0, now - self._asked_at)
+        self._asked_at = None
+        if self.policy is not None:
+            self.policy.handle(cp.CheckpointCost(seconds=self.last_cost_s), now)
+
+    def status(self, now: float) -> dict[str, object]:
+        policy = self.policy
+        out: dict[str, object] = {
+            "policy": "off" if policy is None else type(policy).__name__,
+            "failures_observed": self.failures_observed,
+            "writes_requested": self.writes_requested,
+            "last_reason": self.last_reason,
+            "last_cost_s": self.last_cost_s,
+        }
+        if isinstance(policy, cp.YoungDaly):
+            out["interval_s"] = policy.interval_s(now)
+            out["mtbf_s"] = policy.mtbf_s(now)
+            out["interval_steps"] = policy.interval_steps(now)
+        return out
+
+    def _asked(self, now: float, reason: str) -> None:
+        self.writes_requested += 1
+        self.last_reason = reason
+        self._asked_at = now
 
 
 # --- history: one mapping from core actions to events --------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from swarmshake.reference_node.protocol import node_core
 from swarmshake.reference_node.runtime.durable import write_atomically
 
 FILE_NAME = "incarnation"
@@ -32,7 +33,8 @@ def store(data_dir: Path, value: int) -> None:
 
 
 def next_incarnation(data_dir: Path) -> int:
-    """Raise and persist the counter; returns this start's incarnation (>= 1)."""
-    value = read(data_dir) + 1
+    """Raise and persist the counter; returns this start's incarnation (the node
+    core's ``next_incarnation``: the first is ``FIRST_INCARNATION``)."""
+    value = node_core.next_incarnation(read(data_dir))
     store(data_dir, value)
     return value

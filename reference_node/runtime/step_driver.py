@@ -34,7 +34,7 @@ applied by the commit core itself and logged (``config_change``).  A joiner runs
 step until a member treats it as one (its heartbeats or commit messages reach it),
 then fetches the state, contributes as a learner, and is promoted once a voter sees
 its contribution for the voter's current step (it has caught up).  When to
-checkpoint is ``checkpoint_schedule``'s decision.
+checkpoint is the node core's decision (``node_core.Checkpointing``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ from swarmshake.reference_node.protocol import sharding
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
-from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
 from swarmshake.reference_node.runtime.durable import write_atomically
 from swarmshake.reference_node.runtime.membership_driver import Configuration
 
@@ -196,15 +195,16 @@ class StepDriver:
             # Reloaded after a restart: told to the commit core once the startup
             # rejoin has started it at the right step (_announce_held).
             self._remember_held(step, agg_fp)
-        self.schedule = CheckpointSchedule(self.config.step, node.clock.now())
-        if node.incarnation > 1:
-            self.schedule.failure(node.clock.now())  # this node's own restart is a failure
+        first_start = nc.is_first_start(node.incarnation)
+        self.checkpoints = nc.Checkpointing(
+            self.config.step.checkpointing(), node.clock.now(), restarted=not first_start
+        )
         # What the first pass of the loop does: fetch the cluster's state (a restart),
         # begin the step the worker's state is at (the first start), or nothing (a
         # joiner, which waits to be added).
         self.startup: str | None = None
         if not self.joining:
-            rejoins = nc.rejoins_at_start(first_start=node.incarnation <= 1, joining=False)
+            rejoins = nc.rejoins_at_start(first_start=first_start, joining=False)
             self.startup = "rejoin" if rejoins else "begin"
         # Acceptor records are fsynced on this thread, off the control loop (perform()).
         self._persist_pool = concurrent.futures.ThreadPoolExecutor(
@@ -322,7 +322,7 @@ class StepDriver:
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
-                self.schedule.failure(now)  # Young-Daly's input: the observed failures
+                self.checkpoints.failure(now)  # Young-Daly's input: the observed failures
                 self.membership.feed(
                     mb.PeerDeclaredDead(peer=action.peer, incarnation=action.peer_incarnation)
                 )
@@ -382,7 +382,7 @@ class StepDriver:
                 elif message.source != "checkpoint":
                     self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
             case ipc.CheckpointDone():
-                self.schedule.done(self.node.clock.now())
+                self.checkpoints.done(self.node.clock.now())
                 if message.param_fp and message.step > 0:
                     self.latest_checkpoint = rj.CheckpointInfo(
                         path=message.path, step=message.step - 1, param_fp=message.param_fp
@@ -824,13 +824,11 @@ class StepDriver:
 
     def _maybe_checkpoint(self, step: int) -> None:
         now = self.node.clock.now()
-        write = self.schedule.committed(step, now)
-        if write is not None:
-            self.schedule.asked(now, write.reason)
+        if self.checkpoints.committed(step, now) is not None:
             self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
 
     def force_checkpoint(self) -> None:
-        self.schedule.asked(self.node.clock.now(), "forced by the harness")
+        self.checkpoints.forced(self.node.clock.now(), "forced by the harness")
         self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
 
     def replica_peers(self) -> list[str]:
@@ -1033,5 +1031,5 @@ class StepDriver:
             "joining": self.joining,
             "leaving": self.leaving or "",
             "membership": self.membership.status(),
-            "checkpoints": self.schedule.status(self.node.clock.now()),
+            "checkpoints": self.checkpoints.status(self.node.clock.now()),
         }

@@ -498,7 +498,7 @@ class Worker:
         }
         self.prune_stored_aggregates(message.keep_from_step, message.pinned)
         self.assembler.forget_steps_before(message.step + 1)
-        # When to checkpoint is the control process's decision (checkpoint_schedule).
+        # When to checkpoint is the control process's decision (node_core.Checkpointing).
         self.channel.send(ipc.Applied(step=message.step, agg_fp=message.agg_fp, param_fp=param_fp))
         self._prefetch_gradient()
 

@@ -254,13 +254,16 @@ FOUND_WITHOUT_A_BUG = {
 # evidence of its own about a peer confirms others' suspicions of it: the
 # simulated partition_minority false positives at 8 nodes are the same class).
 KNOWN_FALSE_POSITIVES = {
-    "a fresh node confirms suspicions formed across a healed cut": (
-        0,
-        4,
+    # Found at 4 nodes (seed 0) before the simulator counted incarnations from 1 like
+    # the runtime; that schedule no longer lands on it.  This one: explore, 5 nodes,
+    # seed 7, budget 2000, S4 only (n3 relays n4's verdict on n1 0.35 s after the heal).
+    "a node confirms suspicions formed across a healed cut": (
+        7,
+        5,
         """
-- {op: {op: pause, nodes: [n3]}, at_s: 0.5, heal_after_s: 0.15}
-- {op: {op: partition, grouping: bridge}, at_s: 0.5, heal_after_s: 1.42}
-- {op: {op: crash, nodes: [n2]}, at_s: 1.71, heal_after_s: 0.27}
+- {op: {op: partition, grouping: random_halves}, at_s: 2.25, heal_after_s: 6.35}
+- op: {op: crash, nodes: [n0]}
+  when: {node: n0, kind: agg_send, step_at_least: 3}
 """,
     ),
 }

@@ -41,6 +41,7 @@ from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.bugs import BugSet
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.clock import NodeClock
@@ -77,7 +78,8 @@ def _offer(source: str, step: int, params: tuple) -> msgs.StateOffer:
 # Logged by the worker in the runtime (checkpoints compared by step instead), or
 # startup-only (rejoin), or the worker's I/O (agg_send).
 IGNORED_KINDS = {"rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write"}
-STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "incarnation", "node"}
+# Incarnations are compared: both shells count them with node_core.next_incarnation.
+STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "node"}
 
 
 def _normal_event(event: history.EventBase) -> tuple | None:
@@ -106,9 +108,15 @@ class RuntimeNode:
         section = node_config.NodeSection(
             id=ME, members=list(NODES), run_dir=str(folder), seed=SEED, bugs=list(bugs)
         )
-        # The simulated workload's checkpoint interval: same configuration, same decisions.
-        every = AppSettings().checkpoint_every_steps
-        step = node_config.StepSection(checkpoint_every=every)
+        # The simulated workload's checkpoint configuration: same inputs, same decisions.
+        wanted = AppSettings().checkpoint
+        step = node_config.StepSection(
+            checkpoint_policy=wanted.policy, checkpoint_every=wanted.every_steps,
+            checkpoint_prior_mtbf_s=wanted.prior_mtbf_s, checkpoint_window_s=wanted.window_s,
+            checkpoint_min_interval_s=wanted.min_interval_s,
+            checkpoint_max_interval_s=wanted.max_interval_s,
+        )  # fmt: skip
+        assert step.checkpointing() == wanted
         self.config = node_config.NodeConfig(node=section, step=step)
         self.checkpoints: list[int] = []  # the steps whose state the worker was asked to write
         self.node = ME
@@ -118,7 +126,10 @@ class RuntimeNode:
         # holds (aggregate_store.py: every aggregate the worker held, synced first).
         self.checkpoint_params: dict[int, tuple[int, ...]] = {}
         self.stored_aggregates: set[tuple[int, str]] = set()
-        self._boot(incarnation=1, ready_step=0, params=training.INITIAL_PARAMS, checkpoint="")
+        self._boot(
+            incarnation=nc.next_incarnation(0), ready_step=0, params=training.INITIAL_PARAMS,
+            checkpoint="",
+        )  # fmt: skip
 
     def _boot(self, *, incarnation: int, ready_step: int, params: tuple, checkpoint: str) -> None:
         """A process start on this node's folder (the acceptor store, the configuration
@@ -167,14 +178,14 @@ class RuntimeNode:
         last = max(self.checkpoint_params, default=None)
         if last is None:
             self._boot(
-                incarnation=self.incarnation + 1,
+                incarnation=nc.next_incarnation(self.incarnation),
                 ready_step=0,
                 params=training.INITIAL_PARAMS,
                 checkpoint="",
             )
         else:
             self._boot(
-                incarnation=self.incarnation + 1,
+                incarnation=nc.next_incarnation(self.incarnation),
                 ready_step=last + 1,
                 params=self.checkpoint_params[last],
                 checkpoint=str(self.folder / f"checkpoint-{last}"),
@@ -361,24 +372,28 @@ class SimNode:
         clock = SimpleNamespace(local=lambda t: t, true_time=lambda t: t, identity=True)
         self.proc = SimpleNamespace(
             name=ME,
-            # The runtime's first incarnation is 1 (incarnation.py); the simulation
-            # engine counts from 0.  The rejoin core hashes it into its choice of
-            # source, so the two start from the same number here.
-            incarnation=1,
+            # The simulation engine's count, as in the runtime (node_core.next_incarnation).
+            incarnation=nc.next_incarnation(0),
+            started_at=0.0,
             clock=clock,
             cpu_fraction=1.0,
             up=True,
             detector=SimpleNamespace(known_incarnation={}),
         )
         self.disk = NodeDisk()
-        self.app = NodeApp(self, self.proc, AppSettings(), self.disk, first=True)
+        self.app = NodeApp(
+            self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
+        )
 
     async def restart(self) -> None:
         """Crash and restart: what survives is the node's ``NodeDisk``; a dead process's
         timers die with it (as the simulation engine drops them)."""
         self.timers.clear()
-        self.proc.incarnation += 1
-        self.app = NodeApp(self, self.proc, AppSettings(), self.disk, first=False)
+        self.proc.incarnation = nc.next_incarnation(self.proc.incarnation)
+        self.proc.started_at = self.t
+        self.app = NodeApp(
+            self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
+        )
         self.app.start(self.t)
         self._fire_due(self.t)
 

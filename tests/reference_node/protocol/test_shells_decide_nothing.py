@@ -21,7 +21,9 @@ SHELLS = (
     "reference_node/runtime/detector_driver.py",
     "reference_node/runtime/membership_driver.py",
 )
-KNOBS = set(node_core.NodeConfig.__struct_fields__)
+KNOBS = set(node_core.NodeConfig.__struct_fields__) | {
+    f"checkpoint_{name}" for name in node_core.CheckpointConfig.__struct_fields__
+}
 # Names the shells used before the node core owned them (each one a past drift).
 RETIRED = {
     "records_kept",
@@ -35,10 +37,13 @@ RETIRED = {
     "contribution_wait_s",
     "round_timeout_s",
     "takeover_s",
+    "checkpoint_every_steps",  # the simulator's own interval before Checkpointing
 }
 # Calls that decide who proposes, which records go, or whom to rejoin from: only the
 # node core may make them.
 DECIDING_CALLS = {"acting_coordinator", "coordinator", "rendezvous_order", "_proposer_rank"}
+# ... and when to checkpoint: a shell that builds its own policy core decides it.
+DECIDING_CALLS |= {"FixedInterval", "YoungDaly", "CheckpointSchedule"}
 
 
 def _tree(path: str) -> ast.Module:
@@ -77,16 +82,28 @@ def test_a_shell_declares_none_of_the_node_cores_knobs(path):
     assert not clashes, f"defined in protocol/node_core.NodeConfig, not here: {clashes}"
 
 
+def _called(tree: ast.Module) -> list[tuple[str, int]]:
+    """(name, line) of every call, ``mod.f(...)`` and a bare ``f(...)`` alike."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            found.append((name, node.lineno))
+    return found
+
+
 @pytest.mark.parametrize("path", SHELLS)
 def test_a_shell_makes_none_of_the_node_cores_decisions(path):
     calls = [
-        f"{path}:{node.lineno} {node.func.attr}"
-        for node in ast.walk(_tree(path))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in DECIDING_CALLS
+        f"{path}:{line} {name}" for name, line in _called(_tree(path)) if name in DECIDING_CALLS
     ]
     assert not calls, f"a decision of protocol/node_core.py, made in a shell: {calls}"
+
+
+def test_the_scan_sees_a_shell_building_its_own_checkpoint_policy():
+    tree = ast.parse("p = FixedInterval(every_steps=10)\nq = cp.YoungDaly(prior_mtbf_s=1.0)\n")
+    assert {name for name, _ in _called(tree)} & DECIDING_CALLS == {"FixedInterval", "YoungDaly"}
 
 
 @pytest.mark.parametrize("path", SHELLS)

@@ -12,6 +12,7 @@ from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.config import ConfigError, NodeConfig, StepSection, from_dict
 from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.runtime import incarnation as incarnation_store
 from swarmshake.reference_node.runtime.bulk import split
 from swarmshake.reference_node.runtime.checkpoint_replication import (
@@ -19,7 +20,6 @@ from swarmshake.reference_node.runtime.checkpoint_replication import (
     ReplicaStore,
     install_as_own,
 )
-from swarmshake.reference_node.runtime.checkpoint_schedule import CheckpointSchedule
 from swarmshake.reference_node.runtime.membership_driver import (
     ConfigHistory,
     Configuration,
@@ -80,12 +80,18 @@ def test_config_history_persists_and_answers_by_step(tmp_path):
         ConfigHistory.load(tmp_path, initial)
 
 
+def _checkpointing(section: StepSection) -> nc.Checkpointing:
+    """The node core's checkpoint decider as the runtime builds it from node.toml."""
+    return nc.Checkpointing(section.checkpointing(), 0.0, restarted=False)
+
+
 def test_fixed_schedule_every_n_steps_and_off():
-    schedule = CheckpointSchedule(StepSection(checkpoint_every=5), start_s=0.0)
+    schedule = _checkpointing(StepSection(checkpoint_every=5))
     due = [s for s in range(1, 16) if schedule.committed(s, float(s)) is not None]
     assert due == [5, 10, 15]
-    off = CheckpointSchedule(StepSection(checkpoint_every=0), start_s=0.0)
+    off = _checkpointing(StepSection(checkpoint_every=0))
     assert all(off.committed(s, float(s)) is None for s in range(1, 20))
+    assert nc.Checkpointing(nc.CHECKPOINT_DEFAULTS, 0.0, restarted=True).failures_observed == 1
 
 
 def test_young_daly_schedule_checkpoints_more_often_after_failures():
@@ -97,14 +103,13 @@ def test_young_daly_schedule_checkpoints_more_often_after_failures():
     )
 
     def writes(failures: int) -> int:
-        schedule = CheckpointSchedule(section, start_s=0.0)
+        schedule = _checkpointing(section)
         for _ in range(failures):
             schedule.failure(0.0)
         count = 0
         for step in range(1, 601):  # one step a second for ten minutes, writes cost 1 s
             now = float(step)
             if schedule.committed(step, now) is not None:
-                schedule.asked(now, "test")
                 schedule.done(now + 1.0)
                 count += 1
         return count
