@@ -23,7 +23,6 @@ runs) keeps Hypothesis.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,7 +252,11 @@ async def explore(
 
 
 def explore_blocking(**kwargs) -> ExploreResult:  # noqa: ANN003 - same keywords as explore()
-    return asyncio.run(explore(**kwargs))
+    """``explore`` until it ends or SIGTERM / Ctrl-C stops it (the run in flight comes
+    down first: ``runner.run_until_stopped``)."""
+    from swarmshake.chaos.runner import run_until_stopped
+
+    return run_until_stopped(explore(**kwargs))
 
 
 __all__ = ["GENERATOR_OPS", "ExploreResult", "RealOutcome", "confirm", "explore", "explore_blocking",

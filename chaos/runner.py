@@ -34,11 +34,11 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -631,19 +631,31 @@ async def run_scenario(scenario: Scenario, options: RunOptions) -> RunResult:
     return await harness.execute()
 
 
-def run_blocking(scenario: Scenario, options: RunOptions) -> RunResult:
-    """``run_scenario`` under ``asyncio.run`` with SIGTERM treated like Ctrl-C: the run
-    stops, the cluster comes down, and ``KeyboardInterrupt`` is raised to the caller."""
+T = TypeVar("T")
 
-    async def main() -> RunResult:
+
+def run_until_stopped(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` under ``asyncio.run`` with SIGTERM treated like Ctrl-C: the work is
+    cancelled, every cluster it started comes down (the runner's ``finally``), and
+    ``KeyboardInterrupt`` is raised to the caller.  Every blocking entry point that
+    starts clusters goes through here: ``timeout 1200 swarmshake explore`` once
+    killed explore mid-run and left its torchft nodes, Lighthouse and namespaces
+    running (session 8), since explore had no SIGTERM handler of its own."""
+
+    async def main() -> T:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         assert task is not None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        return await run_scenario(scenario, options)
+        return await work
 
     try:
         return asyncio.run(main())
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
+
+
+def run_blocking(scenario: Scenario, options: RunOptions) -> RunResult:
+    """``run_scenario`` until it ends or SIGTERM / Ctrl-C stops it (``run_until_stopped``)."""
+    return run_until_stopped(run_scenario(scenario, options))

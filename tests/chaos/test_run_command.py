@@ -144,6 +144,41 @@ def test_ctrl_c_during_a_run_brings_everything_down(tmp_path, env):
     assert record["status"] == "unknown" and record["message"] == "interrupted"
 
 
+@pytest.mark.slow
+def test_sigterm_during_explore_brings_its_run_down(tmp_path, env):
+    """``timeout N swarmshake explore`` ends with SIGTERM: the run in flight comes down
+    as after Ctrl-C.  Explore had no handler of its own and, killed mid-run, left a
+    torchft cluster (workers, Lighthouse, namespaces) running (session 8)."""
+    suite = tmp_path / "around.yaml"
+    suite.write_text(
+        "name: around\ncluster: {nodes: 3}\nsteady_state: {min_commit_step: 1, timeout_s: 90}\n"
+        "duration_s: 60\nquiesce_s: 15\n"
+    )
+    out = tmp_path / "runs"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "swarmshake", "explore", "--backend", "local", "--scenario",
+         str(suite), "--budget", "2", "--confirm", "1", "--out", str(out)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    state = Path(env["SWARMSHAKE_STATE_DIR"])
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        harness = out / "latest" / "events" / "harness.jsonl"
+        if harness.exists() and b'"steady_state"' in harness.read_bytes():
+            break
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    else:
+        process.kill()
+        raise AssertionError("explore's first run never reached steady state")
+    assert alive_registered(state)  # the cluster is up
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=90)
+    assert process.returncode == 130, stderr[-2000:]
+    assert alive_registered(state) == []
+    assert list((state / "active").glob("*.json")) == []
+
+
 def test_kill_9_of_the_harness_is_cleaned_up_by_the_next_run(tmp_path, env):
     process, _ = _start_run(tmp_path, env)
     state = Path(env["SWARMSHAKE_STATE_DIR"])
