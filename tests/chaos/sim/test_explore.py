@@ -224,6 +224,25 @@ FOUND_WITHOUT_A_BUG = {
     # good, so nothing was committed again and the return could not be seen: S2 is
     # now unknown here (the checker never says valid for it), and invalid when the
     # cluster commits past such a step without it.
+    # test-long (budget 2000, seed 7): n0 restarted at the instant n2 crashed, with n1
+    # cut off; n0 declared n2 dead 1 s of start-up grace plus a 1 s suspicion timeout
+    # later, exactly D = 2 s, and L1 judged it late by 4e-15 s (float sums): "within
+    # D" is inclusive now, to the nanosecond.
+    "a declaration at exactly D": (
+        7,
+        3,
+        """
+- {op: {op: clock_skew, nodes: [n0], offset_ms: 0.0, drift_ppm: 1.0}, at_s: 0.5, heal_after_s: 1.33}
+- {op: {op: crash, nodes: [n0]}, when: {node: n0, kind: commit, step_at_least: 1}}
+- op: {op: partition, grouping: isolate, nodes: [n1]}
+  when: {node: n2, kind: commit, step_at_least: 18}
+  heal_after_s: 5.0
+- {op: {op: restart, nodes: [n0]}, when: {node: n2, kind: commit, step_at_least: 18}}
+- op: {op: crash, nodes: [n2]}
+  when: {node: n2, kind: commit, step_at_least: 18}
+  heal_after_s: 2.3
+""",
+    ),
     "a value left only in acceptor records on disk": (
         7,
         3,
