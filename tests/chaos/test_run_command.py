@@ -161,22 +161,29 @@ def test_sigterm_during_explore_brings_its_run_down(tmp_path, env):
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     state = Path(env["SWARMSHAKE_STATE_DIR"])
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
-        harness = out / "latest" / "events" / "harness.jsonl"
-        if harness.exists() and b'"steady_state"' in harness.read_bytes():
-            break
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.2)
-    else:
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            harness = out / "latest" / "events" / "harness.jsonl"
+            if harness.exists() and b'"steady_state"' in harness.read_bytes():
+                break
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        else:
+            raise AssertionError("explore's first run never reached steady state")
+        assert alive_registered(state)  # the cluster is up
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=90)
+        assert process.returncode == 130, stderr[-2000:]
+        assert alive_registered(state) == []
+        assert list((state / "active").glob("*.json")) == []
+    finally:  # a failure here must not leave the cluster to the next test
         process.kill()
-        raise AssertionError("explore's first run never reached steady state")
-    assert alive_registered(state)  # the cluster is up
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=90)
-    assert process.returncode == 130, stderr[-2000:]
-    assert alive_registered(state) == []
-    assert list((state / "active").glob("*.json")) == []
+        process.wait()
+        subprocess.run(
+            [sys.executable, "-c", "from swarmshake.chaos import cleanup; cleanup.reap_stale()"],
+            env=env, timeout=120, check=False,
+        )  # fmt: skip
 
 
 def test_kill_9_of_the_harness_is_cleaned_up_by_the_next_run(tmp_path, env):
