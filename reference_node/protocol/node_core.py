@@ -30,6 +30,8 @@ no clock, no randomness, no I/O.  The pieces:
 - ``Checkpointing`` (with ``CheckpointConfig``): when the node checkpoints, the
   checkpoint-policy core fed the same inputs in both shells (every commit, every
   peer it declares dead and its own restart, the measured cost of each write).
+- ``Enrolment``: a joiner's way in (requests, the member whose traffic shows it was
+  added, its timeout) and a clean leave's way out (notices, the stop), for both shells.
 - ``next_incarnation`` / ``is_first_start``: a start's incarnation (the first is
   ``FIRST_INCARNATION`` in both shells) and whether it is the node's first.
 - ``history_of``: the one mapping from a core's action to the history event logged
@@ -688,6 +690,169 @@ def replica_peers(
         wanted = (len(tuple(voters)) - 1) // 2
     others = tuple(m for m in members if m != node)
     return rj.rendezvous_order(seed, node, 0, others)[:wanted]
+
+
+# --- Enrolment: how a node comes into and goes out of the membership ----------------------
+
+
+class SendJoinRequest(CoreAction, frozen=True, kw_only=True):
+    """Ask these voters to add this node (``messages.JoinRequest``)."""
+
+    to: tuple[str, ...]
+
+
+class SendLeaveNotice(CoreAction, frozen=True, kw_only=True):
+    """Ask these voters to remove this node (``messages.LeaveNotice``)."""
+
+    to: tuple[str, ...]
+
+
+class RequestRemoval(CoreAction, frozen=True, kw_only=True):
+    """Feed this node's own removal to its membership core (``LeaveRequested``)."""
+
+
+class FetchStateFrom(CoreAction, frozen=True, kw_only=True):
+    """A member treats this joiner as one: its add is committed there; fetch the
+    state from it (a rejoin from ``peer``)."""
+
+    peer: str
+
+
+class StartDetector(CoreAction, frozen=True, kw_only=True):
+    """Start heartbeating: a member now watches this node (before its grace ends)."""
+
+
+class StopNode(CoreAction, frozen=True, kw_only=True):
+    """Stop this node's process; ``join_failed``: nobody added it in time."""
+
+    reason: str
+    join_failed: bool = False
+
+
+EnrolmentAction = (
+    SendJoinRequest | SendLeaveNotice | RequestRemoval | FetchStateFrom | StartDetector | StopNode
+)
+
+
+class Enrolment:
+    """How a node comes into the membership (a join) and goes out (a clean leave).
+
+    A joiner is not a member: it asks the voters to add it every ``join_retry_s``
+    until a member treats it as one (that member's heartbeats or commit traffic
+    reach it: the add is committed there), then fetches the state from that member
+    and is a member once the state it installs names it; it gives up after
+    ``join_timeout_s``, state transfer included.  A joiner takes no part in others'
+    joins and leaves (``takes_requests``): it holds no committed configuration.
+
+    A clean leave asks the voters to remove this node through a committed step,
+    repeating its notice every ``leave_retry_s``, keeps voting until the removal
+    commits, and stops then or after ``leave_timeout_s``.  A node that is not a
+    member (or still joining), or the last voter, has nothing to be removed from
+    and stops at once.  Pure: ``now`` comes in; the actions are performed by the
+    shell (sends, the membership feed, the rejoin, the stop)."""
+
+    def __init__(
+        self,
+        *,
+        joining: bool,
+        now: float,
+        join_timeout_s: float,
+        leave_timeout_s: float,
+        config: NodeConfig = NODE_DEFAULTS,
+    ):
+        check_positive(join_timeout_s, "Enrolment.join_timeout_s")
+        check_positive(leave_timeout_s, "Enrolment.leave_timeout_s")
+        self.config = config
+        self.join_timeout_s = join_timeout_s
+        self.leave_timeout_s = leave_timeout_s
+        self.joining = joining
+        self.join_started = now
+        self.next_join_request = now
+        self.evidence_from: str | None = None  # a member that treats this node as one
+        self.leaving: str | None = None  # the reason of a clean leave in progress
+        self.leave_started = now
+        self.next_leave_notice = now
+
+    @property
+    def takes_requests(self) -> bool:
+        """Whether others' join and leave requests are fed to this node's membership."""
+        return not self.joining
+
+    def evidence(self, peer: str, members: Iterable[str]) -> list[EnrolmentAction]:
+        """``peer`` sent this node heartbeats or commit traffic."""
+        if not self.joining or peer not in set(members):
+            return []
+        first = self.evidence_from is None
+        self.evidence_from = peer
+        return [StartDetector()] if first else []
+
+    def installed(self, *, member: bool) -> list[EnrolmentAction]:
+        """A state was installed; ``member``: its configuration names this node.  A
+        leaver whose installed state no longer names it was removed: it stops."""
+        if not member and self.leaving is not None:
+            return [StopNode(reason=f"{self.removed_reason()}: removed (installed state)")]
+        was_joining, self.joining = self.joining, not member
+        return [StartDetector()] if member and was_joining else []
+
+    def begin_leave(
+        self, reason: str, now: float, *, member: bool, last_voter: bool
+    ) -> list[EnrolmentAction]:
+        if self.joining or not member or last_voter:
+            return [StopNode(reason=reason)]  # nothing to remove, or the last voter
+        if self.leaving is None:
+            self.leaving = reason
+            self.leave_started = now
+            self.next_leave_notice = now
+        return [RequestRemoval()]
+
+    def removed_reason(self) -> str:
+        """Why this node stops once its removal committed."""
+        return self.leaving or "removed from the configuration by the cluster"
+
+    def tick(
+        self,
+        now: float,
+        *,
+        voters: Iterable[str],
+        join_voters: Iterable[str],
+        fetching: bool,
+    ) -> list[EnrolmentAction]:
+        """What is due: ``voters`` are the current step's (a leave's notice),
+        ``join_voters`` the latest configuration's (a join request); ``fetching``: a
+        state transfer is under way (a joiner's still counts against its timeout)."""
+        actions: list[EnrolmentAction] = []
+        if self.leaving is not None:
+            if now - self.leave_started > self.leave_timeout_s:
+                return [
+                    StopNode(
+                        reason=f"{self.leaving}: removal not committed within "
+                        f"{self.leave_timeout_s}s; stopping as a member"
+                    )
+                ]
+            if now >= self.next_leave_notice:
+                self.next_leave_notice = now + self.config.leave_retry_s
+                actions.append(SendLeaveNotice(to=tuple(voters)))
+        if not self.joining:
+            return actions
+        if now - self.join_started > self.join_timeout_s:
+            return [
+                StopNode(reason=f"join: not added within {self.join_timeout_s}s", join_failed=True)
+            ]
+        if fetching:
+            return actions
+        if self.evidence_from is not None:
+            peer, self.evidence_from = self.evidence_from, None
+            return [*actions, FetchStateFrom(peer=peer)]
+        if now >= self.next_join_request:
+            self.next_join_request = now + self.config.join_retry_s
+            actions.append(SendJoinRequest(to=tuple(join_voters)))
+        return actions
+
+    def check_valid(self) -> None:
+        """Invariants its stateful tests call after every rule."""
+        assert not (self.joining and self.leaving is not None), "a joiner cannot be leaving"
+        assert self.next_join_request >= self.join_started
+        assert self.next_leave_notice >= self.leave_started or self.leaving is None
 
 
 # --- incarnations --------------------------------------------------------------------------

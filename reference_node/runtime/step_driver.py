@@ -180,13 +180,13 @@ class StepDriver:
         self.membership.restart_at(
             self.membership.configs.after(self.step - 1), from_peer=False, tell_detector=False
         )
-        self.joining = not self.membership.is_member()
-        self.join_started = node.clock.now()
-        self.next_join_request = 0.0
-        self.join_evidence: str | None = None  # a member that treats this node as one
-        self.leaving: str | None = None  # the reason of a clean leave in progress
-        self.leave_started = 0.0
-        self.next_leave_notice = 0.0
+        # Joins and clean leaves: the node core's decisions (its timeouts are this
+        # node's [node] settings).
+        self.enrolment = nc.Enrolment(
+            joining=not self.membership.is_member(), now=node.clock.now(),
+            join_timeout_s=self.config.node.join_timeout_s,
+            leave_timeout_s=self.config.node.leave_timeout_s, config=self.decisions,
+        )  # fmt: skip
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
@@ -203,7 +203,7 @@ class StepDriver:
         # begin the step the worker's state is at (the first start), or nothing (a
         # joiner, which waits to be added).
         self.startup: str | None = None
-        if not self.joining:
+        if not self.enrolment.joining:
             rejoins = nc.rejoins_at_start(first_start=first_start, joining=False)
             self.startup = "rejoin" if rejoins else "begin"
         # Acceptor records are fsynced on this thread, off the control loop (perform()).
@@ -282,13 +282,13 @@ class StepDriver:
             self._on_offer(message)
             return
         if isinstance(message, msgs.JoinRequest):
-            if not self.joining:
+            if self.enrolment.takes_requests:
                 self.membership.feed(
                     mb.JoinRequested(peer=message.sender, incarnation=message.incarnation)
                 )
             return
         if isinstance(message, msgs.LeaveNotice):
-            if not self.joining:
+            if self.enrolment.takes_requests:
                 self.membership.feed(
                     mb.LeaveRequested(peer=message.sender, incarnation=message.incarnation)
                 )
@@ -296,7 +296,7 @@ class StepDriver:
         if isinstance(message, msgs.AcceptRequest | msgs.Decided):
             self.values[(message.step, message.value.agg_fp)] = message.value
         if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
-            if self.joining:
+            if self.enrolment.joining:
                 self.on_join_evidence(message.sender)
                 return
             if self.rejoin is not None:
@@ -307,10 +307,8 @@ class StepDriver:
     def on_join_evidence(self, peer: str) -> None:
         """``peer`` sent this joiner heartbeats or commit traffic: it holds this node as
         a member, so the add is committed there and the state can be fetched."""
-        if self.joining and peer in self.membership.configs.latest().members:
-            if self.join_evidence is None:
-                self.node.start_detector()  # heartbeat back before its watch's grace ends
-            self.join_evidence = peer
+        if self.enrolment.joining:
+            self.enrol(self.enrolment.evidence(peer, self.membership.configs.latest().members))
             self.wake()
 
     def on_detector_action(self, action: object) -> None:
@@ -603,7 +601,7 @@ class StepDriver:
             evidence=peer,
             at_genesis=self.at_genesis(),
             genesis_param_fp=self.genesis_fp,
-            joining=self.joining,
+            joining=self.enrolment.joining,
         )
         self.rejoin = rj.Rejoin(
             node=self.name,
@@ -682,12 +680,8 @@ class StepDriver:
         self.install_config = None
         self.offered_configs = {}
         from_peer = source not in ("checkpoint", "local", "genesis")
-        if self.name in configuration.members:
-            if self.joining:
-                self.node.start_detector()
-            self.joining = False
-        else:
-            self.joining = True  # the state came without us in its configuration
+        # Not named by the state's configuration: (still) a joiner, or a removed leaver.
+        self.enrol(self.enrolment.installed(member=self.name in configuration.members))
         self.membership.restart_at(configuration, from_peer=from_peer, tell_detector=True)
         self.param_fp = param_fp
         self.step = next_step
@@ -718,7 +712,7 @@ class StepDriver:
     # -- state offers ------------------------------------------------------------------------------
 
     def _serve_state(self, requester: str) -> None:
-        if self.joining:
+        if self.enrolment.joining:
             return  # not a member: its state is nobody's committed state
         if self.at_genesis():
             # Nothing committed here: say so at once (DRIVERS.md) rather than leave the
@@ -750,7 +744,7 @@ class StepDriver:
             if set(configuration.voters) & set(configuration.learners):
                 self.node.drops.drop("offer_bad_configuration", message.sender)
                 return
-            if self.joining and self.name not in configuration.members:
+            if self.enrolment.joining and self.name not in configuration.members:
                 # That source has not committed our add yet: try the next one.
                 self.feed_rejoin(rj.FetchFailed(source=message.sender, reason="not added there"))
                 return
@@ -770,55 +764,42 @@ class StepDriver:
         self.membership.committed(step, change)
         if change.change == "remove" and change.peer == self.name:
             # The commit core stops taking part from here (commit._advance).
-            reason = self.leaving or "removed from the configuration by the cluster"
+            reason = self.enrolment.removed_reason()
             self.node.request_stop(f"{reason}: removed at step {step}")
 
     def begin_leave(self, reason: str) -> None:
         """A clean leave: ask the voters to remove this node through a committed step,
         keep voting until it commits (bounded by ``leave_timeout_s``), then stop."""
-        if self.joining or self.name not in self.core.members or self.core.voters == (self.name,):
-            self.node.request_stop(reason)  # nothing to remove, or the last voter
-            return
-        if self.leaving is None:
-            self.leaving = reason
-            self.leave_started = self.node.clock.now()
-            self.next_leave_notice = 0.0
-        self.membership.feed(
-            mb.LeaveRequested(peer=self.name, incarnation=self.node.events.incarnation)
-        )
+        self.enrol(
+            self.enrolment.begin_leave(
+                reason, self.node.clock.now(), member=self.name in self.core.members,
+                last_voter=self.core.voters == (self.name,),
+            )
+        )  # fmt: skip
         self.wake()
 
-    def _leave_progress(self) -> None:
-        host_now = self.node.clock.now()
-        if host_now - self.leave_started > self.config.node.leave_timeout_s:
-            self.node.request_stop(
-                f"{self.leaving}: removal not committed within "
-                f"{self.config.node.leave_timeout_s}s; stopping as a member"
-            )
-            return
-        if host_now >= self.next_leave_notice:
-            self.next_leave_notice = host_now + self.decisions.leave_retry_s
-            notice = msgs.LeaveNotice(sender=self.name, incarnation=self.node.events.incarnation)
-            for voter in self.core.voters:
-                self.node.send_message(voter, notice)
-
-    def _join_progress(self) -> None:
-        host_now = self.node.clock.now()
-        if host_now - self.join_started > self.config.node.join_timeout_s:
-            self.node.request_stop(
-                f"join: not added within {self.config.node.join_timeout_s}s",
-                code=EXIT_JOIN_FAILED,
-            )
-            return
-        if self.join_evidence is not None:
-            peer, self.join_evidence = self.join_evidence, None
-            self._start_rejoin(peer)
-            return
-        if host_now >= self.next_join_request:
-            self.next_join_request = host_now + self.decisions.join_retry_s
-            request = msgs.JoinRequest(sender=self.name, incarnation=self.node.events.incarnation)
-            for voter in self.membership.configs.latest().voters:
-                self.node.send_message(voter, request)
+    def enrol(self, actions: list[nc.EnrolmentAction]) -> None:
+        """Perform the enrolment core's actions (node_core.Enrolment)."""
+        incarnation = self.node.events.incarnation
+        for action in actions:
+            match action:
+                case nc.StopNode():
+                    code = EXIT_JOIN_FAILED if action.join_failed else 0
+                    self.node.request_stop(action.reason, code=code)
+                case nc.RequestRemoval():
+                    self.membership.feed(mb.LeaveRequested(peer=self.name, incarnation=incarnation))
+                case nc.StartDetector():
+                    self.node.start_detector()  # heartbeat back before its watch's grace ends
+                case nc.FetchStateFrom():
+                    self._start_rejoin(action.peer)
+                case nc.SendJoinRequest():
+                    request = msgs.JoinRequest(sender=self.name, incarnation=incarnation)
+                    for voter in action.to:
+                        self.node.send_message(voter, request)
+                case nc.SendLeaveNotice():
+                    notice = msgs.LeaveNotice(sender=self.name, incarnation=incarnation)
+                    for voter in action.to:
+                        self.node.send_message(voter, notice)
 
     # -- checkpoints ------------------------------------------------------------------------------
 
@@ -881,13 +862,16 @@ class StepDriver:
 
     def _maybe_progress(self, now: float) -> float | None:
         """Start what is due; returns the next node-clock time something is due."""
-        if self.leaving is not None:
-            self._leave_progress()
-        if self.joining:
-            if self.rejoin is None:
-                self._join_progress()
-            else:  # a joiner's state transfer still counts against its join timeout
-                self._join_progress_timeout_only()
+        enrolment = self.enrolment
+        if enrolment.leaving is not None or enrolment.joining:
+            self.enrol(
+                enrolment.tick(
+                    now, voters=self.core.voters,
+                    join_voters=self.membership.configs.latest().voters,
+                    fetching=self.rejoin is not None,
+                )
+            )  # fmt: skip
+        if enrolment.joining:
             return self.rejoin.next_deadline() if self.rejoin is not None else None
         if self.startup is not None:
             startup, self.startup = self.startup, None
@@ -933,13 +917,6 @@ class StepDriver:
             return
         self.shard_plan_sent = (step, plan)
         self.node.to_worker(ipc.ShardPlan(step=step, owners=list(owners), plan=list(plan)))
-
-    def _join_progress_timeout_only(self) -> None:
-        if self.node.clock.now() - self.join_started > self.config.node.join_timeout_s:
-            self.node.request_stop(
-                f"join: not added within {self.config.node.join_timeout_s}s",
-                code=EXIT_JOIN_FAILED,
-            )
 
     def lead(self, event: object) -> None:
         """Feed the node core's leader; perform its actions."""
@@ -1028,8 +1005,8 @@ class StepDriver:
             "pending_apply": list(self.pending_apply) if self.pending_apply else None,
             "fetching": [f"{s}:{fp}" for s, fp in self.fetching],
             "errors": dict(self.errors),
-            "joining": self.joining,
-            "leaving": self.leaving or "",
+            "joining": self.enrolment.joining,
+            "leaving": self.enrolment.leaving or "",
             "membership": self.membership.status(),
             "checkpoints": self.checkpoints.status(self.node.clock.now()),
         }

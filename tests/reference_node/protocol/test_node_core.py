@@ -331,3 +331,127 @@ def test_a_node_replaying_a_stored_value_sends_no_gradient_for_that_step():
     assert not core.contributes()
     core.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), 2.0)
     assert core.contributes()
+
+
+# --- joins and clean leaves (Enrolment) -------------------------------------------------------
+
+
+def enrolment(joining: bool) -> nc.Enrolment:
+    return nc.Enrolment(joining=joining, now=0.0, join_timeout_s=10.0, leave_timeout_s=5.0)
+
+
+def test_a_joiner_asks_every_join_retry_then_fetches_from_the_member_that_added_it():
+    core = enrolment(joining=True)
+    tick = {"voters": ("n0", "n1"), "join_voters": ("n0", "n1"), "fetching": False}
+    assert core.tick(0.0, **tick) == [nc.SendJoinRequest(to=("n0", "n1"))]
+    assert core.tick(0.5, **tick) == []  # join_retry_s = 1 s
+    assert core.tick(1.0, **tick) == [nc.SendJoinRequest(to=("n0", "n1"))]
+    assert core.evidence("n9", members=("n0", "n1")) == []  # not a member: no evidence
+    assert core.evidence("n1", members=("n0", "n1", "me")) == [nc.StartDetector()]
+    assert core.evidence("n0", members=("n0", "n1", "me")) == []  # the detector runs already
+    assert core.tick(1.2, **tick) == [nc.FetchStateFrom(peer="n0")]
+    assert core.tick(1.3, **{**tick, "fetching": True}) == []
+    assert not core.takes_requests
+    assert core.installed(member=True) == [nc.StartDetector()] and core.takes_requests
+
+
+def test_a_joiner_gives_up_after_its_timeout_even_while_fetching():
+    core = enrolment(joining=True)
+    stop = core.tick(10.5, voters=(), join_voters=("n0",), fetching=True)
+    assert stop == [nc.StopNode(reason="join: not added within 10.0s", join_failed=True)]
+
+
+def test_a_clean_leave_repeats_its_notice_and_stops_at_its_timeout():
+    core = enrolment(joining=False)
+    assert core.begin_leave("asked", 1.0, member=True, last_voter=False) == [nc.RequestRemoval()]
+    tick = {"voters": ("n0", "me"), "join_voters": (), "fetching": False}
+    assert core.tick(1.0, **tick) == [nc.SendLeaveNotice(to=("n0", "me"))]
+    assert core.tick(1.5, **tick) == []
+    assert core.tick(2.0, **tick) == [nc.SendLeaveNotice(to=("n0", "me"))]
+    assert core.removed_reason() == "asked"
+    (stop,) = core.tick(6.5, **tick)
+    assert isinstance(stop, nc.StopNode) and "not committed within 5.0s" in stop.reason
+
+
+def test_nothing_to_leave_stops_at_once_and_a_removed_leaver_stops_on_install():
+    assert enrolment(joining=True).begin_leave("x", 0.0, member=False, last_voter=False) == [
+        nc.StopNode(reason="x")
+    ]
+    assert enrolment(joining=False).begin_leave("x", 0.0, member=True, last_voter=True) == [
+        nc.StopNode(reason="x")
+    ]
+    leaver = enrolment(joining=False)
+    leaver.begin_leave("asked", 0.0, member=True, last_voter=False)
+    (stop,) = leaver.installed(member=False)
+    assert isinstance(stop, nc.StopNode) and stop.reason.startswith("asked")
+
+
+class EnrolmentMachine(RuleBasedStateMachine):
+    """Any interleaving of ticks, evidence, installs and leaves: requests and notices
+    never come faster than their retry, a fetch only after a member's evidence, and
+    a stop only for a reason the core knows."""
+
+    def __init__(self):
+        super().__init__()
+        self.core = enrolment(joining=True)
+        self.now = 0.0
+        self.sent: dict[type, float] = {}
+        self.evidence = False
+
+    @rule(seconds=st.floats(0.0, 3.0), fetching=st.booleans())
+    def tick(self, seconds, fetching):
+        self.now += seconds
+        for action in self.core.tick(
+            self.now, voters=("n0",), join_voters=("n0",), fetching=fetching
+        ):
+            if isinstance(action, nc.SendJoinRequest | nc.SendLeaveNotice):
+                last = self.sent.get(type(action))
+                assert last is None or self.now - last >= 1.0 - 1e-9
+                self.sent[type(action)] = self.now
+            elif isinstance(action, nc.FetchStateFrom):
+                assert self.evidence and not fetching
+                self.evidence = False
+
+    @rule(peer=st.sampled_from(("n0", "n9")))
+    def heard(self, peer):
+        self.core.evidence(peer, members=("n0", "me"))
+        self.evidence = self.evidence or (self.core.joining and peer == "n0")
+
+    @rule(member=st.booleans())
+    def install(self, member):
+        self.core.installed(member=member)
+        self.evidence = self.evidence and self.core.joining
+
+    @rule()
+    def leave(self):
+        self.core.begin_leave("asked", self.now, member=not self.core.joining, last_voter=False)
+
+    @invariant()
+    def valid(self):
+        self.core.check_valid()
+
+
+TestEnrolmentMachine = EnrolmentMachine.TestCase
+
+
+# --- checkpoints and incarnations --------------------------------------------------------------
+
+
+def test_the_first_incarnation_is_one_and_every_start_is_above_the_last():
+    assert nc.next_incarnation(0) == nc.FIRST_INCARNATION == 1
+    assert nc.next_incarnation(4) == 5
+    assert nc.is_first_start(1) and not nc.is_first_start(2)
+
+
+def test_a_restart_and_every_declared_death_are_failures_the_young_daly_policy_counts():
+    config = nc.CheckpointConfig(policy="young-daly", min_interval_s=1.0, max_interval_s=600.0)
+    restarted = nc.Checkpointing(config, 0.0, restarted=True)
+    first = nc.Checkpointing(config, 0.0, restarted=False)
+    assert (restarted.failures_observed, first.failures_observed) == (1, 0)
+    first.failure(1.0)
+    assert (
+        first.status(2.0)["mtbf_s"]
+        < nc.Checkpointing(config, 0.0, restarted=False).status(2.0)["mtbf_s"]
+    )
+    with pytest.raises(LocalProtocolError, match="fixed or young-daly"):
+        nc.CheckpointConfig(policy="sometimes")

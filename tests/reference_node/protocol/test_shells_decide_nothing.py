@@ -123,3 +123,35 @@ def test_the_scan_sees_a_re_declared_knob():
     tree = ast.parse("COLLECT_S = 1.0\nclass A:\n    fetch_timeout_s: float = 0.5\n")
     names = {name.lower() for name, _ in _declared_numbers(tree)}
     assert {"collect_s", "fetch_timeout_s"} <= names & KNOBS
+
+
+# State a shell kept while it decided joins and leaves itself (node_core.Enrolment now).
+RETIRED_STATE = {"next_join_request", "next_leave_notice", "join_evidence", "join_started",
+                 "leave_started", "leaving", "joining"}  # fmt: skip
+
+
+def _assigned_attributes(tree: ast.Module) -> list[tuple[str, int]]:
+    return [
+        (target.attr, node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    ]
+
+
+@pytest.mark.parametrize("path", SHELLS)
+def test_a_shell_keeps_no_join_or_leave_state_of_its_own(path):
+    kept = [
+        f"{path}:{line} self.{name}"
+        for name, line in _assigned_attributes(_tree(path))
+        if name in RETIRED_STATE
+    ]
+    assert not kept, f"join and leave are node_core.Enrolment's decisions: {kept}"
+
+
+def test_the_scan_sees_a_shell_timing_its_own_join_requests():
+    tree = ast.parse("class S:\n    def f(self):\n        self.next_join_request = 0.0\n")
+    assert [name for name, _ in _assigned_attributes(tree)] == ["next_join_request"]
