@@ -792,6 +792,8 @@ class Enrolment:
         if not member and self.leaving is not None:
             return [StopNode(reason=f"{self.removed_reason()}: removed (installed state)")]
         was_joining, self.joining = self.joining, not member
+        if member:
+            self.evidence_from = None  # consumed: a later loss of membership needs new evidence
         return [StartDetector()] if member and was_joining else []
 
     def begin_leave(
