@@ -171,6 +171,33 @@ def test_s2_a_commit_that_no_surviving_node_holds_is_invalid():
     assert "held by no node" in verdict.results["S2"].message
 
 
+def _chosen_after_its_holder_crashed(holds_bytes: bool) -> Run:
+    """Step 6: n0 proposes and accepts its own value with the bytes, then crashes; the
+    AcceptRequests already sent reach n1 and n2, whose votes make the value chosen
+    after the crash (ack-before-apply on a loaded machine: the crash came 6 ms
+    before the deciding vote, and S2 judged only the moments of crashes)."""
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 5)
+    run.accept("n0", 6, 6.4, "a0006")
+    run.fault("crash", ["n0"], 6.45)
+    for node in ("n1", "n2"):
+        run.accept(node, 6, 6.5, "a0006", holds_bytes=holds_bytes)
+    return run
+
+
+def test_s2_a_value_chosen_after_every_holder_of_its_bytes_crashed_is_invalid():
+    result = _chosen_after_its_holder_crashed(holds_bytes=False).check().results["S2"]
+    assert result.status == "invalid"
+    assert "held by no node that is up after it was chosen while n0 down" in result.message
+
+
+def test_s2_a_value_chosen_after_a_crash_by_voters_holding_its_bytes_is_fine():
+    result = _chosen_after_its_holder_crashed(holds_bytes=True).check().results["S2"]
+    assert result.status == "valid", result.message
+
+
 def _left_on_disk_only() -> Run:
     """Step 6 accepted with its bytes by n1 and n2 (n0, at step 5, did not vote) and
     committed by n1; n1 restarts (its memory gone) and n2 crashes: one voter down,

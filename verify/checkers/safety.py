@@ -4,9 +4,9 @@
   state) of step *s* carries the same ``param_fp``.
 - S2: a committed step is never lost while fewer than a majority of the configured
   voters are down: (a) no later commit of the same step with another value; (b) at
-  every crash, some node that is not down still holds the step (it committed or
-  rejoined at a step ≥ it, or accepted its value holding the bytes) unless a majority
-  is down.  A crash loses a process's memory, not its acceptor records: a node that
+  every crash, and when a value is chosen while nodes are down, some node that is not
+  down still holds the step (it committed or rejoined at a step ≥ it, or accepted its
+  value holding the bytes) unless a majority is down.  A crash loses a process's memory, not its acceptor records: a node that
   is up and once accepted the value with its bytes keeps them on disk with the
   record, so when only such nodes are left the value is not judged lost unless the
   cluster then commits past the step without it; if the run ends first, S2 is
@@ -145,15 +145,18 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
     for name, _, index in timeline.crashes:
         crashes_at[index].append(name)
     lost_reported = False
-    suspect: tuple[int, int, int, str, int, int] | None = None  # the first apparent loss
-    # The first crash after which only acceptor records on disk held the top step:
-    # (step, chosen index, crash index, crashed node, nodes whose disk holds it).
+    # The first apparent loss: (step, chosen index, moment index, what happened then,
+    # voters down, voters).
+    suspect: tuple[int, int, int, str, int, int] | None = None
+    # The first moment after which only acceptor records on disk held the top step:
+    # (step, chosen index, moment index, what happened then, nodes whose disk holds it).
     on_disk_only: tuple[int, int, int, str, list[str]] | None = None
     # In history order: the events this check reads, and the positions of crashes.
     relevant = dict(history.indexed(Start, Accept, Commit, RejoinDone))
     in_history = range(len(history.events))
     for index in sorted(relevant.keys() | {i for i in crashes_at if i in in_history}):
         event = relevant.get(index)
+        chosen_now = False
         if event is None:
             pass  # a crash's position only
         elif isinstance(event, Start):
@@ -169,6 +172,7 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                 votes[key].add(event.node)
                 if len(votes[key]) >= majority(len(voters)) and event.step > top_step:
                     top_step, top_index = event.step, index
+                    chosen_now = True
         elif isinstance(event, _HOLDS_STATE) and event.step >= 0:
             held_step[event.node] = max(held_step.get(event.node, -1), event.step)
             if isinstance(event, Commit):
@@ -184,11 +188,18 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                     )
                 if event.step > top_step:
                     top_step, top_index = event.step, index
-        for name in crashes_at.get(index, ()):
-            down.add(name)
-            held_step[name] = -1
-            for holders_of_step in byte_accepts.values():
-                holders_of_step.discard(name)  # bytes live in memory: a crash loses them
+        # The moments a value can be left without a holder: a crash, and a value chosen
+        # after every node holding its bytes is already down (a vote cast without the
+        # bytes completes a majority after the one holder crashed).
+        moments = [(name, f"{name} crashed") for name in crashes_at.get(index, ())]
+        if chosen_now and down:
+            moments.append(("", f"it was chosen while {', '.join(sorted(down))} down"))
+        for crashed, cause in moments:
+            if crashed:
+                down.add(crashed)
+                held_step[crashed] = -1
+                for holders_of_step in byte_accepts.values():
+                    holders_of_step.discard(crashed)  # bytes live in memory: a crash loses them
             if top_step < 0 or lost_reported:
                 continue
             voters = membership.voters_at(top_step)
@@ -208,11 +219,11 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
                 )
                 if not on_disk:
                     lost_reported = True
-                    suspect = (top_step, top_index, index, name, down_voters, len(voters))
+                    suspect = (top_step, top_index, index, cause, down_voters, len(voters))
                 elif on_disk_only is None:
-                    on_disk_only = (top_step, top_index, index, name, on_disk)
+                    on_disk_only = (top_step, top_index, index, cause, on_disk)
     if suspect is not None:
-        step, chosen_index, crash_index, name, down_voters, voter_count = suspect
+        step, chosen_index, moment_index, cause, down_voters, voter_count = suspect
         chosen = history.events[chosen_index]
         # Held by no live process's memory is not yet lost: a restarted acceptor that
         # persisted its accept with the bytes brings the value back (explore: the
@@ -220,14 +231,14 @@ def check_s2(history: History, timeline: Timeline, membership: Membership) -> Pr
         # never committed again; a different value committed later is reported above.
         recommitted = any(
             isinstance(event, Commit) and event.step == step and event.value_fp == chosen.value_fp
-            for event in history.events[crash_index + 1 :]
+            for event in history.events[moment_index + 1 :]
         )
         if not recommitted:
             findings.invalid(
-                f"committed step {step} is held by no node that is up after "
-                f"{name} crashed, with only {down_voters} of {voter_count} voters down",
+                f"committed step {step} is held by no node that is up after {cause}, "
+                f"with only {down_voters} of {voter_count} voters down",
                 EventRef.of(chosen_index, chosen, "committed here"),
-                EventRef.of(crash_index, history.events[crash_index], f"crash of {name}"),
+                EventRef.of(moment_index, history.events[moment_index], cause),
             )
     if on_disk_only is not None:
         _judge_held_on_disk(history, findings, on_disk_only)
@@ -240,24 +251,24 @@ def _judge_held_on_disk(
     """A committed value that, after a crash, only acceptor records on disk held: lost
     if the cluster committed past its step without committing it again; not decided
     if the run ended before any node committed the step or a later one again."""
-    step, chosen_index, crash_index, name, on_disk = case
+    step, chosen_index, moment_index, cause, on_disk = case
     chosen = history.events[chosen_index]
     fp = chosen.value_fp  # type: ignore[attr-defined]
     later = [
         (i, event)
-        for i, event in enumerate(history.events[crash_index + 1 :], crash_index + 1)
+        for i, event in enumerate(history.events[moment_index + 1 :], moment_index + 1)
         if isinstance(event, Commit) and event.step >= step
     ]
     if any(event.step == step and event.value_fp == fp for _, event in later):
         return  # back: a restarted acceptor's record brought it (a new value: (a) above)
     refs = (
         EventRef.of(chosen_index, chosen, "committed here"),
-        EventRef.of(crash_index, history.events[crash_index], f"crash of {name}"),
+        EventRef.of(moment_index, history.events[moment_index], cause),
     )
     past = next(((i, e) for i, e in later if e.step > step), None)
     if past is not None:
         findings.invalid(
-            f"committed step {step} was held after {name} crashed only by the acceptor "
+            f"committed step {step} was held after {cause} only by the acceptor "
             f"records of {', '.join(on_disk)}, and {past[1].node} committed step "
             f"{past[1].step} without step {step} being committed again (its value was lost)",
             *refs,
@@ -265,7 +276,7 @@ def _judge_held_on_disk(
         )
         return
     findings.unknown(
-        f"committed step {step} was held after {name} crashed only by the acceptor records "
+        f"committed step {step} was held after {cause} only by the acceptor records "
         f"of {', '.join(on_disk)} (on disk, with its bytes), and the run ended before any "
         f"node committed step {step} or a later one again: its return was not seen",
         *refs,
