@@ -141,7 +141,14 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    itself (its watch armed and not timed out, no suspicion of its own) counts as
    the claimer's suspicion, which the subject refutes; other nodes' suspicions do
    not confirm a death of a peer this node hears (its own watch times out within a
-   threshold if the peer really crashed, and its own suspicion confirms).
+   threshold if the peer really crashed, and its own suspicion confirms).  The same
+   for a peer this node watches but has not heard yet *while within its own
+   start-up grace*: a restarted node is pushed the deaths its peers hold, and one
+   formed across a cut that has since healed named a node it sat beside (explore,
+   5 nodes, seed 7); its silence is no evidence, and its watch times out at the
+   end of the grace if the peer is dead.  A watch the ring hands a node later (a
+   member died, the view shifted) is not such a case: waiting on it delayed
+   verdicts by a whole grace and let a side of a 4-4 split misjudge its quorum.
 3. *A no-quorum verdict never overrules a node that hears a majority without its
    claimer*: the claimer is the one cut off.  If the subject holds the claimer dead,
    it tells it dead in turn; if not, it refutes (a new incarnation, as for a
@@ -1120,10 +1127,13 @@ class FailureDetector:
                     # off when it formed it), or by an old incarnation of the sender:
                     # not evidence; a dead claimer will be told to rejoin.
                     pass
-                elif kind == "dead" and self._hears(item.subject, item.incarnation, now):
-                    # This node hears the subject itself: a verdict formed elsewhere
-                    # (maybe where the subject could not be heard) counts as one
-                    # monitor's suspicion, and the subject, told, refutes it.
+                elif kind == "dead" and self._watch_unexpired(item.subject, item.incarnation, now):
+                    # This node hears the subject itself, or has just begun to watch it
+                    # (a restart, a new incarnation) and its watch has not timed out: a
+                    # verdict formed elsewhere (maybe where the subject could not be
+                    # heard) counts as one monitor's suspicion, and the subject, told,
+                    # refutes it.  If the subject is dead, this node's own watch times
+                    # out within the start-up grace and its suspicion confirms.
                     self._transition(
                         item.subject,
                         "suspect",
@@ -1408,12 +1418,14 @@ class FailureDetector:
                 suspicion.notice_at = at + self.config.notice_retry_base_s
                 suspicion.notice_attempts = 0
             if len(suspicion.origins) >= self._needed(subject) and not (
-                self.node not in suspicion.origins and self._hears(subject, incarnation, at)
+                self.node not in suspicion.origins
+                and self._watch_unexpired(subject, incarnation, at)
             ):
-                # Enough monitors agree, unless this node hears the subject itself:
-                # then others' votes (maybe formed across a cut) stand as a suspicion
-                # the subject refutes; if it really crashed, this node's own watch
-                # times out within a threshold and its own vote confirms.
+                # Enough monitors agree, unless this node hears the subject itself
+                # or has just begun to watch it: then others' votes (maybe formed
+                # across a cut) stand as a suspicion the subject refutes; if it really
+                # crashed, this node's own watch times out within a threshold (or its
+                # start-up grace) and its own vote confirms.
                 self._transition(
                     subject,
                     "dead",
@@ -1675,6 +1687,32 @@ class FailureDetector:
             and watch.deadline is not None
             and watch.deadline > now
             and self.known_incarnation.get(peer) == incarnation
+            and self.status.get(peer) in _IN_VIEW
+            and not self._suspects_itself(peer)
+        )
+
+    def _watch_unexpired(self, peer: str, incarnation: int, now: float) -> bool:
+        """No evidence of this node's own that ``peer`` is silent at ``incarnation``:
+        it watches ``peer`` at that incarnation, the watch (maybe still in its start-up
+        grace, nothing heard yet) has not timed out, and it does not suspect ``peer``
+        itself.  A node within its own start-up grace that has not heard the peer
+        yet counts too: pushed a death at a restart (explore, 5 nodes, seed 7: a
+        verdict formed across a cut that had healed), its silence is no evidence."""
+        watch = self._watches.get(peer)
+        if watch is None or watch.deadline is None or watch.deadline <= now:
+            return False
+        if watch.last_t is None:
+            # Nothing heard yet.  Only this node's own start-up counts: a watch the ring
+            # handed it later (a member died, the view shifted) is no news of the peer,
+            # and waiting on it delayed verdicts by a whole grace (a 4-4 split of 8).
+            if now >= self._started_at + self.config.startup_grace_s:
+                return False
+            # A fresh process knows no peer's incarnation before its first heartbeat.
+            same_incarnation = incarnation >= self.known_incarnation.get(peer, 0)
+        else:
+            same_incarnation = incarnation == self.known_incarnation.get(peer)
+        return (
+            same_incarnation
             and self.status.get(peer) in _IN_VIEW
             and not self._suspects_itself(peer)
         )

@@ -269,24 +269,13 @@ FOUND_WITHOUT_A_BUG = {
   heal_after_s: 2.3
 """,
     ),
-}
-
-
-# Found without a bug and not fixed: the schedule stays here, failing, until it is.
-# n3 paused 0.15 s while a bridge partition cut n0 and n1 from it; n2 crashed at
-# 1.71 s and restarted at 1.98 s.  The fresh n2 (its watch of n3 still in the
-# start-up grace, so no evidence of its own either way) took n0's and n1's
-# suspicions of n3, formed across the cut that had just healed, as two confirmations
-# and declared the live n3 dead (S4).  Explore with 4 nodes, seed 0, budget 2000,
-# run 479, after the local-stall rule (421ebf9) changed the timeline: the code
-# before it replays this schedule valid.  The weakness is older (a node with no
-# evidence of its own about a peer confirms others' suspicions of it: the
-# simulated partition_minority false positives at 8 nodes are the same class).
-KNOWN_FALSE_POSITIVES = {
-    # Found at 4 nodes (seed 0) before the simulator counted incarnations from 1 like
-    # the runtime; that schedule no longer lands on it.  This one: explore, 5 nodes,
-    # seed 7, budget 2000, S4 only (n3 relays n4's verdict on n1 0.35 s after the heal).
-    "a node confirms suspicions formed across a healed cut": (
+    # 5 nodes, seed 7, budget 2000 (S4): n3 and n2, forced to restart at the heal of
+    # a random-halves cut, were pushed n4's verdict on n1 (formed on the far side of
+    # the cut) by the receivers of their announce, and declared n1 dead 0.1 s later
+    # while sitting beside it.  A relayed death of a peer whose watch has not timed
+    # out (a fresh watch in its start-up grace included) is now only a suspicion;
+    # before, this schedule was a strict xfail.
+    "a restarted node pushed a verdict formed across a healed cut": (
         7,
         5,
         """
@@ -296,19 +285,6 @@ KNOWN_FALSE_POSITIVES = {
 """,
     ),
 }
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (issue 13): a node without evidence of its own about a peer "
-    "confirms others' suspicions of it; fixing it needs receiver-side evidence for "
-    "unwatched or just-watched peers",
-)
-@pytest.mark.parametrize("name", sorted(KNOWN_FALSE_POSITIVES))
-def test_a_known_false_positive_schedule_still_replays_invalid(name):
-    seed, nodes, text = KNOWN_FALSE_POSITIVES[name]
-    run = run_simulation(SimConfig(nodes=nodes, duration_s=40, seed=seed), _entries(text))
-    assert run.verdict.violated() == [], [v.message for v in run.result.violations]
 
 
 @pytest.mark.parametrize("name", sorted(FOUND_WITHOUT_A_BUG))

@@ -29,6 +29,25 @@ from swarmshake.reference_node.protocol.messages import (
 REFUTE_WINDOW_S = 0.25
 
 
+def beats(detector: D.FailureDetector, peer: str, first: float, last: float) -> list:
+    """Heartbeats of ``peer`` at incarnation 0 every 50 ms from ``first`` to ``last``."""
+    count = round((last - first) / 0.05) + 1
+    times = tuple(round(first + 0.05 * i, 6) for i in range(count))
+    return detector.handle(
+        D.HeartbeatsArrived(peer=peer, incarnation=0, arrival_times=times), times[-1]
+    )
+
+
+def hold_dead(detector: D.FailureDetector, subject: str, claimer: str, at: float) -> None:
+    """Make ``detector`` hold ``subject`` dead on ``claimer``'s word: its own watch of
+    ``subject`` times out first (start-up grace, nothing heard), since a relayed death
+    of a peer whose watch has not timed out is only a suspicion (receiver's evidence)."""
+    detector.handle(D.Tick(only=subject), at)
+    dead = GossipItem(subject=subject, incarnation=0, status="dead", origin=claimer)
+    detector.handle(D.GossipReceived(message=Gossip(sender=claimer, items=[dead])), at)
+    assert detector.status[subject] == "dead"
+
+
 def wrong_declarations(cluster: MiniCluster, healed_at: float):
     """New verdicts after the heal (plus the refutation window) that a node which never
     crashed is dead: the S4 violations the explorer reported.  As the S4 checker does,
@@ -114,12 +133,9 @@ def test_after_any_partition_heals_no_live_node_is_declared_dead_and_views_conve
 def test_a_dead_node_that_heartbeats_is_told_at_a_bounded_rate():
     detector = D.FailureDetector(node="n0", members=("n0", "n1", "n2"), seed=1)
     detector.handle(D.Started(), 0.0)
-    dead = GossipItem(subject="n1", incarnation=0, status="dead", origin="n2")
-    detector.handle(D.GossipReceived(message=Gossip(sender="n2", items=[dead])), 0.1)
-    times = tuple(0.2 + 0.05 * i for i in range(20))  # one second of heartbeats
-    actions = detector.handle(
-        D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=times), times[-1]
-    )
+    beats(detector, "n2", 0.05, 1.0)
+    hold_dead(detector, "n1", "n2", 1.0)
+    actions = beats(detector, "n1", 1.1, 2.05)  # one second of heartbeats
     notices = [a for a in actions if isinstance(a, D.SendGossip) and a.to == ("n1",)]
     assert notices and all(n.message.items[0].status == "dead" for n in notices)
     assert all(n.message.items[0].subject == "n1" for n in notices)
@@ -127,7 +143,7 @@ def test_a_dead_node_that_heartbeats_is_told_at_a_bounded_rate():
     assert min(gaps) >= detector.config.dead_notice_gap_s - 1e-9
     # A newer incarnation is a rejoin: taken back, no notice.
     actions = detector.handle(
-        D.HeartbeatsArrived(peer="n1", incarnation=1, arrival_times=(1.3,)), 1.3
+        D.HeartbeatsArrived(peer="n1", incarnation=1, arrival_times=(2.1,)), 2.1
     )
     assert any(isinstance(a, D.DeclaredAlive) for a in actions)
     assert not any(isinstance(a, D.SendGossip) and a.to == ("n1",) for a in actions)
@@ -136,10 +152,11 @@ def test_a_dead_node_that_heartbeats_is_told_at_a_bounded_rate():
 def test_suspicions_and_deaths_claimed_by_a_node_held_dead_are_not_evidence():
     detector = D.FailureDetector(node="n0", members=("n0", "n1", "n2"), seed=1)
     detector.handle(D.Started(), 0.0)
-    dead = GossipItem(subject="n2", incarnation=0, status="dead", origin="n1")
-    detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[dead])), 0.1)
+    beats(detector, "n1", 0.05, 1.0)
+    hold_dead(detector, "n2", "n1", 1.0)
     before = detector.status["n1"]
-    for status, at in (("suspect", 0.2), ("dead", 0.35)):  # answers are rate-limited
+    for status, at in (("suspect", 1.05), ("dead", 1.2)):  # answers are rate-limited
+        beats(detector, "n1", at - 0.05, at)
         claim = GossipItem(subject="n1", incarnation=0, status=status, origin="n2")
         actions = detector.handle(D.GossipReceived(message=Gossip(sender="n2", items=[claim])), at)
         assert not any(isinstance(a, D.DeclaredDead | D.Suspected) for a in actions)
@@ -204,10 +221,9 @@ def test_a_restarted_peer_gets_a_fresh_watch_with_the_start_up_grace():
     declared incarnation 1 dead 50 ms after the restart, before its first heartbeat."""
     detector = D.FailureDetector(node="n2", members=("n0", "n1", "n2"), seed=2)
     detector.handle(D.Started(), 0.0)
-    dead = GossipItem(subject="n0", incarnation=0, status="dead", origin="n1")
-    detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[dead])), 0.6)
-    beats = tuple(0.65 + 0.05 * i for i in range(16))  # until 1.40
-    detector.handle(D.HeartbeatsArrived(peer="n1", incarnation=0, arrival_times=beats), 1.4)
+    beats(detector, "n1", 0.65, 0.95)
+    hold_dead(detector, "n0", "n1", 1.0)
+    beats(detector, "n1", 1.0, 1.4)
     back = GossipItem(subject="n1", incarnation=1, status="alive", origin="n1")
     detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[back])), 1.45)
     assert detector.deadline_for("n1") == pytest.approx(1.45 + detector.config.startup_grace_s)

@@ -97,6 +97,41 @@ def test_a_relayed_verdict_does_not_override_this_nodes_own_fresh_evidence():
     assert [a.peer for a in actions if isinstance(a, D.DeclaredDead)] == ["n4"]
 
 
+def test_a_restarted_node_takes_a_pushed_death_of_a_peer_it_watches_as_a_suspicion():
+    """Explore (sim, 5 nodes, seed 7): n3, forced to restart at the heal of a cut, was
+    pushed n4's verdict on n1 (formed on the far side of the cut) and declared n1
+    dead 0.1 s later while sitting beside it.  Within its start-up grace, before the
+    first heartbeat, a node's silence about a peer it watches is no evidence: the
+    pushed death is a suspicion the subject refutes, and it becomes a death only
+    when this node's own watch times out."""
+    members = ("n0", "n1", "n2", "n3", "n4")
+    pushed = GossipItem(subject="n1", incarnation=1, status="dead", origin="n4")
+
+    def restarted() -> D.FailureDetector:
+        detector = D.FailureDetector(node="n3", members=members, seed=7, incarnation=2)
+        detector.handle(D.Started(), 10.0)
+        actions = detector.handle(
+            D.GossipReceived(message=Gossip(sender="n4", items=[pushed], sender_incarnation=1)),
+            10.1,
+        )
+        assert not any(isinstance(a, D.DeclaredDead) for a in actions)
+        assert [a.peer for a in actions if isinstance(a, D.Suspected)] == ["n1"]
+        return detector
+
+    # n1 is alive: it refutes (a new incarnation) and n3 takes it back.
+    detector = restarted()
+    back = GossipItem(subject="n1", incarnation=2, status="alive", origin="n1")
+    detector.handle(D.GossipReceived(message=Gossip(sender="n1", items=[back])), 10.2)
+    assert detector.status["n1"] == "alive"
+    # n1 really is dead: n3's own watch times out at the end of its grace and the
+    # claimer's suspicion plus its own confirm the death.
+    detector = restarted()
+    actions = detector.handle(D.Tick(), 10.0 + detector.config.startup_grace_s)
+    assert [a.peer for a in actions if isinstance(a, D.DeclaredDead)] == ["n1"]
+    # (Past its own start-up grace a watch that heard nothing, handed over by the
+    # ring, is no reason to doubt a relayed death: the even split below.)
+
+
 def test_a_lone_suspicion_that_times_out_is_acted_on_but_never_passed_on():
     """Rapid's H of K: one monitor's word is a local verdict.  The node drops the peer
     from its view (so a real crash is still detected, L1) but gossips nothing."""
