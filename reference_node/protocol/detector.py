@@ -142,13 +142,21 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    the claimer's suspicion, which the subject refutes; other nodes' suspicions do
    not confirm a death of a peer this node hears (its own watch times out within a
    threshold if the peer really crashed, and its own suspicion confirms).  The same
-   for a peer this node watches but has not heard yet *while within its own
-   start-up grace*: a restarted node is pushed the deaths its peers hold, and one
+   for a peer this node has not heard yet *while within its own start-up grace*,
+   watched or not: a restarted node is pushed the deaths its peers hold, and one
    formed across a cut that has since healed named a node it sat beside (explore,
-   5 nodes, seed 7); its silence is no evidence, and its watch times out at the
-   end of the grace if the peer is dead.  A watch the ring hands a node later (a
-   member died, the view shifted) is not such a case: waiting on it delayed
-   verdicts by a whole grace and let a side of a 4-4 split misjudge its quorum.
+   5 nodes, seed 7; ``bench recovery --backend sim``, partition_minority at 8
+   nodes: 21-25 false positives in 100 trials).  Its silence is no evidence: the
+   death is a suspicion, and the claim is passed on to its subject.  A subject
+   that was cut off when the verdict was formed learns it at once and rejoins (it
+   and the majority held each other dead, so nobody else would tell it before the
+   next dead notice, seconds later); one in the majority refutes; a dead one is
+   confirmed by this node's watch or the suspicion's timeout.  A watch the ring
+   hands a node later (a member died, the view shifted) is no such case: waiting
+   on it delayed verdicts by a whole grace and let a side of a 4-4 split misjudge
+   its quorum.  A node's own suspicions and verdicts echoed back by gossip are
+   ignored: its evidence is its own state (a retracted suspicion came back and,
+   with one other monitor's, confirmed a live node dead).
 3. *A no-quorum verdict never overrules a node that hears a majority without its
    claimer*: the claimer is the one cut off.  If the subject holds the claimer dead,
    it tells it dead in turn; if not, it refutes (a new incarnation, as for a
@@ -1120,6 +1128,12 @@ class FailureDetector:
                     self._transition(
                         item.subject, kind, item.incarnation, item.origin, now, actions
                     )
+                elif item.origin == self.node:
+                    # This node's own suspicion or verdict, echoed back by gossip: its
+                    # current evidence is in its own state (a retracted suspicion came
+                    # back from a peer and, with one other monitor's, confirmed a live
+                    # node dead: bench recovery, partition_minority at 8 nodes).
+                    pass
                 elif self.status.get(item.origin) in ("dead", "left") or (
                     stale_sender and item.origin == message.sender
                 ):
@@ -1127,13 +1141,10 @@ class FailureDetector:
                     # off when it formed it), or by an old incarnation of the sender:
                     # not evidence; a dead claimer will be told to rejoin.
                     pass
-                elif kind == "dead" and self._watch_unexpired(item.subject, item.incarnation, now):
-                    # This node hears the subject itself, or has just begun to watch it
-                    # (a restart, a new incarnation) and its watch has not timed out: a
-                    # verdict formed elsewhere (maybe where the subject could not be
-                    # heard) counts as one monitor's suspicion, and the subject, told,
-                    # refutes it.  If the subject is dead, this node's own watch times
-                    # out within the start-up grace and its suspicion confirms.
+                elif kind == "dead" and self._hears(item.subject, item.incarnation, now):
+                    # This node hears the subject itself: a verdict formed elsewhere
+                    # (maybe where the subject could not be heard) counts as one
+                    # monitor's suspicion, and the subject, told, refutes it.
                     self._transition(
                         item.subject,
                         "suspect",
@@ -1143,6 +1154,26 @@ class FailureDetector:
                         actions,
                         reason=f"dead by {item.origin}, but heard",
                     )
+                elif kind == "dead" and self._unheard_at_startup(
+                    item.subject, item.incarnation, now
+                ):
+                    # Just started, no news of the subject yet: a suspicion, and the
+                    # verdict is passed to its subject.  One cut off when it was formed
+                    # learns it now and rejoins (it and the majority held each other
+                    # dead, so nobody else would tell it before the next dead notice,
+                    # seconds away); a subject in the majority refutes.  A subject that
+                    # really is dead: this node's watch, or the suspicion's timeout,
+                    # makes it a death.
+                    self._transition(
+                        item.subject,
+                        "suspect",
+                        item.incarnation,
+                        item.origin,
+                        now,
+                        actions,
+                        reason=f"dead by {item.origin}, not heard yet",
+                    )
+                    self._pass_verdict_to_subject(item, now, actions)
                 else:
                     self._transition(
                         item.subject, kind, item.incarnation, item.origin, now, actions
@@ -1419,7 +1450,7 @@ class FailureDetector:
                 suspicion.notice_attempts = 0
             if len(suspicion.origins) >= self._needed(subject) and not (
                 self.node not in suspicion.origins
-                and self._watch_unexpired(subject, incarnation, at)
+                and self._no_own_evidence_of_silence(subject, incarnation, at)
             ):
                 # Enough monitors agree, unless this node hears the subject itself
                 # or has just begun to watch it: then others' votes (maybe formed
@@ -1691,28 +1722,33 @@ class FailureDetector:
             and not self._suspects_itself(peer)
         )
 
-    def _watch_unexpired(self, peer: str, incarnation: int, now: float) -> bool:
-        """No evidence of this node's own that ``peer`` is silent at ``incarnation``:
-        it watches ``peer`` at that incarnation, the watch (maybe still in its start-up
-        grace, nothing heard yet) has not timed out, and it does not suspect ``peer``
-        itself.  A node within its own start-up grace that has not heard the peer
-        yet counts too: pushed a death at a restart (explore, 5 nodes, seed 7: a
-        verdict formed across a cut that had healed), its silence is no evidence."""
-        watch = self._watches.get(peer)
-        if watch is None or watch.deadline is None or watch.deadline <= now:
+    def _no_own_evidence_of_silence(self, peer: str, incarnation: int, now: float) -> bool:
+        """This node hears ``peer`` itself (``_hears``), or has not heard it yet because
+        it started less than a start-up grace ago (``_unheard_at_startup``)."""
+        return self._hears(peer, incarnation, now) or self._unheard_at_startup(
+            peer, incarnation, now
+        )
+
+    def _unheard_at_startup(self, peer: str, incarnation: int, now: float) -> bool:
+        """This node started less than ``startup_grace_s`` ago and has heard nothing of
+        ``peer`` yet (no watch of it, or one still in its grace with no heartbeat):
+        its silence about ``peer`` is no evidence.  A restarted node is pushed the
+        deaths its peers hold (explore, 5 nodes, seed 7, and ``bench recovery``'s
+        partition_minority at 8 nodes: a verdict formed across a cut that had since
+        healed named a node the restarted one sat beside).  Only this node's own
+        start-up counts: a watch the ring hands it later (a member died, the view
+        shifted) is no news of the peer, and waiting on it delayed verdicts by a
+        whole grace (a 4-4 split of 8 then misjudged its quorum)."""
+        if now >= self._started_at + self.config.startup_grace_s:
             return False
-        if watch.last_t is None:
-            # Nothing heard yet.  Only this node's own start-up counts: a watch the ring
-            # handed it later (a member died, the view shifted) is no news of the peer,
-            # and waiting on it delayed verdicts by a whole grace (a 4-4 split of 8).
-            if now >= self._started_at + self.config.startup_grace_s:
-                return False
-            # A fresh process knows no peer's incarnation before its first heartbeat.
-            same_incarnation = incarnation >= self.known_incarnation.get(peer, 0)
-        else:
-            same_incarnation = incarnation == self.known_incarnation.get(peer)
+        watch = self._watches.get(peer)
+        if watch is not None and (
+            watch.last_t is not None or watch.deadline is None or watch.deadline <= now
+        ):
+            return False
         return (
-            same_incarnation
+            # A fresh process knows no peer's incarnation before it hears it.
+            incarnation >= self.known_incarnation.get(peer, 0)
             and self.status.get(peer) in _IN_VIEW
             and not self._suspects_itself(peer)
         )
@@ -1761,6 +1797,17 @@ class FailureDetector:
             sender_quorum=self.verdict_exportable(peer),
         )
         actions.append(SendGossip(to=(peer,), message=message, at=at))
+
+    def _pass_verdict_to_subject(self, item: GossipItem, at: float, actions: list) -> None:
+        """Relay ``item``, a death claimed by another node, to its subject, at most every
+        ``dead_notice_gap_s`` (a push holds one item per subject; gossip rounds repeat
+        it a bounded number of times).  A relayed claim carries no view size: the
+        subject obeys it only if it does not see a majority (``_outranks``)."""
+        last = self._told_dead_at.get(item.subject)
+        if last is not None and at < last + self.config.dead_notice_gap_s:
+            return
+        self._told_dead_at[item.subject] = at
+        actions.append(SendGossip(to=(item.subject,), message=self._gossip([item]), at=at))
 
     def _answer_the_dead(self, peer: str, at: float, actions: list) -> None:
         """``peer``, held dead, sent something: tell it, at most every
