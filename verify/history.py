@@ -43,6 +43,7 @@ from pathlib import Path
 
 from swarmshake.reference_node.protocol import history as _reference
 from swarmshake.reference_node.protocol.history import (
+    EVENT_KINDS,
     HARNESS,
     Commit,
     ConfigChange,
@@ -141,6 +142,10 @@ def missing_kinds(needs: Iterable[str], produces: Iterable[str] | None) -> list[
     return sorted(set(needs) - have)
 
 
+#: The reference node's own vocabulary (the reference checkers read it).
+REFERENCE_KINDS = frozenset(EVENT_KINDS)
+
+
 def load_history(run_dir: str | Path) -> History:
     """``RUN_DIR/events/*.jsonl`` with every registered kind decoded."""
     return History.load(run_dir)
@@ -166,10 +171,16 @@ class RunSystem:
         if not isinstance(record, dict):
             return cls()
         name = str(record.get("system", "reference"))
-        if name == "reference":
-            return cls()
         produces = record.get("produces")
-        return cls(name, frozenset(produces) if isinstance(produces, list) else frozenset())
+        if not isinstance(produces, list):
+            # A record from before run records listed the kinds: the reference node
+            # (the only system then) wrote them all; any other declared none.
+            return cls(name) if name == "reference" else cls(name, frozenset())
+        kinds = frozenset(str(kind) for kind in produces)
+        # A system that writes the reference node's whole vocabulary is judged by the
+        # reference checkers (Paxos votes, detector verdicts); any other by the
+        # neutral ones.  Decided by what it writes, not by its name.
+        return cls(name, None if REFERENCE_KINDS <= kinds else kinds)
 
 
 # --- the neutral view of any history ----------------------------------------------------------
@@ -222,6 +233,7 @@ def membership_changes(history: History) -> Iterator[MembershipView]:
 __all__ = [
     "HARNESS",
     "NEUTRAL_KINDS",
+    "REFERENCE_KINDS",
     "Collective",
     "EventBase",
     "EventWriter",

@@ -11,6 +11,7 @@ from swarmshake.reference_node.protocol.history import Commit, History, decode_e
 from swarmshake.verify.checkers import Bounds, check_history, neutral
 from swarmshake.verify.history import (
     HARNESS,
+    REFERENCE_KINDS,
     EventBase,
     Fault,
     MembershipChange,
@@ -158,6 +159,18 @@ def test_run_system_is_read_from_run_json_and_old_runs_are_reference(tmp_path):
     )
     system = RunSystem.of(tmp_path)
     assert system.name == "torchelastic" and system.produces == {"step_committed"}
+    # Judged by what a system writes, not by its name: a fork of the reference node
+    # writing its whole vocabulary gets the reference checkers, and a "reference"
+    # that writes less the neutral ones.
+    everything = sorted(REFERENCE_KINDS)
+    (tmp_path / "run.json").write_text(json.dumps({"system": "my-fork", "produces": everything}))
+    assert RunSystem.of(tmp_path).produces is None
+    (tmp_path / "run.json").write_text(
+        json.dumps({"system": "reference", "produces": ["step_committed", "fault"]})
+    )
+    assert RunSystem.of(tmp_path).produces == {"step_committed", "fault"}
+    (tmp_path / "run.json").write_text(json.dumps({"system": "reference"}))  # an old record
+    assert RunSystem.of(tmp_path).produces is None
     write_history(tmp_path / "events" / "n1.jsonl", steady(0, 1))
     assert len(load_history(tmp_path).events) == 2 * len(WORLD)
 
