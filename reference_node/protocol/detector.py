@@ -1141,29 +1141,19 @@ class FailureDetector:
                     # off when it formed it), or by an old incarnation of the sender:
                     # not evidence; a dead claimer will be told to rejoin.
                     pass
-                elif kind == "dead" and self._hears(item.subject, item.incarnation, now):
-                    # This node hears the subject itself: a verdict formed elsewhere
-                    # (maybe where the subject could not be heard) counts as one
-                    # monitor's suspicion, and the subject, told, refutes it.
-                    self._transition(
-                        item.subject,
-                        "suspect",
-                        item.incarnation,
-                        item.origin,
-                        now,
-                        actions,
-                        reason=f"dead by {item.origin}, but heard",
-                    )
-                elif kind == "dead" and self._unheard_at_startup(
+                elif kind == "dead" and self._no_own_evidence_of_silence(
                     item.subject, item.incarnation, now
                 ):
-                    # Just started, no news of the subject yet: a suspicion, and the
-                    # verdict is passed to its subject.  One cut off when it was formed
-                    # learns it now and rejoins (it and the majority held each other
-                    # dead, so nobody else would tell it before the next dead notice,
-                    # seconds away); a subject in the majority refutes.  A subject that
-                    # really is dead: this node's watch, or the suspicion's timeout,
-                    # makes it a death.
+                    # This node hears the subject itself, or just started and has no
+                    # news of it yet: a verdict formed elsewhere (maybe where the
+                    # subject could not be heard) counts as one monitor's suspicion.
+                    # A heard subject, told by the claimer, refutes.  One not heard yet
+                    # is passed the verdict: if it was cut off when the verdict was
+                    # formed it learns it now and rejoins (it and the majority held
+                    # each other dead, so nobody else would tell it before the next
+                    # dead notice, seconds away); one in the majority refutes; a dead
+                    # one is confirmed by this node's watch or the suspicion's timeout.
+                    heard = self._hears(item.subject, item.incarnation, now)
                     self._transition(
                         item.subject,
                         "suspect",
@@ -1171,9 +1161,10 @@ class FailureDetector:
                         item.origin,
                         now,
                         actions,
-                        reason=f"dead by {item.origin}, not heard yet",
+                        reason=f"dead by {item.origin}, {'but heard' if heard else 'not heard yet'}",
                     )
-                    self._pass_verdict_to_subject(item, now, actions)
+                    if not heard:
+                        self._pass_verdict_to_subject(item, now, actions)
                 else:
                     self._transition(
                         item.subject, kind, item.incarnation, item.origin, now, actions
