@@ -430,6 +430,22 @@ def test_s4_latency_past_the_envelope_on_the_declarers_own_link_is_unknown():
     assert "outside the declared envelope: latency from t=14.000" in result.message
 
 
+def test_s4_the_heal_of_another_nodes_latency_leaves_this_ones_window_open():
+    """Explore (sim, 5 nodes, seed 7, budget 2000): n3's 179 ms latency to every node
+    (outside the envelope) from 0.71 s to 7.59 s, and n1's 36 ms (inside) healed at
+    2.44 s.  The second heal ended the first window (both targets hold "*"), and a
+    declaration resting on n3's delayed heartbeats was judged a false positive."""
+    run = healthy()
+    run.fault("latency", ["*", "n2"], 10.0, src=["n2"], dst=["*"], delay_ms=179.0, jitter_ms=72.0)
+    run.fault("latency", ["*", "n1"], 10.5, src=["n1"], dst=["*"], delay_ms=36.0)
+    run.fault("latency", ["*", "n1"], 12.0, phase="heal")
+    run.declare("n0", "n2", 15.0)
+    run.fault("latency", ["*", "n2"], 16.0, phase="heal")
+    result = s4(run)
+    assert result.status == "unknown", result.message
+    assert "latency from t=10.000" in result.message
+
+
 def test_s4_latency_past_the_envelope_on_another_link_excuses_nothing():
     run = healthy()
     run.fault("latency", ["n1", "n2"], 14.0, src=["n1"], dst=["n2"], delay_ms=400.0)

@@ -201,7 +201,9 @@ class Timeline:
 
 def build_timeline(history: History, bounds: Bounds) -> Timeline:
     nodes: dict[str, NodeTimeline] = {name: NodeTimeline() for name in history.nodes()}
-    open_windows: dict[str, list[tuple[Interval, frozenset[str] | None]]] = {}
+    # op -> open windows: (interval, affected nodes or None for all, the inject's
+    # target as logged: the key its heal names again)
+    open_windows: dict[str, list[tuple[Interval, frozenset[str] | None, frozenset[str]]]] = {}
     exits: list[tuple[Interval, frozenset[str] | None]] = []
     cuts: list[tuple[Interval, frozenset[tuple[str, str]]]] = []
     exit_windows: list[ExitWindow] = []
@@ -209,14 +211,29 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
     end_t = history.events[-1].t_mono if history.events else 0.0
     grace = bounds.detection_s
 
-    def close(op: str, t: float, healed: frozenset[str] | None = None) -> None:
+    def close(
+        op: str,
+        t: float,
+        healed: frozenset[str] | None = None,
+        target: frozenset[str] = frozenset(),
+    ) -> None:
         # A heal names the nodes of the links it heals: it ends the window of the
-        # inject with the same nodes (the oldest such: windows with equal node sets
-        # are interchangeable), or every window within them, not the op's windows
-        # everywhere (explore: healing one black hole ended the window of another
-        # still active, and L2/S4 judged its links as healthy).
+        # inject with the same target (the oldest such: windows with equal targets
+        # are interchangeable), or every window within its nodes, not the op's
+        # windows everywhere (explore: healing one black hole ended the window of
+        # another still active, and L2/S4 judged its links as healthy; healing n1's
+        # latency to every node, target "n1, *", ended n3's too, and a declaration
+        # resting on n3's delayed heartbeats was judged inside the envelope).
         windows = open_windows.get(op, [])
-        if healed is None:
+        names_a_node = bool(target - {ALL_NODES})
+        same_target = [w for w in windows if names_a_node and w[2] == target]
+        if same_target and op != "partition":
+            ending = same_target[:1]
+        elif names_a_node and healed is None and op != "partition":
+            # The heal of an inject that left no window (it stayed inside the
+            # envelope: n1's 36 ms latency to every node) ends nobody else's.
+            ending = []
+        elif healed is None:
             ending = list(windows)
         elif op == "partition":
             # The harness heals partitions all at once (scope "partition"), naming
@@ -227,7 +244,7 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
             ending = same[:1] or [w for w in windows if w[1] is not None and w[1] <= healed]
         for window in ending:
             windows.remove(window)
-            interval, affected = window
+            interval, affected, _ = window
             interval.end = t + grace
             exits.append((interval, affected))
         if not windows:
@@ -385,12 +402,12 @@ def _apply_fault(  # noqa: ANN001 - the build loop's own locals
             for key in list(open_windows):
                 close(key, t)
         else:
-            close(op, t, affected)
+            close(op, t, affected, frozenset(event.target))
         return None
     if _leaves_envelope(event, bounds):
-        window = (Interval(t, start_index=index), affected)
-        open_windows.setdefault(op, []).append(window)
-        return window
+        interval = Interval(t, start_index=index)
+        open_windows.setdefault(op, []).append((interval, affected, frozenset(event.target)))
+        return interval, affected
     if op == "clock_skew":
         close(op, t)  # a zero skew ends an earlier one
     return None
