@@ -6,11 +6,12 @@
   voters are down: (a) no later commit of the same step with another value; (b) at
   every crash, and when a value is chosen while nodes are down, some node that is not
   down still holds the step (it committed or rejoined at a step ≥ it, or accepted its
-  value holding the bytes) unless a majority is down.  A crash loses a process's memory, not its acceptor records: a node that
-  is up and once accepted the value with its bytes keeps them on disk with the
-  record, so when only such nodes are left the value is not judged lost unless the
-  cluster then commits past the step without it; if the run ends first, S2 is
-  ``unknown`` (the return was not seen), never ``valid``.
+  value holding the bytes) unless a majority is down.  A crash loses a process's
+  memory, not its acceptor records: a node that is up and once accepted the value
+  with its bytes keeps them on disk with the record, so when only such nodes are left
+  the value is not judged lost unless the cluster then commits past the step without
+  it; if the run ends first, S2 is ``unknown`` (the return was not seen), never
+  ``valid``.
 - S3: a value commits only after a majority of the *configured* voters (not of a
   detector view) logged ``accept`` for it at one ballot.
 """

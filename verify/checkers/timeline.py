@@ -225,23 +225,16 @@ def build_timeline(history: History, bounds: Bounds) -> Timeline:
         # latency to every node, target "n1, *", ended n3's too, and a declaration
         # resting on n3's delayed heartbeats was judged inside the envelope).
         windows = open_windows.get(op, [])
-        names_a_node = bool(target - {ALL_NODES})
-        same_target = [w for w in windows if names_a_node and w[2] == target]
-        if same_target and op != "partition":
-            ending = same_target[:1]
-        elif names_a_node and healed is None and op != "partition":
+        within = [w for w in windows if healed is not None and w[1] is not None and w[1] <= healed]
+        if op == "partition" or not target - {ALL_NODES}:
+            # The harness heals partitions all at once (scope "partition"), naming
+            # every node of every cut: each window within those nodes ends.  A heal
+            # naming no node ("*", or none at all) ends every window of the op.
+            ending = list(windows) if healed is None else within
+        else:
             # The heal of an inject that left no window (it stayed inside the
             # envelope: n1's 36 ms latency to every node) ends nobody else's.
-            ending = []
-        elif healed is None:
-            ending = list(windows)
-        elif op == "partition":
-            # The harness heals partitions all at once (scope "partition"), naming
-            # every node of every cut: each window within those nodes ends.
-            ending = [w for w in windows if w[1] is not None and w[1] <= healed]
-        else:
-            same = [w for w in windows if w[1] == healed]
-            ending = same[:1] or [w for w in windows if w[1] is not None and w[1] <= healed]
+            ending = [w for w in windows if w[2] == target][:1] or within
         for window in ending:
             windows.remove(window)
             interval, affected, _ = window
