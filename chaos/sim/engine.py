@@ -388,7 +388,7 @@ class Simulation:
         # A look that fell due in the pause waits in ``deferred``; forget it here, or
         # no later wake-up (all after it) would ever be scheduled again.
         proc.next_look = math.inf
-        for receiver in proc.detector.monitors if proc.detector else ():
+        for receiver in proc.detector.heartbeat_targets if proc.detector else ():
             stream = self.streams_from[name].get(receiver)
             if stream is not None:
                 stream.resume(t, proc.clock, self.settle_s)

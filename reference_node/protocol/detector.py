@@ -190,6 +190,28 @@ suspects many peers doubts itself first), every verdict now carries its provenan
 Crash detection is unchanged: a crash is seen by >= 2 monitors, each of which
 suspects it itself, so the first confirmation still comes from two own suspicions.
 
+Two rules keep a verdict from outliving the majority it was formed in.  A verdict
+settles (above) against a majority that leaves out peers *anyone* suspects, not only
+this node: a far-side peer suspected by a same-side monitor is no evidence of one
+(``bench recovery --backend sim``, seed 2, a 4-4 split of 8: n2 counted n6 as heard,
+passed its verdict of n3 on, and after the heal n6 obeyed it and forced n3's
+restart).  And once a node finds itself out of quorum, the verdicts it passed on at
+its incarnation become local (``_withdraw_verdicts_without_majority``): a split's
+first verdict looks like a lone crash and is passed on at once.
+
+Watches announced
+-----------------
+Who watches whom follows each node's own view (the ring of its alive members), and
+after a partition views differ for seconds: a node restarted at the heal took its
+monitors from a ring of all members while the nodes of its side still held the far
+side dead, so the two that watched it in their ring got no heartbeats and declared a
+live node of their own side dead, again at each new incarnation (MiniCluster, 4-4
+splits of 8, 3 of 100 random groupings; one for 4 s).  Every gossip message names
+the sender's watches (``Gossip.sender_watches``) and a new watch is announced to its
+peer at once; a node named there that is not among its own monitors heartbeats the
+sender too, until the sender's gossip stops naming it or it leaves the view.  The
+cost is a few names on each gossip message and one message per new watch.
+
 Restarts (found by the same exploration): a peer seen at a new incarnation gets a
 fresh watch with the start-up grace (the old stream's deadline timed it out before its
 first heartbeat), and the direct receivers of its announce push it the members they
@@ -217,6 +239,7 @@ from swarmshake.reference_node.protocol.errors import LocalProtocolError, Remote
 from swarmshake.reference_node.protocol.messages import (
     MAX_CLUSTER_NODES,
     MAX_GOSSIP_ITEMS,
+    MAX_MONITORS_PER_NODE,
     Gossip,
     GossipItem,
 )
@@ -295,6 +318,11 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             check_count(value, f"DetectorConfig.{name}")
             if value < 1:
                 raise LocalProtocolError(f"DetectorConfig.{name} must be >= 1, got {value}")
+        if self.monitors_per_node > MAX_MONITORS_PER_NODE:
+            raise LocalProtocolError(
+                f"DetectorConfig.monitors_per_node must be <= {MAX_MONITORS_PER_NODE} "
+                f"(the watches a gossip message names), got {self.monitors_per_node}"
+            )
         check_count(self.notice_retries_max, "DetectorConfig.notice_retries_max")
         check_count(self.dead_notices_max, "DetectorConfig.dead_notices_max")
         if self.suspicion_ceiling_s < self.suspicion_floor_s:
@@ -710,6 +738,10 @@ class FailureDetector:
         self._gossip_stride = 1
         self._gossip_cursor = 0
         self._monitors: tuple[str, ...] = ()
+        # Peers that announced they watch this node although its own ring does not
+        # make them monitors (their views differ): heartbeated too ("Watches
+        # announced").  Disjoint from the monitors, within the view.
+        self._announced_watchers: set[str] = set()
         self._recompute_topology(at=None)
         self._recompute_gossip_order()
 
@@ -781,6 +813,12 @@ class FailureDetector:
         return self._monitors
 
     @property
+    def heartbeat_targets(self) -> tuple[str, ...]:
+        """Where this node's heartbeats go: its monitors, then the peers that announced
+        they watch it (``HeartbeatPlan.to``)."""
+        return self._monitors + tuple(sorted(self._announced_watchers))
+
+    @property
     def targets(self) -> tuple[str, ...]:
         """The nodes this node watches."""
         return tuple(self._watches)
@@ -795,7 +833,7 @@ class FailureDetector:
             status.view_members = self.members
         return status.view
 
-    def in_quorum(self, without: str | None = None) -> bool:
+    def in_quorum(self, without: str | None = None, *, counting_suspects: bool = True) -> bool:
         """Does this node hear a majority?  Lifeguard's local health as a majority test:
         itself plus every member it neither holds dead/left nor suspects itself must
         be more than half of the configured members, and (for clusters larger than
@@ -803,10 +841,18 @@ class FailureDetector:
         the peers it watches and hears must be more than half of itself plus its
         watched peers.  A node cut off from the rest fails both within one
         suspicion threshold.  ``without``: a peer not counted (the claimer of a
-        verdict is no part of the majority that overrules it)."""
+        verdict is no part of the majority that overrules it).
+        ``counting_suspects=False``: a peer that anyone suspects is not counted
+        either, the stricter estimate a verdict must pass before it is passed on
+        (_settle_verdict)."""
         heard = 1
         for peer, status in self.status.items():
-            if status in _IN_VIEW and peer != without and not self._suspects_itself(peer):
+            if (
+                status in _IN_VIEW
+                and peer != without
+                and not self._suspects_itself(peer)
+                and (counting_suspects or status != "suspect")
+            ):
                 heard += 1
         if 2 * heard <= len(self.members):
             return False
@@ -869,6 +915,8 @@ class FailureDetector:
             assert self._monitors == monitors_of(
                 self.node, self.seed, view, self.config.monitors_per_node
             ), "monitors follow the ring of the view"
+        assert not self._announced_watchers & set(self._monitors), "announced: not monitors"
+        assert self._announced_watchers <= set(view) - {self.node}, "announced: in the view"
         assert len(self._queue) <= len(self.members), "one gossip item per subject"
         for subject, (item, rounds) in self._queue.items():
             assert item.subject == subject and rounds >= 1, subject
@@ -903,6 +951,7 @@ class FailureDetector:
             self._gossip_stride,
             self._gossip_cursor,
             self._monitors,
+            tuple(sorted(self._announced_watchers)),
             self._clock.last,
         )
 
@@ -931,7 +980,7 @@ class FailureDetector:
                 f"MembersChanged without this node {self.node!r}: a removed node stops its detector"
             )
         before_view = self.alive_view()
-        old_monitors = self._monitors
+        old_targets = self.heartbeat_targets
         new_members = _sorted_members(event.members)
         for gone in sorted(set(self.members) - set(new_members)):
             self.status.pop(gone, None)
@@ -948,10 +997,12 @@ class FailureDetector:
                 self.status[new] = "alive"
                 self.known_incarnation[new] = 0
         self.members = new_members
-        self._recompute_topology(at=now)
+        added = self._recompute_topology(at=now)
         self._recompute_gossip_order()
-        if self._monitors != old_monitors and not self.left and not self.self_dead:
+        if self.heartbeat_targets != old_targets and not self.left and not self.self_dead:
             actions.append(self._plan(now))
+        if self.started:
+            self._announce_watches(added, now, actions)
         if self.alive_view() != before_view:
             self.view_epoch += 1
             actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=now))
@@ -1113,6 +1164,8 @@ class FailureDetector:
             message.sender_incarnation is not None
             and message.sender_incarnation < self.known_incarnation.get(message.sender, 0)
         )
+        if not stale_sender:
+            self._note_announced_watches(message, actions, now)
         for item in message.items:
             if item.subject == self.node:
                 self._about_me(item, message, now, actions)
@@ -1409,6 +1462,7 @@ class FailureDetector:
                 return
             suspicion.origins.add(origin)
             self.status[subject] = "suspect"
+            self._withdraw_verdicts_without_majority()
             if status == "alive":
                 actions.append(
                     Suspected(
@@ -1482,6 +1536,7 @@ class FailureDetector:
                     else:
                         self._settling[subject] = at + self.config.verdict_settle_s
             self.status[subject] = new_status
+            self._withdraw_verdicts_without_majority()
             self.known_incarnation[subject] = max(known, incarnation)
             watch = self._watches.get(subject)
             if watch is not None:
@@ -1618,6 +1673,25 @@ class FailureDetector:
             status in ("alive", "left") for peer, status in self.status.items() if peer != subject
         )
 
+    def _withdraw_verdicts_without_majority(self) -> None:
+        """Once this node no longer hears a majority (peers anyone suspects not
+        counted), the verdicts it passed on at this incarnation become local: a crash
+        seen alone is passed on at once (_sees_one_failure), and the first verdict
+        of an even split looks just like one.  Gossip already sent cannot be
+        recalled, but nothing more is: no push to a newcomer, no dead notice with
+        ``sender_quorum`` set, so after the heal no node obeys it over its own ears
+        (MiniCluster, 4-4 splits of 8 at 100 random groupings: in 4 of them a node
+        restarted after the heal relayed such a verdict about a node of its own
+        side)."""
+        exported = [
+            peer
+            for peer, (incarnation, quorum) in self._verdicts.items()
+            if quorum and incarnation == self.incarnation
+        ]
+        if exported and not self.in_quorum(counting_suspects=False):
+            for peer in exported:
+                self._verdicts[peer] = (self.incarnation, False)
+
     def _settle_verdict(self, subject: str, at: float, actions: list) -> None:
         """Pass on a quorum-formed verdict ``verdict_settle_s`` after it was formed, if
         this node still holds ``subject`` dead at that incarnation and still hears a
@@ -1630,14 +1704,19 @@ class FailureDetector:
         partition_majority at 8 nodes, 22 false positives in 100 trials).  By the
         settle time its watches of the far side have timed out and their
         suspicions have come by gossip.  Suspicions still spread at once, so a
-        crash is confirmed as fast as before; only the relayed verdict waits."""
+        crash is confirmed as fast as before; only the relayed verdict waits.
+        The majority counted here leaves out peers suspected by anyone, not only by
+        this node: a far-side peer that a same-side monitor suspects is no evidence
+        of a majority (seed 2, 4-4 split of 8: n2 counted n6, suspected by n7's
+        gossip, as heard, passed its verdict of n3 on, and after the heal n6 obeyed
+        it and forced n3's restart)."""
         self._settling.pop(subject, None)
         verdict = self._verdicts.get(subject)
         if (
             verdict is None
             or verdict[0] != self.incarnation
             or self.status.get(subject) != "dead"
-            or not self.in_quorum(without=subject)
+            or not self.in_quorum(without=subject, counting_suspects=False)
         ):
             return
         self._verdicts[subject] = (verdict[0], True)
@@ -1748,7 +1827,13 @@ class FailureDetector:
         """A gossip message from this node; it always names this node's incarnation,
         so a receiver that knows a newer one drops the claims of the old one (formed
         before a refutation or restart: across a cut that has since healed)."""
-        return Gossip(sender=self.node, items=items, sender_incarnation=self.incarnation, **fields)
+        return Gossip(
+            sender=self.node,
+            items=items,
+            sender_incarnation=self.incarnation,
+            sender_watches=sorted(self._watches),
+            **fields,
+        )
 
     def _send_notice(self, subject: str, at: float, actions: list) -> None:
         suspicion = self._suspicions[subject]
@@ -1939,25 +2024,66 @@ class FailureDetector:
 
     def _plan(self, at: float) -> HeartbeatPlan:
         return HeartbeatPlan(
-            to=self._monitors,
+            to=self.heartbeat_targets,
             incarnation=self.incarnation,
             interval_s=self.config.heartbeat_interval_s,
             start_at=at,
         )
 
-    def _recompute_topology(self, at: float | None) -> None:
+    def _recompute_topology(self, at: float | None) -> tuple[str, ...]:
+        """Monitors and watches from the ring of the current view; the watches it
+        adds, in ring order."""
         per_node = self.config.monitors_per_node
         view = self.alive_view()
         self._monitors = monitors_of(self.node, self.seed, view, per_node)
+        in_view = set(view)
+        self._announced_watchers = {
+            peer
+            for peer in self._announced_watchers
+            if peer in in_view and peer not in self._monitors
+        }
         targets = targets_of(self.node, self.seed, view, per_node)
         for gone in set(self._watches) - set(targets):
             del self._watches[gone]
+        added = []
         for target in targets:
             if target not in self._watches:
                 deadline = (
                     None if at is None or not self.started else at + self.config.startup_grace_s
                 )
                 self._watches[target] = _Watch(self.config.window_gaps, deadline)
+                added.append(target)
+        return tuple(added)
+
+    def _announce_watches(self, to: tuple[str, ...], at: float, actions: list) -> None:
+        """Tell peers this node has begun to watch that it expects their heartbeats
+        (every gossip message names the sender's watches; this one goes now, not
+        whenever the gossip walk reaches them)."""
+        if not to or self.left or self.self_dead:
+            return
+        alive = GossipItem(
+            subject=self.node, incarnation=self.incarnation, status="alive", origin=self.node
+        )
+        actions.append(SendGossip(to=to, message=self._gossip([alive]), at=at))
+
+    def _note_announced_watches(self, message: Gossip, actions: list, at: float) -> None:
+        """Heartbeat a sender that watches this node though this node's ring does not
+        make it a monitor; stop once its messages no longer name this node."""
+        sender = message.sender
+        if message.sender_watches is None or sender == self.node:
+            return
+        wanted = (
+            self.node in message.sender_watches
+            and sender not in self._monitors
+            and self.status.get(sender) in _IN_VIEW
+        )
+        if wanted == (sender in self._announced_watchers):
+            return
+        if wanted:
+            self._announced_watchers.add(sender)
+        else:
+            self._announced_watchers.discard(sender)
+        actions.append(self._plan(at))
 
     def _recompute_gossip_order(self) -> None:
         """Gossip targets walk the other members with a seeded stride coprime to their
@@ -1982,10 +2108,11 @@ class FailureDetector:
             return
         self.view_epoch += 1
         actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=at))
-        old_monitors = self._monitors
-        self._recompute_topology(at=at)
-        if self._monitors != old_monitors and not self.left and not self.self_dead:
+        old_targets = self.heartbeat_targets
+        added = self._recompute_topology(at=at)
+        if self.heartbeat_targets != old_targets and not self.left and not self.self_dead:
             actions.append(self._plan(at))
+        self._announce_watches(added, at, actions)
 
 
 _HANDLERS = {

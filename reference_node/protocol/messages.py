@@ -41,6 +41,7 @@ MAX_FRAME_BYTES = 256 * 1024
 MAX_CLUSTER_NODES = 2048
 MAX_NODE_NAME_CHARS = 64
 MAX_GOSSIP_ITEMS = 32
+MAX_MONITORS_PER_NODE = 64  # a node watches at most this many peers (DetectorConfig)
 MAX_FINGERPRINT_CHARS = 128
 MAX_REASON_CHARS = 128
 MAX_COUNTER = 2**62  # steps, incarnations, rounds, sequence numbers: fits int64 with room
@@ -125,6 +126,14 @@ class Gossip(_Message, tag="gossip"):
     # current incarnation).  A node that hears a majority ignores a verdict formed
     # without one (detector.py, "Verdicts formed where the subject could not be heard").
     sender_quorum: bool | None = None
+    # The peers whose heartbeats the sender expects (its watches).  Who watches whom
+    # follows each node's own view, and views differ after a partition: a receiver
+    # named here that does not count the sender among its monitors heartbeats it too
+    # (detector.py, "Watches announced"), or the sender, hearing nothing, declares a
+    # live node dead.
+    sender_watches: (
+        Annotated[list[NodeName], msgspec.Meta(max_length=MAX_MONITORS_PER_NODE)] | None
+    ) = None
 
 
 class Prepare(_Message, tag="prepare"):

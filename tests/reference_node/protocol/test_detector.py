@@ -111,6 +111,40 @@ def test_monitor_groups_are_bounded_and_balanced():
     assert D.monitors_of("n0", 2, big, 5) != watched_by["n0"]  # the seed picks the groups
 
 
+def test_a_peer_that_announces_it_watches_this_node_gets_its_heartbeats():
+    """Who watches whom follows each node's own view, and views differ after a
+    partition; a peer whose gossip names this node among its watches is heartbeated
+    although this node's ring does not make it a monitor, and no longer once its
+    gossip stops naming it."""
+    members = tuple(f"n{i}" for i in range(8))
+    node = started(members=members)
+    outsider = next(p for p in members[1:] if p not in node.monitors)
+    alive = GossipItem(subject=outsider, incarnation=0, status="alive", origin=outsider)
+
+    def gossip(watches):
+        message = Gossip(sender=outsider, items=[alive], sender_watches=watches)
+        return node.handle(D.GossipReceived(message=message), 0.5)
+
+    plans = [a for a in gossip(["n0"]) if isinstance(a, D.HeartbeatPlan)]
+    assert plans and plans[-1].to == (*node.monitors, outsider)
+    node.check_valid()
+    assert not [a for a in gossip(["n0"]) if isinstance(a, D.HeartbeatPlan)]  # no news
+    plans = [a for a in gossip([]) if isinstance(a, D.HeartbeatPlan)]
+    assert plans and plans[-1].to == node.monitors
+    gossip(["n0"])
+    left = GossipItem(subject=outsider, incarnation=0, status="left", origin=outsider)
+    node.handle(D.GossipReceived(message=Gossip(sender=outsider, items=[left])), 0.6)
+    assert outsider not in node.heartbeat_targets  # a peer gone from the view is not
+    node.check_valid()
+
+
+def test_every_gossip_message_names_the_senders_watches():
+    node = started(members=tuple(f"n{i}" for i in range(8)))
+    actions = node.handle(D.Tick(), 0.3)
+    sent = [a for a in actions if isinstance(a, D.SendGossip)]
+    assert sent and all(a.message.sender_watches == sorted(node.targets) for a in sent)
+
+
 def test_crashes_are_detected_within_300ms_without_false_positives_under_jitter():
     detections = []
     for seed in range(6):
