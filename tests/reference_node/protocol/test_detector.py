@@ -145,6 +145,36 @@ def test_every_gossip_message_names_the_senders_watches():
     assert sent and all(a.message.sender_watches == sorted(node.targets) for a in sent)
 
 
+@pytest.mark.parametrize(("nodes", "direct"), [(8, True), (20, False)])
+def test_a_lone_crash_confirmed_on_own_evidence_is_told_to_every_member_of_a_small_cluster(
+    nodes, direct
+):
+    """The epidemic's second hop put 8-node crash detection p99 over 300 ms; up to
+    ``direct_verdict_members_max`` members the confirming node tells every member at
+    once, above it the epidemic alone carries the verdict (O(N) messages a death)."""
+    cluster = MiniCluster(nodes, 1)
+    cluster.crash("n1", 1.0)
+    cluster.run(2.0)
+    own = [  # declarations whose votes include the declaring node's own suspicion
+        (node, a)
+        for node, a in cluster.declarations()
+        if a.peer == "n1" and node in a.reason.partition("suspicions: ")[2].split(",")
+    ]
+    assert own
+    node, declaration = own[0]
+    told = {
+        peer
+        for who, a in cluster.log
+        if who == node
+        and isinstance(a, D.SendGossip)
+        and a.at == declaration.at
+        and any(i.status == "dead" and i.subject == "n1" for i in a.message.items)
+        for peer in a.to
+    }
+    everyone_else = set(cluster.names) - {node, "n1"}  # n1 itself gets a dead notice
+    assert (told - {"n1"} == everyone_else) is direct
+
+
 def test_crashes_are_detected_within_300ms_without_false_positives_under_jitter():
     detections = []
     for seed in range(6):
