@@ -27,7 +27,11 @@ causes).  *timeout* (the kill command ran past its limit: an infinite loop, a
 livelock) counts as killed, as mutmut and cosmic-ray count it.
 
     python scripts/mutation.py --sample 40 --seed 1          # a sampled score
+    python scripts/mutation.py --per-file 12 --jobs 2         # a score for each file
     python scripts/mutation.py --all --json out.json          # every mutant (hours)
+
+``--jobs`` runs that many kill commands at once, each in its own copy of the tree
+(one per core: a kill command is one pytest or explore process).
 
 Exit status: 0 when the kill rate reaches ``--min-score`` (default 0, just report),
 1 when it does not, 3 when the unmutated code already fails the kill command (the
@@ -49,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -299,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     pick = parser.add_mutually_exclusive_group()
     pick.add_argument("--sample", type=int, default=40, help="mutants to draw (default 40)")
     pick.add_argument("--all", action="store_true", help="every mutant (hours)")
+    pick.add_argument("--per-file", type=int, help="mutants to draw from each file")
+    parser.add_argument("--jobs", type=int, default=1, help="kill commands run at once")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per kill command")
     parser.add_argument("--min-score", type=float, default=0.0, help="fail below this kill rate")
@@ -311,31 +318,49 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{rel_path}: not a Python file of this repository")
     if args.sample < 1 or args.timeout_s <= 0 or not 0 <= args.min_score <= 1:
         parser.error("--sample ≥ 1, --timeout-s > 0, 0 ≤ --min-score ≤ 1")
+    if args.per_file is not None and args.per_file < 1:
+        parser.error("--per-file ≥ 1")
+    if not 1 <= args.jobs <= (os.cpu_count() or 1):
+        parser.error(f"--jobs from 1 to the {os.cpu_count()} cores of this machine")
 
-    mutants = [m for rel_path in args.files for m in list_mutants(rel_path)]
-    chosen = (
-        mutants
-        if args.all
-        else random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
-    )
+    by_file = {rel_path: list_mutants(rel_path) for rel_path in args.files}
+    mutants = [m for listed in by_file.values() for m in listed]
+    if args.all:
+        chosen = mutants
+    elif args.per_file is not None:
+        # Seeded per file, so adding a file to the command leaves the others' draws.
+        chosen = [
+            m
+            for rel_path, listed in by_file.items()
+            for m in random.Random(f"{args.seed}:{rel_path}").sample(
+                listed, min(args.per_file, len(listed))
+            )
+        ]
+    else:
+        chosen = random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
     chosen.sort(key=lambda m: (m.file, m.index))
     if args.list:
         for m in chosen:
             print(f"{m.file}:{m.line} #{m.index} {m.kind}: {m.description}")
         return 0
     python = sys.executable
-    scratch = make_scratch()
+    scratches = [make_scratch() for _ in range(args.jobs)]
     results: list[dict] = []
     try:
         # The unmutated code must pass, or every mutant would count as killed.
         # One file per kill command is enough: files of a part share their command.
         groups = {m.file.split("/")[0]: m.file for m in sorted(chosen, key=lambda m: m.file)}
         for rel_path in groups.values():
-            baseline = run_kill(scratch, rel_path, python, args.timeout_s, args.lock)
+            baseline = run_kill(scratches[0], rel_path, python, args.timeout_s, args.lock)
             if baseline != "survived":
                 print(f"unmutated {rel_path}: kill command {baseline}; no score", file=sys.stderr)
                 return 3
-        for number, m in enumerate(chosen, 1):
+        free = list(scratches)  # one worker per copy; a worker takes one and gives it back
+        done = 0
+
+        def judge(m: Mutant) -> dict:
+            nonlocal done
+            scratch = free.pop()
             target = scratch / m.file
             original = target.read_text()
             target.write_text(mutated_source(original, m))
@@ -344,15 +369,23 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = run_kill(scratch, m.file, python, args.timeout_s, args.lock)
             finally:
                 target.write_text(original)
-            results.append(
-                {**asdict(m), "outcome": outcome, "seconds": round(time.monotonic() - started, 1)}
-            )
+                free.append(scratch)
+            done += 1
             print(
-                f"[{number}/{len(chosen)}] {outcome:8} {m.file}:{m.line} {m.kind}: {m.description}",
+                f"[{done}/{len(chosen)}] {outcome:8} {m.file}:{m.line} {m.kind}: {m.description}",
                 flush=True,
             )
+            return {
+                **asdict(m),
+                "outcome": outcome,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(judge, chosen))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        for scratch in scratches:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     per_file: dict[str, dict[str, int]] = {}
     for r in results:

@@ -65,6 +65,31 @@ def test_bad_arguments_exit_64() -> None:
     assert result.returncode == 64
 
 
+def test_a_per_file_draw_takes_that_many_from_each_file_and_keeps_the_others_draws() -> None:
+    files = ["reference_node/protocol/rejoin.py", "verify/checkers/safety.py"]
+
+    def listed(*names: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), *names, "--per-file", "3", "--list"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return result.stdout.splitlines()
+
+    both = listed(*files)
+    assert [line.split(":")[0] for line in both] == [files[0]] * 3 + [files[1]] * 3
+    assert listed(files[1]) == both[3:]  # adding a file does not redraw another's
+
+
+def test_bad_job_counts_exit_64() -> None:
+    for jobs in ("0", "100000"):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--jobs", jobs, "--list"], capture_output=True
+        )
+        assert result.returncode == 64, jobs
+
+
 def _run(args: list[str], out: Path, timeout_s: int) -> dict:
     result = subprocess.run(
         [sys.executable, str(SCRIPT), *args, "--json", str(out)],
