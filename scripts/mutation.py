@@ -48,6 +48,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -239,10 +240,37 @@ def mutated_source(source: str, mutant: Mutant) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+SCRATCH_PREFIX = "ss-mut-"
+_RUNNING: set[subprocess.Popen] = set()  # kill commands in flight, stopped on SIGTERM
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM (a timeout, a killed CI job): stop the kill commands in flight and
+    unwind like Ctrl-C, so the copies of the tree are removed."""
+    for process in list(_RUNNING):
+        process.kill()
+    sys.exit(128 + signum)
+
+
+def remove_abandoned_scratches() -> None:
+    """Copies left by a run that was killed (SIGKILL, a crash): each is named after its
+    run's pid, and one whose process is gone is removed (a full disk failed CI once)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
 def make_scratch() -> Path:
     """A copy of the tree (no .git/.venv/runs) whose ``swarmshake.<part>`` imports
     resolve to the copy once it is first on PYTHONPATH."""
-    scratch = Path(tempfile.mkdtemp(prefix="ss-mut-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     keep = (*PARTS, "swarmshake", "tests", "suites", "pyproject.toml")
     for name in keep:
         src = REPO / name
@@ -277,16 +305,22 @@ def run_kill(scratch: Path, rel_path: str, python: str, timeout_s: float, lock: 
         try:
             if lock_file:
                 fcntl.flock(lock_file, fcntl.LOCK_EX)
-            result = subprocess.run(
-                command, cwd=scratch, env=env, capture_output=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            return "timeout"
+            with subprocess.Popen(
+                command, cwd=scratch, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            ) as process:
+                _RUNNING.add(process)
+                try:
+                    returncode = process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    return "timeout"
+                finally:
+                    _RUNNING.discard(process)
         finally:
             if lock_file:
                 lock_file.close()
             shutil.rmtree(out, ignore_errors=True)
-        if result.returncode != 0:
+        if returncode != 0:
             return "killed"
     return "survived"
 
@@ -305,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     pick.add_argument("--sample", type=int, default=40, help="mutants to draw (default 40)")
     pick.add_argument("--all", action="store_true", help="every mutant (hours)")
     pick.add_argument("--per-file", type=int, help="mutants to draw from each file")
+    pick.add_argument(
+        "--only",
+        action="append",
+        metavar="FILE#INDEX",
+        help="these mutants alone (as --list and --json name them), e.g. a run's survivors",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="kill commands run at once")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per kill command")
@@ -325,7 +365,17 @@ def main(argv: list[str] | None = None) -> int:
 
     by_file = {rel_path: list_mutants(rel_path) for rel_path in args.files}
     mutants = [m for listed in by_file.values() for m in listed]
-    if args.all:
+    if args.only:
+        wanted = set()
+        for name in args.only:
+            rel_path, _, index = name.partition("#")
+            if rel_path not in by_file or not index.isdigit():
+                parser.error(f"--only {name}: FILE#INDEX with FILE among the files mutated")
+            wanted.add((rel_path, int(index)))
+        chosen = [m for m in mutants if (m.file, m.index) in wanted]
+        if len(chosen) != len(wanted):
+            parser.error("--only names a mutant index that FILE does not have")
+    elif args.all:
         chosen = mutants
     elif args.per_file is not None:
         # Seeded per file, so adding a file to the command leaves the others' draws.
@@ -341,9 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen.sort(key=lambda m: (m.file, m.index))
     if args.list:
         for m in chosen:
-            print(f"{m.file}:{m.line} #{m.index} {m.kind}: {m.description}")
+            print(f"{m.file}:{m.line} {m.file}#{m.index} {m.kind}: {m.description}")
         return 0
     python = sys.executable
+    signal.signal(signal.SIGTERM, _stop)
+    remove_abandoned_scratches()
     scratches = [make_scratch() for _ in range(args.jobs)]
     results: list[dict] = []
     try:
