@@ -753,6 +753,7 @@ class FailureDetector:
         # make them monitors (their views differ): heartbeated too ("Watches
         # announced").  Disjoint from the monitors, within the view.
         self._announced_watchers: set[str] = set()
+        self._watch_names: list[str] = []  # sorted(self._watches), kept by _recompute_topology
         self._recompute_topology(at=None)
         self._recompute_gossip_order()
 
@@ -927,6 +928,7 @@ class FailureDetector:
                 self.node, self.seed, view, self.config.monitors_per_node
             ), "monitors follow the ring of the view"
         assert not self._announced_watchers & set(self._monitors), "announced: not monitors"
+        assert self._watch_names == sorted(self._watches), "watch names follow the watches"
         assert self._announced_watchers <= set(view) - {self.node}, "announced: in the view"
         assert len(self._queue) <= len(self.members), "one gossip item per subject"
         for subject, (item, rounds) in self._queue.items():
@@ -1851,7 +1853,7 @@ class FailureDetector:
             sender=self.node,
             items=items,
             sender_incarnation=self.incarnation,
-            sender_watches=sorted(self._watches),
+            sender_watches=self._watch_names,
             **fields,
         )
 
@@ -2073,6 +2075,9 @@ class FailureDetector:
                 )
                 self._watches[target] = _Watch(self.config.window_gaps, deadline)
                 added.append(target)
+        # Named on every gossip message: sorted here, where the watches change, not
+        # once a message (shared by the messages, which nobody mutates).
+        self._watch_names = sorted(self._watches)
         return tuple(added)
 
     def _announce_watches(self, to: tuple[str, ...], at: float, actions: list) -> None:
