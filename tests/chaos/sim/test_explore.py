@@ -67,7 +67,9 @@ def test_every_registered_bug_is_covered_by_this_file():
 # Odd and even cluster sizes: a majority of four needs three, so a crash leaves the
 # two healthy survivors of four without one (seed 0 at 4 nodes found what that does
 # to a local verdict); three nodes lose their majority with one more fault.
-NO_BUG_EXPLORATIONS = [(3, seed) for seed in range(5)] + [(4, 0), (4, 1), (5, 0)]
+# Eight nodes: with a node watched by five monitors of seven, seed 0 found a majority
+# ring and a bridge partition getting a reachable node declared dead (replays below).
+NO_BUG_EXPLORATIONS = [(3, seed) for seed in range(5)] + [(4, 0), (4, 1), (5, 0), (8, 0)]
 
 
 @pytest.mark.slow
@@ -84,17 +86,8 @@ def test_explore_without_a_bug_finds_nothing(nodes, seed):
     assert found is None, found and [v.message for v in found[1].result.violations]
 
 
-MAJORITY_RING_LIMIT = pytest.mark.xfail(
-    reason="known limit at 8 nodes: in a majority-ring partition every node hears a "
-    "majority, so the suspicion votes of nodes cut from a subject confirm it dead at "
-    "a node that is not cut from it (budget 200, seed 0 finds it in 2 entries); "
-    "Rapid's H-of-K observer agreement is the known answer, not built",
-    strict=False,
-)
-
-
 @pytest.mark.long
-@pytest.mark.parametrize("nodes", [3, 4, 5, pytest.param(8, marks=MAJORITY_RING_LIMIT)])
+@pytest.mark.parametrize("nodes", [3, 4, 5, 8])
 def test_deep_explore_without_a_bug_finds_nothing(nodes):
     """Ten times CI's budget at each size (tens of minutes at 8 nodes)."""
     config = SimConfig(nodes=nodes, duration_s=40, seed=7)
@@ -109,6 +102,26 @@ def _entries(text: str) -> faults.FaultSchedule:
 # Schedules explore found without a bug, each a fixed protocol or checker mistake:
 # (seed, nodes, schedule).
 FOUND_WITHOUT_A_BUG = {
+    # Eight nodes, five monitors each: in a majority ring (every node sees a majority,
+    # no two the same one) two monitors cut from n3 confirmed it dead and n4, beside
+    # n3 but not watching it, obeyed (n0's verdict).  In a bridge partition n4, the
+    # bridge, confirmed n2 dead from the suspicions of n5 and n7, cut from it.  Now
+    # every node of a cluster of at most 16 watches every other, and a node that hears
+    # the subject takes such a verdict as a suspicion the subject refutes.
+    "majority ring at 8 nodes": (
+        0,
+        8,
+        """
+- {op: {op: partition, grouping: majority_ring}, at_s: 0.5, heal_after_s: 1.37}
+""",
+    ),
+    "bridge at 8 nodes": (
+        0,
+        8,
+        """
+- {op: {op: partition, grouping: bridge}, at_s: 1.21, heal_after_s: 0.52}
+""",
+    ),
     # A node restarted behind learned one committed step per compute cycle: 11.3 s
     # without a commit (R = 10 s).  Now two steps behind means one state transfer.
     "catch-up one step per cycle": (

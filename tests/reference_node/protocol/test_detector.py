@@ -11,7 +11,7 @@ from protocol_harness import MiniCluster
 from swarmshake.reference_node.protocol import detector as D
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
-from swarmshake.reference_node.protocol.messages import Gossip, GossipItem
+from swarmshake.reference_node.protocol.messages import MAX_MONITORS_PER_NODE, Gossip, GossipItem
 
 MEMBERS = ("n0", "n1", "n2", "n3")
 
@@ -116,7 +116,7 @@ def test_a_peer_that_announces_it_watches_this_node_gets_its_heartbeats():
     partition; a peer whose gossip names this node among its watches is heartbeated
     although this node's ring does not make it a monitor, and no longer once its
     gossip stops naming it."""
-    members = tuple(f"n{i}" for i in range(8))
+    members = tuple(f"n{i}" for i in range(20))
     node = started(members=members)
     outsider = next(p for p in members[1:] if p not in node.monitors)
     alive = GossipItem(subject=outsider, incarnation=0, status="alive", origin=outsider)
@@ -136,6 +136,32 @@ def test_a_peer_that_announces_it_watches_this_node_gets_its_heartbeats():
     node.handle(D.GossipReceived(message=Gossip(sender=outsider, items=[left])), 0.6)
     assert outsider not in node.heartbeat_targets  # a peer gone from the view is not
     node.check_valid()
+
+
+@pytest.mark.parametrize(("nodes", "watched"), [(8, 7), (16, 15), (17, 5), (40, 5)])
+def test_up_to_sixteen_members_every_node_watches_every_other(nodes, watched):
+    """With five monitors of seven, a node that did not watch a live peer beside it
+    obeyed the verdict of two monitors cut from it (explore, 8 nodes: a majority ring
+    and a bridge partition).  Up to ``watch_all_members_max`` members every node has
+    its own evidence of every peer; above it the ring of five keeps the cost flat."""
+    members = tuple(f"n{i}" for i in range(nodes))
+    node = started(members=members)
+    assert node.monitors_per_node == watched
+    assert len(node.targets) == len(node.monitors) == watched
+    # It follows the configured members (all nodes agree on it), not a view.
+    node.handle(D.MembersChanged(members=members[:-1]), 0.1)
+    fewer = nodes - 1
+    assert node.monitors_per_node == (fewer - 1 if fewer <= 16 else 5)
+    assert len(node.targets) == node.monitors_per_node
+    node.check_valid()
+
+
+def test_watch_all_members_max_is_bounded_by_the_watches_a_message_names():
+    with pytest.raises(LocalProtocolError, match="watch_all_members_max"):
+        D.DetectorConfig(watch_all_members_max=MAX_MONITORS_PER_NODE + 2)
+    with pytest.raises(LocalProtocolError, match="watch_all_members_max"):
+        D.DetectorConfig(watch_all_members_max=0)
+    D.DetectorConfig(watch_all_members_max=MAX_MONITORS_PER_NODE + 1)
 
 
 def test_every_gossip_message_names_the_senders_watches():
@@ -350,7 +376,7 @@ class DetectorMachine(RuleBasedStateMachine):
         view = detector.alive_view()
         assert ("n0" in view) or detector.self_dead or detector.left or True
         assert set(detector.targets) <= set(view)
-        assert len(detector.targets) <= detector.config.monitors_per_node
+        assert len(detector.targets) <= detector.monitors_per_node
         for peer, status in detector.status.items():
             assert status in ("alive", "suspect", "dead", "left")
             assert (peer in detector._suspicions) == (status == "suspect")
