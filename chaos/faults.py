@@ -184,7 +184,8 @@ class CpuThrottle(NodeOp, tag="cpu_throttle", kw_only=True, frozen=True):
 
 
 class DiskFull(NodeOp, tag="disk_full", kw_only=True, frozen=True):
-    """Checkpoint writes fail with ENOSPC (``full=False`` frees the space again)."""
+    """Checkpoint writes fail with ENOSPC (``full=False`` frees the space again); the
+    node logs each failed write (``checkpoint_fail``) and trains on."""
 
     full: bool = True
 
@@ -548,6 +549,7 @@ SIM_SUPPORTED: frozenset[str] = frozenset(
         "cpu_throttle",
         "churn",
         "bandwidth",
+        "disk_full",
     }
 )
 

@@ -48,6 +48,7 @@ TABLE_KINDS = frozenset(
         "rejoin_begin",
         "rejoin_done",
         "checkpoint_skip",
+        "checkpoint_fail",
         "frame_drop",
         "fault",
         "run_mark",

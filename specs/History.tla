@@ -105,7 +105,8 @@ Stop ==
 \* Events that change no protocol state but can only come from a running process.
 Bookkeeping ==
     /\ ev.k \in {"ready", "agg_send", "aggregate_serve", "train_step", "frame_drop",
-                 "checkpoint_write", "checkpoint_skip", "rejoin_begin", "byzantine"}
+                 "checkpoint_write", "checkpoint_skip", "checkpoint_fail", "rejoin_begin",
+                 "byzantine"}
     /\ Logs(ev.n)
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope, declared>>

@@ -59,6 +59,7 @@ from swarmshake.reference_node.protocol.commit import Tick as CommitTick
 from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
 from swarmshake.reference_node.protocol.history import (
     AggSend,
+    CheckpointFail,
     CheckpointWrite,
     FrameDrop,
 )
@@ -126,6 +127,8 @@ class StateBytes(msgspec.Struct, frozen=True):
 _CARRY_CONTRIBUTORS = (AcceptRequest, Decided)
 _STATE_MESSAGES = (StateOffer, StateBytes)
 _COMMIT_MESSAGES = CommitMessage.__args__  # type: ignore[attr-defined]
+# What the runtime's worker reports for a write on a full disk (OSError, errno 28).
+DISK_FULL_REASON = "OSError: [Errno 28] No space left on device"
 
 
 @dataclass
@@ -514,7 +517,11 @@ class NodeApp:
                 if isinstance(change, ConfigChanged):
                     self._history(t, change)
         write = self.checkpoints.committed(action.step, self._local(t))
-        if write is not None:
+        if write is not None and self.name in self.sim.full_disks:
+            # The worker's write fails (ENOSPC) and the node trains on, as the runtime's.
+            self.checkpoints.failed(self._local(t), DISK_FULL_REASON)
+            self._log(CheckpointFail, t, step=write.step, reason=DISK_FULL_REASON, errno=28)
+        elif write is not None:
             # The simulated worker writes at once: the measured cost is zero.
             self.checkpoints.done(self._local(t))
             self.disk.checkpoint = (write.step, self.params, action.param_fp)

@@ -172,6 +172,9 @@ class Simulation:
         self.processes: dict[str, NodeProcess] = {}
         self.max_incarnation: dict[str, int] = {}
         self.generation: dict[str, int] = dict.fromkeys(self.names, 0)
+        # Nodes whose checkpoint disk is full (disk_full): their checkpoint writes fail
+        # until it is freed; the disk outlives the process, so a restart keeps it full.
+        self.full_disks: set[str] = set()
         self.streams_to: dict[str, dict[str, HeartbeatStream]] = {n: {} for n in self.names}
         self.streams_from: dict[str, dict[str, HeartbeatStream]] = {n: {} for n in self.names}
         profile = network.profile

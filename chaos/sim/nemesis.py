@@ -184,6 +184,13 @@ class Nemesis:
             for name in self._nodes(op.nodes):
                 self.log_fault(t, "cpu_throttle", [name], phase, cpu_fraction=op.cpu_fraction)
                 sim.throttle(name, t, op.cpu_fraction)
+        elif isinstance(op, faults.DiskFull):
+            for name in self._nodes(op.nodes):
+                self.log_fault(t, "disk_full", [name], "inject" if op.full else "heal")
+                if op.full:
+                    sim.full_disks.add(name)
+                else:
+                    sim.full_disks.discard(name)
         elif isinstance(op, faults.Churn):
             self._start_churn(op, t, index)
         else:  # check_supported rejected it up front; reaching here is a bug

@@ -218,6 +218,13 @@ class CheckpointSkip(EventBase, tag="checkpoint_skip", kw_only=True, frozen=True
     reason: str
 
 
+class CheckpointFail(EventBase, tag="checkpoint_fail", kw_only=True, frozen=True):
+    """A checkpoint write that failed (a full or failing disk); the node trains on."""
+
+    reason: str
+    errno: int = 0
+
+
 class FrameDrop(EventBase, tag="frame_drop", kw_only=True, frozen=True):
     """An inbound frame was dropped (malformed, oversized, replayed, unauthenticated)."""
 
@@ -279,6 +286,7 @@ Event = (
     | RejoinDone
     | CheckpointWrite
     | CheckpointSkip
+    | CheckpointFail
     | FrameDrop
     | LoopStall
     | Fault

@@ -940,6 +940,8 @@ class Checkpointing:
             self.policy = None  # only when asked
         self.failures_observed = 0
         self.writes_requested = 0
+        self.writes_failed = 0
+        self.last_failure = ""
         self.last_reason = ""
         self.last_cost_s: float | None = None
         self._asked_at: float | None = None
@@ -974,12 +976,23 @@ class Checkpointing:
         if self.policy is not None:
             self.policy.handle(cp.CheckpointCost(seconds=self.last_cost_s), now)
 
+    def failed(self, now: float, reason: str) -> None:
+        """The worker could not finish a write (a full disk): no cost is measured, and
+        the policy's next due write tries again (every N steps: the next multiple;
+        Young-Daly: one interval after the failed attempt, which it counts as its
+        last write).  Counted for the node's status."""
+        self._asked_at = None
+        self.writes_failed += 1
+        self.last_failure = reason
+
     def status(self, now: float) -> dict[str, object]:
         policy = self.policy
         out: dict[str, object] = {
             "policy": "off" if policy is None else type(policy).__name__,
             "failures_observed": self.failures_observed,
             "writes_requested": self.writes_requested,
+            "writes_failed": self.writes_failed,
+            "last_failure": self.last_failure,
             "last_reason": self.last_reason,
             "last_cost_s": self.last_cost_s,
         }

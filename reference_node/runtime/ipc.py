@@ -274,6 +274,15 @@ class CheckpointDone(_Msg, tag="checkpoint_done"):
     param_fp: str = ""
 
 
+class CheckpointFailed(_Msg, tag="checkpoint_failed"):
+    """A checkpoint write the worker could not finish (a full or failing disk): the
+    node trains on, and the next write the policy asks for tries again."""
+
+    step: int  # the state's step, as in CheckpointDone
+    reason: str
+    errno: int = 0
+
+
 class InferResult(_Msg, tag="infer_result"):
     request_id: int
     outputs: list[list[float]] = []
@@ -305,6 +314,7 @@ FromWorker = (
     | StateInstalled
     | StateFailed
     | CheckpointDone
+    | CheckpointFailed
     | InferResult
     | WorkerReport
 )

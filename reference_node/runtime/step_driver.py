@@ -379,6 +379,9 @@ class StepDriver:
                     self.rejoin = None  # install or checkpoint load failed: start over later
                 elif message.source != "checkpoint":
                     self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
+            case ipc.CheckpointFailed():
+                self.errors["checkpoint_failed"] = self.errors.get("checkpoint_failed", 0) + 1
+                self.checkpoints.failed(self.node.clock.now(), message.reason)
             case ipc.CheckpointDone():
                 self.checkpoints.done(self.node.clock.now())
                 if message.param_fp and message.step > 0:

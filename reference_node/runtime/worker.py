@@ -597,10 +597,23 @@ class Worker:
     # -- checkpoints and state transfer --------------------------------------------------------
 
     async def write_checkpoint(self, replicate_to: list[str] | None = None) -> None:
+        """Write the current state as a checkpoint.  A write that fails (a full disk:
+        the ``disk_full`` fault) is logged and reported, not raised: raised inside
+        the command task group it stopped the worker, and with it the node, which a
+        full checkpoint disk must not do (suites/disk.yaml: n2 exited)."""
         state = self.replica.state
-        info = await self.run_compute(
-            lambda: checkpoint.write_checkpoint(self.config.checkpoint_dir, state, node=self.node)
-        )
+        try:
+            info = await self.run_compute(
+                lambda: checkpoint.write_checkpoint(
+                    self.config.checkpoint_dir, state, node=self.node
+                )
+            )
+        except (OSError, checkpoint.CheckpointError) as error:
+            reason = f"{type(error).__name__}: {error}"[:200]
+            errno = getattr(error, "errno", None) or 0
+            self.log(history.CheckpointFail, step=state.step, reason=reason, errno=errno)
+            self.channel.send(ipc.CheckpointFailed(step=state.step, reason=reason, errno=errno))
+            return
         self.log(
             history.CheckpointWrite,
             step=info.step,

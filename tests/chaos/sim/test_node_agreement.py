@@ -35,7 +35,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swarmshake.chaos.sim import training
-from swarmshake.chaos.sim.app import AppSettings, Contribution, NodeApp, NodeDisk, StateBytes
+from swarmshake.chaos.sim.app import (
+    DISK_FULL_REASON,
+    AppSettings,
+    Contribution,
+    NodeApp,
+    NodeDisk,
+    StateBytes,
+)
 from swarmshake.reference_node import config as node_config
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
@@ -77,7 +84,9 @@ def _offer(source: str, step: int, params: tuple) -> msgs.StateOffer:
 
 # Logged by the worker in the runtime (checkpoints compared by step instead), or
 # startup-only (rejoin), or the worker's I/O (agg_send).
-IGNORED_KINDS = {"rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write"}
+IGNORED_KINDS = {
+    "rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write", "checkpoint_fail"
+}  # fmt: skip
 # Incarnations are compared: both shells count them with node_core.next_incarnation.
 STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "node"}
 
@@ -119,6 +128,8 @@ class RuntimeNode:
         assert step.checkpointing() == wanted
         self.config = node_config.NodeConfig(node=section, step=step)
         self.checkpoints: list[int] = []  # the steps whose state the worker was asked to write
+        self.checkpoint_failures: list[int] = []  # ... and could not (a full disk)
+        self.disk_full = False  # the disk outlives the process
         self.node = ME
         self.sent: list[tuple[str, Any]] = []
         self.clock = NodeClock(host=lambda: self.host_s)
@@ -245,6 +256,13 @@ class RuntimeNode:
                         param_fp=training.fingerprint(self.params),
                     )
                 )
+            case ipc.WriteCheckpoint() if self.disk_full:
+                # The worker's write fails with ENOSPC; it logs and reports it.
+                step = self.driver.core.step - 1
+                self.checkpoint_failures.append(step)
+                self.replies.append(
+                    ipc.CheckpointFailed(step=step + 1, reason=DISK_FULL_REASON, errno=28)
+                )
             case ipc.WriteCheckpoint():
                 # The worker writes the state of the last committed step and logs it.
                 self.checkpoints.append(self.driver.core.step - 1)
@@ -326,6 +344,12 @@ class RuntimeNode:
         self.driver.on_message(message)
         await self.settle()
 
+    async def set_disk_full(self, full: bool) -> None:
+        self.disk_full = full
+
+    def writes_failed(self) -> int:
+        return self.driver.checkpoints.writes_failed
+
     async def advance(self, seconds: float) -> None:
         target = self.host_s + seconds
         for _ in range(1000):  # bounded: every poll moves time to the next due
@@ -366,6 +390,7 @@ class SimNode:
         self.sent: list[tuple[str, Any]] = []
         self.logged: list[history.EventBase] = []
         self.names = NODES
+        self.full_disks: set[str] = set()  # the engine's: nodes whose disk is full
         self.bugs = BugSet.parse(list(bugs))
         self.core_seed = SEED
         self.seed = TRAINING_SEED
@@ -463,6 +488,15 @@ class SimNode:
         self.app.receive(self.t, message.sender, message)
         self._fire_due(self.t)
 
+    async def set_disk_full(self, full: bool) -> None:
+        if full:
+            self.full_disks.add(ME)
+        else:
+            self.full_disks.discard(ME)
+
+    def writes_failed(self) -> int:
+        return self.app.checkpoints.writes_failed
+
     async def advance(self, seconds: float) -> None:
         target = self.t + seconds
         self._fire_due(target)
@@ -477,6 +511,10 @@ class SimNode:
     @property
     def checkpoints(self) -> list[int]:
         return [e.step for e in self.logged if isinstance(e, history.CheckpointWrite)]
+
+    @property
+    def checkpoint_failures(self) -> list[int]:
+        return [e.step for e in self.logged if isinstance(e, history.CheckpointFail)]
 
     def step(self) -> int:
         return self.app.commit.step if self.app.commit is not None else -1
@@ -495,6 +533,8 @@ ADVANCE = st.tuples(st.just("advance"), st.integers(1, 300).map(lambda cs: cs / 
 # n0 crashes and restarts; the peer it asks answers with the state n0 last applied
 # (every live majority member holds it).
 RESTART = st.tuples(st.just("restart"))
+# n0's checkpoint disk fills up or is freed: a due write fails, the node trains on.
+DISK = st.tuples(st.just("disk"), st.booleans())
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -510,6 +550,8 @@ EVENTS = st.one_of(
     ADVANCE,
     ADVANCE,
     RESTART,
+    DISK,
+    DISK,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -545,7 +587,11 @@ def _votes(node: RuntimeNode | SimNode, peer: str, accept_too: bool) -> list[Any
 
 
 async def _run(
-    sequence: list[tuple], folder: Path, bugs: tuple[str, ...], record: bool = False
+    sequence: list[tuple],
+    folder: Path,
+    bugs: tuple[str, ...],
+    record: bool = False,
+    expect_failures: list[int] | None = None,
 ) -> None:
     runtime, sim = RuntimeNode(folder, bugs), SimNode(bugs)
     nodes = (runtime, sim)
@@ -584,6 +630,9 @@ async def _run(
             assert source is not None, "a restarted node asks a live peer for its state"
             for node in nodes:
                 await node.state_from(source, *state)
+        elif kind == "disk":
+            for node in nodes:
+                await node.set_disk_full(drawn[1])
         elif kind == "vote":
             answers = _votes(runtime, drawn[1], drawn[2])
             assert answers == _votes(sim, drawn[1], drawn[2]), index
@@ -595,6 +644,11 @@ async def _run(
         assert runtime.commit_sends() == sim.commit_sends(), where
         assert runtime.history() == sim.history(), where
         assert runtime.checkpoints == sim.checkpoints, where
+        assert runtime.checkpoint_failures == sim.checkpoint_failures, where
+        assert runtime.writes_failed() == sim.writes_failed(), where
+    if expect_failures is not None:
+        assert sim.checkpoint_failures == expect_failures
+        assert sim.writes_failed() == len(expect_failures) and runtime.step() > 0
     if not record:
         return
     hypothesis.event(
@@ -607,6 +661,7 @@ async def _run(
     hypothesis.event(f"promises logged: {'promise' in kinds}")
     for what in sorted(restarts):
         hypothesis.event(f"restart {what}")
+    hypothesis.event(f"checkpoint writes failed: {'yes' if sim.checkpoint_failures else 'no'}")
 
 
 @settings(
@@ -633,3 +688,18 @@ def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
         ("advance", 0.5),
     ]
     asyncio.run(_run(sequence, tmp_path, ()))
+
+
+def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp_path):
+    """Step 0's commit asks for a checkpoint (every 10 steps) while n0's disk is full:
+    both shells count the failure at the same step, and neither stops the node."""
+    sequence = [
+        ("disk", True),
+        ("gradient",),
+        ("arrive", "n1", 0),
+        ("arrive", "n2", 0),
+        ("vote", "n1", True),
+        ("vote", "n2", True),
+        ("advance", 0.5),
+    ]
+    asyncio.run(_run(sequence, tmp_path, (), expect_failures=[0]))

@@ -14,7 +14,13 @@ from swarmshake.chaos.commands import sim as sim_command
 from swarmshake.chaos.commands import verify as verify_command
 from swarmshake.chaos.commands._args import UsageError
 from swarmshake.chaos.sim.run import SimConfig, run_simulation
-from swarmshake.reference_node.protocol.history import Commit, DeclareDead, RejoinDone
+from swarmshake.reference_node.protocol.history import (
+    CheckpointFail,
+    CheckpointWrite,
+    Commit,
+    DeclareDead,
+    RejoinDone,
+)
 
 CRASH_AND_RESTART = faults.decode_schedule(
     """
@@ -137,6 +143,30 @@ def test_an_unknown_bug_or_an_unsupported_op_exits_64(tmp_path):
     spec.write_text("- at_s: 1\n  op: {op: crash, nodes: [n9]}\n")
     with pytest.raises(UsageError, match="unknown node"):
         sim_command.main(["--nodes", "3", "--faults", str(spec)])
+
+
+def test_a_full_checkpoint_disk_fails_writes_but_not_the_node():
+    """disk_full in the simulator, as on real nodes: a due checkpoint write fails with
+    ENOSPC (a ``checkpoint_fail`` event), the disk stays full across a restart, the
+    node keeps committing, and writes resume once the space is freed."""
+    schedule = faults.decode_schedule(
+        """
+        - {op: {op: disk_full, nodes: [n1]}, at_s: 2, heal_after_s: 20}
+        - {op: {op: crash, nodes: [n1]}, at_s: 4, heal_after_s: 1}
+        """
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=60, seed=1), schedule)
+    assert run.verdict.violated() == []
+    events = run.history.events
+    failed = [e for e in events if isinstance(e, CheckpointFail)]
+    assert failed and {e.node for e in failed} == {"n1"}
+    assert all(2.0 <= e.t_mono <= 22.0 and e.errno == 28 for e in failed), failed
+    after = [
+        e for e in events if isinstance(e, CheckpointWrite) and e.node == "n1" and e.t_mono > 22.0
+    ]
+    assert after, "writes resume once the disk is freed"
+    commits = [e for e in events if isinstance(e, Commit) and e.node == "n1"]
+    assert any(failed[0].t_mono < e.t_mono < 22.0 for e in commits), "n1 trains on"
 
 
 def test_ten_nodes_run_far_faster_than_real_time():

@@ -9,6 +9,7 @@ from that peer instead of starting from nothing.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,59 @@ def test_young_daly_checkpoints_replicated_and_restored(tmp_path):
         assert all(len(fps) == 1 for fps in by_step.values())
     finally:
         cluster.stop_all()
+
+
+def test_a_failing_checkpoint_disk_does_not_stop_the_node(tmp_path):
+    """suites/disk.yaml: under disk_full the worker's ENOSPC was raised inside its
+    command task group and stopped the worker, so the node exited.  Now a failed write
+    is a ``checkpoint_fail`` event, the node trains on, and writes resume once the
+    disk works.  (The checkpoint folder replaced by a file makes every write fail
+    without root, where the disk_full fault mounts a full tmpfs.)"""
+    step = {"checkpoint_policy": "fixed", "checkpoint_every": 2}
+    cluster = LocalCluster(tmp_path / "run", NODES, training={"hidden": [16]}, step=step)
+    folder = cluster.run_dir / "checkpoints" / "n1"
+    try:
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=180)
+        cluster.wait_for(lambda: checkpoint.list_checkpoints(folder), 60, what="n1 checkpoints")
+        _replace_by_a_file(folder)
+        broken_at = step_of(cluster, "n1")
+        cluster.wait_for(
+            lambda: (
+                checkpoints_status(cluster, "n1").get("writes_failed", 0) >= 2
+                and step_of(cluster, "n1") >= broken_at + 6
+            ),
+            60,
+            what="n1 trains on through failed checkpoint writes",
+        )
+        assert cluster.alive("n1")
+        failures = [e for e in events_of(cluster, "n1") if isinstance(e, history.CheckpointFail)]
+        assert failures and all(f.reason for f in failures), failures
+        assert "writes_failed" in checkpoints_status(cluster, "n1")
+        folder.unlink()  # the disk works again
+        mended_at = step_of(cluster, "n1")
+        cluster.wait_for(
+            lambda: any(
+                isinstance(e, history.CheckpointWrite) and e.step > mended_at
+                for e in events_of(cluster, "n1")
+            ),
+            60,
+            what="n1 writes checkpoints again",
+        )
+        assert cluster.alive("n1")
+    finally:
+        cluster.stop_all()
+
+
+def _replace_by_a_file(folder: Path) -> None:
+    """Put a file where the node's checkpoint folder is, while the node may be writing
+    into it (a write recreates a missing folder: move it away, then claim the name)."""
+    for attempt in range(10):  # bounded: a write lands between the two at most rarely
+        folder.rename(folder.with_name(f"{folder.name}.moved-{attempt}"))
+        try:
+            with open(folder, "xb") as handle:
+                handle.write(b"not a folder")
+            return
+        except (FileExistsError, IsADirectoryError):
+            continue
+    raise AssertionError(f"could not replace {folder} by a file")
