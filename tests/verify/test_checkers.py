@@ -237,6 +237,27 @@ def test_s2_a_value_left_only_on_disk_is_lost_when_the_cluster_commits_past_it()
     assert "committed step 7 without step 6 being committed again" in result.message
 
 
+def test_s2_a_value_lost_while_a_majority_was_down_stays_excused_after_a_restart():
+    """Step 6 is held only in n1's memory (n0 did not commit it, no bytes on disk);
+    n2 crashes, then n1: two of three voters down at once, which S2 does not promise
+    to survive.  n2's restart (empty) leaves one voter down and the value held by no
+    one, but that is not a new loss: S2 judges the moments a holder crashes or a value
+    is chosen, not every event after.  (Mutation testing: ``chosen_now`` forced on at
+    every event judged the restart as a moment and called the run invalid.)"""
+    run = Run()
+    for node in NODES:
+        run.start(node, 0.0)
+    run.steps(1, 5)
+    for node in ("n0", "n1"):
+        run.accept(node, 6, 6.4, "a0006", holds_bytes=False)
+    run.commit("n1", 6, 6.5)
+    run.fault("crash", ["n2"], 6.6)
+    run.fault("crash", ["n1"], 6.7)
+    run.start("n2", 6.8, incarnation=1)
+    result = run.check().results["S2"]
+    assert result.status == "valid", result.message
+
+
 def test_s2_a_crash_of_one_holder_out_of_three_is_fine():
     run = healthy(10)
     run.fault("crash", ["n0"], 10.6)
