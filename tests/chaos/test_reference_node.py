@@ -94,6 +94,44 @@ def test_smoke_suite_is_valid_and_leaves_a_full_run_directory(tmp_path, backend)
         assert outcome["status"] == "valid", outcome["message"]
 
 
+# The shipped suites no faster test runs end to end (smoke has its own above; the
+# bugs/ scenarios and the other systems' suites have theirs).  suites/disk.yaml was
+# invalid for sessions: a full checkpoint disk stopped the node, and no test noticed.
+SHIPPED_SUITES = ("broker", "byzantine", "churn", "disk", "gray", "partitions")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("suite", SHIPPED_SUITES)
+def test_every_shipped_suite_is_valid_on_the_reference_node(tmp_path, suite):
+    """What a user running ``swarmshake run suites/<suite>.yaml`` first sees: every
+    property valid on the local backend (about a minute each)."""
+    code, result, stderr = run_suite(tmp_path, suite, "--backend", "local")
+    assert result, stderr[-3000:]
+    verdict = json.loads((Path(result["run_dir"]) / "verdict.json").read_text())
+    assert (code, result["status"]) == (0, "valid"), {
+        name: r["message"] for name, r in verdict["results"].items() if r["status"] != "valid"
+    }
+
+
+# Suites run somewhere else, and where (a file that names them).
+RUN_ELSEWHERE = {
+    "torchft-smoke": "tests/chaos/test_docker_systems.py",
+    "torchelastic-smoke": "tests/chaos/test_docker_systems.py",
+    "torchft-allreduce-kill": "tests/chaos/test_explore_triggers.py",
+    "torchft-explore": "tests/chaos/test_explore_triggers.py",
+    "gpu-smoke": "scripts/gpu_chaos_run.sh",  # the device machine only
+    "torchft-allreduce-kill-8m": "BENCHMARKS.md",  # torchft's own failure, measured there
+}
+
+
+def test_every_suite_is_run_by_some_test():
+    """A suite added to suites/ gets a test that runs it, here or in a file of its own."""
+    for suite, where in RUN_ELSEWHERE.items():
+        assert suite in (ROOT / where).read_text(), (suite, where)
+    shipped = {p.stem for p in (ROOT / "suites").glob("*.yaml")}
+    assert shipped == {"smoke", *SHIPPED_SUITES, *RUN_ELSEWHERE}
+
+
 BYZANTINE_SCENARIO = """
 name: sign-flip-{aggregation}
 description: one of four nodes sends sign-flipped, 10x gradients for the whole run
