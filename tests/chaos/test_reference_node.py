@@ -285,7 +285,15 @@ def test_partition_stops_commits_on_the_minority_side(cluster, nemesis):
     majority_before = {n: summaries[n].last_commit_step for n in ("n3", "n4", "n5")}
     time.sleep(6.0)
     cluster.poll()
-    assert {n: summaries[n].last_commit_step for n in ("n1", "n2")} == minority_before
+    # No new step on the minority side: a minority node may still apply a step decided
+    # before the cut that the other already held (fetching its bytes from it: CI saw
+    # n2 go 2 -> 3 beside n1 at 3), never one past what the side held.
+    held = max(minority_before.values())
+    after = {n: summaries[n].last_commit_step for n in ("n1", "n2")}
+    assert all(minority_before[n] <= step <= held for n, step in after.items()), (
+        minority_before,
+        after,
+    )
     assert all(summaries[n].last_commit_step > majority_before[n] for n in majority_before)
     nemesis.heal(F.Partition(grouping="groups", groups=[["n1", "n2"], ["n3", "n4", "n5"]]))
     target = max(summaries[n].last_commit_step for n in ("n3", "n4", "n5"))

@@ -157,11 +157,17 @@ def test_s2_a_step_committed_twice_with_different_values_is_invalid():
     assert run.check().results["S2"].status == "invalid"
 
 
-def test_s2_a_commit_that_no_surviving_node_holds_is_invalid():
+def _five_steps() -> Run:
+    """Every node started, steps 1-5 committed by all."""
     run = Run()
     for node in NODES:
         run.start(node, 0.0)
     run.steps(1, 5)
+    return run
+
+
+def test_s2_a_commit_that_no_surviving_node_holds_is_invalid():
+    run = _five_steps()
     # step 6: n1 and n2 vote without holding the bytes; only n0 applies, then n0 crashes
     for node in ("n1", "n2"):
         run.accept(node, 6, 6.4, "a0006", holds_bytes=False)
@@ -204,10 +210,7 @@ def _left_on_disk_only() -> Run:
     """Step 6 accepted with its bytes by n1 and n2 (n0, at step 5, did not vote) and
     committed by n1; n1 restarts (its memory gone) and n2 crashes: one voter down,
     and only n1's acceptor record of the value, on disk, holds it."""
-    run = Run()
-    for node in NODES:
-        run.start(node, 0.0)
-    run.steps(1, 5)
+    run = _five_steps()
     for node in ("n1", "n2"):
         run.accept(node, 6, 6.4, "a0006")
     run.commit("n1", 6, 6.5)
@@ -244,10 +247,7 @@ def test_s2_a_value_lost_while_a_majority_was_down_stays_excused_after_a_restart
     one, but that is not a new loss: S2 judges the moments a holder crashes or a value
     is chosen, not every event after.  (Mutation testing: ``chosen_now`` forced on at
     every event judged the restart as a moment and called the run invalid.)"""
-    run = Run()
-    for node in NODES:
-        run.start(node, 0.0)
-    run.steps(1, 5)
+    run = _five_steps()
     for node in ("n0", "n1"):
         run.accept(node, 6, 6.4, "a0006", holds_bytes=False)
     run.commit("n1", 6, 6.5)

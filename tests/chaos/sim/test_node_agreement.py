@@ -676,30 +676,24 @@ def test_the_runtime_and_the_simulator_run_the_same_node(tmp_path_factory, seque
     asyncio.run(_run(sequence, folder, (), record=True))
 
 
+# Every voter contributes, n0 (step 0's coordinator) proposes, n1 and n2 vote.
+HEALTHY_STEP = [
+    ("gradient",),
+    ("arrive", "n1", 0),
+    ("arrive", "n2", 0),
+    ("vote", "n1", True),
+    ("vote", "n2", True),
+    ("advance", 0.5),
+]
+
+
 def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
     """A fixed sequence through a whole step: every voter contributes, n0 (step 0's
     coordinator) proposes, n1 and n2 vote, the step commits in both."""
-    sequence = [
-        ("gradient",),
-        ("arrive", "n1", 0),
-        ("arrive", "n2", 0),
-        ("vote", "n1", True),
-        ("vote", "n2", True),
-        ("advance", 0.5),
-    ]
-    asyncio.run(_run(sequence, tmp_path, ()))
+    asyncio.run(_run(HEALTHY_STEP, tmp_path, ()))
 
 
 def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp_path):
     """Step 0's commit asks for a checkpoint (every 10 steps) while n0's disk is full:
     both shells count the failure at the same step, and neither stops the node."""
-    sequence = [
-        ("disk", True),
-        ("gradient",),
-        ("arrive", "n1", 0),
-        ("arrive", "n2", 0),
-        ("vote", "n1", True),
-        ("vote", "n2", True),
-        ("advance", 0.5),
-    ]
-    asyncio.run(_run(sequence, tmp_path, (), expect_failures=[0]))
+    asyncio.run(_run([("disk", True), *HEALTHY_STEP], tmp_path, (), expect_failures=[0]))
