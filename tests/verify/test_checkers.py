@@ -151,10 +151,16 @@ def test_s1_two_fingerprints_for_one_step_is_invalid_with_both_commits_as_eviden
     assert ("n2", "commit", 12) in kinds and len(kinds) == 2
 
 
-def test_s2_a_step_committed_twice_with_different_values_is_invalid():
+@pytest.mark.parametrize("step", [7, 0])
+def test_s2_a_step_committed_twice_with_different_values_is_invalid(step):
+    """Step 0 too (mutation testing: the checker once skipped commits of step 0)."""
     run = healthy()
-    run.commit("n1", 7, 7.7, value="b0b0")
-    assert run.check().results["S2"].status == "invalid"
+    if step == 0:
+        run.commit("n0", 0, 0.5, value="a0000")
+    run.commit("n1", step, step + 0.7, value="b0b0")
+    result = run.check().results["S2"]
+    assert result.status == "invalid"
+    assert f"step {step} committed twice" in result.message
 
 
 def _five_steps() -> Run:
