@@ -896,11 +896,7 @@ class FailureDetector:
         heard_watched = 1
         for peer in self._watches:
             watched += 1
-            if (
-                self.status.get(peer) in _IN_VIEW
-                and peer != without
-                and not self._suspects_itself(peer)
-            ):
+            if peer != without and self._counted_as_heard(peer, counting_suspects=True):
                 heard_watched += 1
         return 2 * heard_watched > 1 + watched
 
