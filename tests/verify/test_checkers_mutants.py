@@ -17,10 +17,12 @@ from swarmshake.reference_node.protocol.history import (
     HARNESS,
     Accept,
     Commit,
+    DeclareDead,
     EventBase,
     Fault,
     History,
     RejoinDone,
+    RunMark,
     Start,
 )
 from swarmshake.verify.checkers import Bounds, check_history
@@ -214,3 +216,105 @@ def test_the_quiesce_heals_the_cuts_of_a_partition_left_open():
         (2.0, 4.0, ("n1", "n2")),
         (4.0, 6.0, ("n1", "n2", "n3")),
     ]
+
+
+# --- a fresh sample (scripts/mutation.py --per-file 6 --seed 11, session 11) ------------
+
+
+def _crash_and_restart(nodes: list[str], down_s: float, resume_after_s: float):
+    """n0..n2 commit steps 1..10; ``nodes`` crash at 10.6 s and restart ``down_s`` later;
+    every node commits again from ``resume_after_s`` after the restart."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
+    events += [_fault("crash", nodes, 10.6)]
+    back = 10.6 + down_s
+    events += [_start(node, back, incarnation=1) for node in nodes]
+    first = int(back + resume_after_s)  # step s commits at s + 0.5
+    events += _steps(first, first + 10, NODES)
+    events.sort(key=lambda event: event.t_mono)
+    return events
+
+
+def test_l2_judges_a_stall_across_a_minority_restart_as_one_stretch():
+    """progress.py:61 (``stable and current_start is None`` -> ``or``: every stable
+    boundary restarts the stretch): n2 crashing at 4 s and restarting at 6 s leaves a
+    majority up throughout, so the stall from the last commit (2.5 s) to 10.5 s is
+    8 s > R, however many liveness changes of a minority fall inside it."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 2, NODES)
+    events += [_fault("crash", ["n2"], 4.0), _start("n2", 6.0, incarnation=1)]
+    events += _steps(10, 20, NODES)
+    events.sort(key=lambda event: event.t_mono)
+    result = _check(events).results["L2"]
+    assert result.status == "invalid" and "no new step committed for 8.0s" in result.message
+
+
+def test_l2_does_not_hold_a_stall_against_the_cluster_while_a_majority_is_down():
+    """A stretch needs a live majority and no envelope exit: two of three nodes down
+    for 10 s with no network fault is no stable stretch; R (5 s) counts from their
+    restart."""
+    assert _check(_crash_and_restart(["n1", "n2"], 10.0, 1.0)).results["L2"].status == "valid"
+    # The same crash, but the cluster takes 6 s > R after the restart: a violation.
+    stalled = _check(_crash_and_restart(["n1", "n2"], 10.0, 6.0)).results["L2"]
+    assert stalled.status == "invalid" and "no new step committed" in stalled.message
+
+
+def test_l2_counts_a_configured_voter_that_never_started():
+    """safety.py:43 (the first ``Start``'s voters dropped for the nodes that logged an
+    event): four voters are configured and n3 never starts, so with n2 crashed only two
+    of four are alive, not a majority, and the stall that follows is no L2 violation
+    (a majority of the three nodes seen would have been)."""
+    voters = [*NODES, "n3"]
+    events: list[EventBase] = [
+        Start(t_wall=0.0, t_mono=0.0, node=node, incarnation=0, config={"voters": voters})
+        for node in NODES
+    ]
+    events += _steps(1, 10, NODES)
+    events.append(_fault("crash", ["n2"], 10.6))
+    events.append(RunMark(t_wall=30.0, t_mono=30.0, node=HARNESS, mark="run_end"))
+    assert _check(events).results["L2"].status == "valid"
+
+
+def test_l1_a_declaration_from_before_the_node_started_does_not_detect_its_crash():
+    """detector.py:255 (``position >= 0`` -> ``>= 1``: the first process taken to start
+    at -inf): n0 declared the late-starting n2 dead at 1 s, before n2 started at 2 s;
+    n2 then crashes at 10.6 s and n0 never declares it dead again.  The old verdict
+    is no detection of this crash: n0 missed it."""
+    events: list[EventBase] = [_start("n0", 0.0), _start("n1", 0.0), _start("n2", 2.0)]
+    events.append(DeclareDead(t_wall=1.0, t_mono=1.0, node="n0", peer="n2", peer_incarnation=0))
+    events += _steps(3, 10, NODES)
+    events.append(_fault("crash", ["n2"], 10.6))
+    events.append(DeclareDead(t_wall=11.0, t_mono=11.0, node="n1", peer="n2", peer_incarnation=0))
+    events += _steps(12, 20, ["n0", "n1"])
+    events.sort(key=lambda event: event.t_mono)
+    result = _check(events).results["L1"]
+    assert result.status == "invalid"
+    assert "n0 did not declare n2 dead" in result.message
+
+
+def test_the_neutral_l1_with_no_crash_to_judge_is_unknown_not_valid():
+    """neutral.py:141 (the count of judged crashes starting at 1): a run in which no
+    node crashed gives L1 nothing to judge; the checker says so, it does not pass."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, _ = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    history = History.from_events([commit(n, s, s / 2, world) for s in range(6) for n in world])
+    result = neutral.check_l1(history, Bounds(detection_s=2.0))
+    assert result.status == "unknown" and result.checked == 0
+
+
+def test_a_history_the_checkers_cannot_read_still_reports_its_torn_lines():
+    """model.py:92 (``torn_lines`` defaulting to 1): when the ground truth cannot be
+    built (here a latency fault whose delay is not a number), every property is
+    unknown and the verdict still says how many torn lines the reader skipped."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 5, NODES)
+    events.append(
+        Fault(
+            t_wall=6.0, t_mono=6.0, node=HARNESS, op="latency", target=["n1"],
+            params={"delay_ms": "slow"}, phase="inject",
+        )  # fmt: skip
+    )
+    for torn in (0, 2):
+        verdict = check_history(History.from_events(events, torn_lines=torn), BOUNDS)
+        assert verdict.status == "unknown" and verdict.torn_lines == torn
+        assert all(r.status == "unknown" for r in verdict.results.values())
+        assert "could not build the run's ground truth" in verdict.results["S1"].message

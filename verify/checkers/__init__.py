@@ -115,7 +115,14 @@ def check_history(
         results = {
             p: PropertyResult(property=p, status="unknown", message=message) for p in PROPERTIES
         }
-        return Verdict(status="unknown", results=results, bounds=bounds, events=len(history.events))
+        # Not _verdict(): its emptiness test reads the same malformed events.
+        return Verdict(
+            status="unknown",
+            results=results,
+            bounds=bounds,
+            events=len(history.events),
+            torn_lines=history.torn_lines,
+        )
 
     checkers: dict[str, Callable[[], PropertyResult]] = {
         "S1": lambda: check_s1(history, timeline),
