@@ -296,7 +296,11 @@ def kill_commands(rel_path: str, python: str) -> list[list[str]]:
 
 def run_kill(scratch: Path, rel_path: str, python: str, timeout_s: float, lock: str | None) -> str:
     """'killed', 'survived' or 'timeout' for the code now in ``scratch``."""
-    env = dict(os.environ, PYTHONPATH=str(scratch), PYTHONDONTWRITEBYTECODE="1")
+    # The scratch goes first; a PYTHONPATH already set (wheels installed into a site
+    # folder on a machine without this checkout's venv) stays behind it.
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([str(scratch), *inherited])
+    env = dict(os.environ, PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1")
     out = scratch / "runs"
     for command in kill_commands(rel_path, python):
         if "explore" in command:
@@ -352,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", help="flock this file around each kill command")
     parser.add_argument("--json", help="write the result here")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="only the K-th of N equal slices of the chosen mutants (K from 1): split a "
+        "full run over several calls or machines; the slices' JSON files add up",
+    )
     args = parser.parse_args(argv)
     for rel_path in args.files:
         if not (REPO / rel_path).is_file() or not rel_path.endswith(".py"):
@@ -389,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chosen = random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
     chosen.sort(key=lambda m: (m.file, m.index))
+    if args.shard is not None:
+        shard, _, shards = args.shard.partition("/")
+        if not (shard.isdigit() and shards.isdigit() and 1 <= int(shard) <= int(shards)):
+            parser.error(f"--shard {args.shard}: K/N with 1 ≤ K ≤ N")
+        chosen = chosen[int(shard) - 1 :: int(shards)]  # interleaved: each slice spans every file
     if args.list:
         for m in chosen:
             print(f"{m.file}:{m.line} {m.file}#{m.index} {m.kind}: {m.description}")
@@ -424,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 free.append(scratch)
             done += 1
             print(
-                f"[{done}/{len(chosen)}] {outcome:8} {m.file}:{m.line} {m.kind}: {m.description}",
+                f"[{done}/{len(chosen)}] {outcome:8} {m.file}:{m.line} {m.file}#{m.index} "
+                f"{m.kind}: {m.description}",
                 flush=True,
             )
             return {

@@ -82,6 +82,23 @@ def test_a_per_file_draw_takes_that_many_from_each_file_and_keeps_the_others_dra
     assert listed(files[1]) == both[3:]  # adding a file does not redraw another's
 
 
+def test_the_shards_of_a_full_run_are_disjoint_and_add_up_to_it() -> None:
+    def listed(*extra: str) -> list[str]:
+        command = [sys.executable, str(SCRIPT), "verify/checkers/model.py", "--all", "--list"]
+        result = subprocess.run([*command, *extra], capture_output=True, text=True, check=True)
+        return result.stdout.splitlines()
+
+    whole = listed()
+    shards = [listed("--shard", f"{k}/3") for k in (1, 2, 3)]
+    assert sorted(line for shard in shards for line in shard) == sorted(whole)
+    assert all(abs(len(shard) - len(whole) / 3) < 1 for shard in shards)
+    for bad in ("0/3", "4/3", "1/0", "a/b", "2"):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), "--all", "--list", "--shard", bad], capture_output=True
+        )
+        assert result.returncode == 64, bad
+
+
 def test_bad_job_counts_exit_64() -> None:
     for jobs in ("0", "100000"):
         result = subprocess.run(
