@@ -74,7 +74,7 @@ def load_faults(path: Path | None) -> faults.FaultSchedule | None:
         return None
     try:
         schedule = faults.load_schedule(path)
-        faults.check_supported(schedule, faults.SIM_SUPPORTED, "simulator")
+        faults.check_simulable(schedule)
     except faults.FaultSpecError as error:
         raise UsageError(str(error)) from None
     return schedule

@@ -29,7 +29,7 @@ CHURN_EVENTS_MAX = 100_000  # per churn op: a rate typo must not flood the heap
 
 class Nemesis:
     def __init__(self, sim: Simulation, schedule: faults.FaultSchedule, rng: random.Random):
-        faults.check_supported(schedule, faults.SIM_SUPPORTED, "simulator")
+        faults.check_simulable(schedule)
         self.sim = sim
         self.schedule = schedule
         self.rng = rng

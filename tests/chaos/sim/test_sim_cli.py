@@ -53,3 +53,16 @@ def test_json_output_stays_one_document():
     done = sim("--nodes", "3", "--duration", "3s", "--seed", "5", "--json", "--no-training")
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.strip().splitlines()) == 1 and "seed=" not in done.stdout
+
+
+def test_churn_with_clean_leaves_is_refused_by_the_simulator_with_exit_64(tmp_path):
+    """The simulator runs no clean leaves yet: a churn that asks for them would crash
+    every departing node and still be judged as churn with leaves.  It is refused,
+    naming the field; the same churn of crashes alone runs."""
+    spec = tmp_path / "churn.yaml"
+    spec.write_text("- at_s: 1\n  op: {op: churn, events_per_min: 6, crash_fraction: 0.5}\n")
+    refused = sim("--nodes", "3", "--duration", "3s", "--faults", str(spec))
+    assert refused.returncode == 64, refused.stderr
+    assert "crash_fraction 0.5 < 1" in refused.stderr and "clean leaves" in refused.stderr
+    spec.write_text("- at_s: 1\n  op: {op: churn, events_per_min: 6, crash_fraction: 1}\n")
+    assert sim("--nodes", "3", "--duration", "3s", "--faults", str(spec)).returncode == 0
