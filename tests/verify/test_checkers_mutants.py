@@ -13,6 +13,8 @@ progress.py:143, model.py:126).
 
 from __future__ import annotations
 
+import msgspec
+
 from swarmshake.reference_node.protocol.history import (
     HARNESS,
     Accept,
@@ -318,3 +320,96 @@ def test_a_history_the_checkers_cannot_read_still_reports_its_torn_lines():
         assert verdict.status == "unknown" and verdict.torn_lines == torn
         assert all(r.status == "unknown" for r in verdict.results.values())
         assert "could not build the run's ground truth" in verdict.results["S1"].message
+
+
+# --- a systematic one-in-eight sample (session 12): the neutral checkers' counts -------
+
+
+def _neutral_crash(node: str, t: float, phase: str = "inject") -> Fault:
+    return Fault(t_wall=t, t_mono=t, node=HARNESS, op="crash", target=[node], phase=phase)
+
+
+def test_neutral_s1_says_how_many_steps_were_committed_again_after_a_rollback():
+    """neutral.py:113-114 (the rollback count): a node that restarts from a checkpoint
+    commits steps it already committed; S1 still holds and says so in its message."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, _ = _neutral_world()
+    world = ["n1", "n2"]
+    events = [commit(n, s, s / 2, world) for s in range(5) for n in world]
+    events += [commit("n1", s, 3 + s / 2, world) for s in (3, 4)]  # back from step 2
+    result = neutral.check_s1(History.from_events(events))
+    assert result.status == "valid"
+    assert result.message.endswith("; 1 re-commits after a rollback to a checkpoint")
+
+
+def test_neutral_l1_counts_each_crash_it_judged_on_either_rule():
+    """neutral.py:178 and :191 (a judged crash not counted): n3's crash is followed by
+    a group without it (judged, in time); n2's is followed by none for longer than D
+    (judged, a violation).  Both count."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, membership = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events = [commit(n, s, s / 2, world) for s in range(4) for n in world]
+    events.append(_neutral_crash("n3", 2.2))
+    events.append(membership(t_wall=3.0, t_mono=3.0, node="n1", members=["n1", "n2"],
+                             quorum_id="q1"))  # fmt: skip
+    events.append(_neutral_crash("n2", 4.0))
+    events.append(commit("n1", 4, 9.0, ["n1", "n2"]))
+    result = neutral.check_l1(History.from_events(events), Bounds(detection_s=2.0))
+    assert result.status == "invalid" and result.checked == 2
+    assert "n2 was down" in result.message
+
+
+def _neutral_restart_history(caught_up: bool) -> list[EventBase]:
+    commit, _, _ = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events: list[EventBase] = [commit(n, s, s / 2, world) for s in range(4) for n in world]
+    events += [_neutral_crash("n3", 2.2), _neutral_crash("n3", 4.0, phase="heal")]
+    late = world if caught_up else ["n1", "n2"]
+    events += [commit(n, s, s / 2, late) for s in range(10, 14) for n in late]
+    return events
+
+
+def test_neutral_l3_judges_a_restart_and_is_unknown_without_one():
+    """neutral.py:472 and :490 (the count of judged restarts): a restart that caught up
+    is one judged restart; a run without a restart gives L3 nothing to judge, which
+    is unknown, not valid."""
+    from swarmshake.verify.checkers import neutral
+
+    caught_up = neutral.check_l3(History.from_events(_neutral_restart_history(True)), BOUNDS)
+    assert caught_up.status == "valid" and caught_up.checked == 1
+    assert caught_up.message == "1 restart(s) caught up within J"
+    commit, _, _ = _neutral_world()
+    steady = [commit(n, s, s / 2, ["n1", "n2"]) for s in range(30) for n in ("n1", "n2")]
+    none = neutral.check_l3(History.from_events(steady), BOUNDS)
+    assert none.status == "unknown" and "no restart was observed" in none.message
+
+
+def test_reference_l1_counts_every_observer_of_every_crash():
+    """detector.py:285 (``len(delays) + len(misses)`` as a difference): one crash seen
+    by two observers, one in time and one not, is two judgements."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
+    events.append(_fault("crash", ["n2"], 10.6))
+    events.append(DeclareDead(t_wall=11.0, t_mono=11.0, node="n1", peer="n2", peer_incarnation=0))
+    events += _steps(12, 20, ["n0", "n1"])
+    events.sort(key=lambda event: event.t_mono)
+    result = _check(events).results["L1"]
+    assert result.status == "invalid" and result.checked == 2
+
+
+def test_a_neutral_checker_that_raises_makes_its_property_unknown_not_missing():
+    """__init__.py:84 (the raised checker's result dropped): a commit whose fingerprint
+    is not a string makes S1 raise while it reports the divergence; the verdict still
+    names S1, as unknown, and is not valid."""
+    from swarmshake.verify.history import RunSystem
+
+    commit, _, _ = _neutral_world()
+    events = [commit(n, s, s / 2, ["n1", "n2"]) for s in range(4) for n in ("n1", "n2")]
+    broken = msgspec.structs.replace(commit("n2", 3, 1.6, ["n1", "n2"]), param_fp=None)
+    system = RunSystem("mine", frozenset({"step_committed"}))
+    verdict = check_history(History.from_events([*events, broken]), BOUNDS, system)
+    assert verdict.results["S1"].status == "unknown"
+    assert verdict.results["S1"].message.startswith("checker raised TypeError")
+    assert verdict.status != "valid"
