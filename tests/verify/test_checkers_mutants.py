@@ -413,3 +413,46 @@ def test_a_neutral_checker_that_raises_makes_its_property_unknown_not_missing():
     assert verdict.results["S1"].status == "unknown"
     assert verdict.results["S1"].message.startswith("checker raised TypeError")
     assert verdict.status != "valid"
+
+
+def test_l2_progress_is_a_new_step_not_a_node_catching_up_on_old_ones():
+    """progress.py:79 (the top step never raised: every commit counted as progress):
+    from 10.5 s to 18.5 s nobody commits a new step; n2, back from a crash, commits
+    old steps 5..9 meanwhile.  That is catch-up, not progress: 8 s > R."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
+    events += [_fault("crash", ["n2"], 3.0), _start("n2", 4.0, incarnation=1)]
+    events = [e for e in events if not (e.node == "n2" and 3.0 < e.t_mono < 11.0)]
+    events += [_commit("n2", step, 10.0 + step, f"f{step:04x}") for step in range(5, 10)]
+    events += _steps(18, 25, NODES)
+    events.sort(key=lambda event: event.t_mono)
+    result = _check(events).results["L2"]
+    assert result.status == "invalid" and "no new step committed for 8.0s" in result.message
+
+
+def test_neutral_l1_lets_the_step_in_flight_at_a_crash_complete_without_the_dead_node():
+    """neutral.py:156 (only steps after the one in flight count): n3 crashes at 2.2 s
+    during step 4 (its last commit was step 3); n1 and n2 committing step 4 with n3
+    among its participants is the data exchange finishing, not a dead participant.
+    Step 5 with n3 among its participants is a violation."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, membership = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events = [commit(n, s, s / 2, world) for s in range(4) for n in world]
+    events.append(_neutral_crash("n3", 2.2))
+    events += [commit(n, 4, 2.3, world) for n in ("n1", "n2")]
+    events.append(membership(t_wall=3.0, t_mono=3.0, node="n1", members=["n1", "n2"],
+                             quorum_id="q1"))  # fmt: skip
+    in_flight = neutral.check_l1(History.from_events(events), Bounds(detection_s=2.0))
+    assert in_flight.status == "valid", in_flight.message
+    events.insert(-1, commit("n1", 5, 2.4, world))
+    late = neutral.check_l1(History.from_events(events), Bounds(detection_s=2.0))
+    assert late.status == "invalid" and "committed step 5 with n3 among" in late.message
+
+
+def test_s2_counts_every_commit_it_checked():
+    """safety.py:180 (a commit not counted): three nodes committing steps 1..10 are
+    thirty commits checked."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
+    result = _check(events).results["S2"]
+    assert result.status == "valid" and result.checked == 30

@@ -29,8 +29,6 @@ from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, Propert
 from swarmshake.verify.checkers.safety import Membership, majority
 from swarmshake.verify.checkers.timeline import Timeline
 
-STABILITY_SAMPLE_S = 0.05  # grid on which majority-alive is sampled between events
-
 
 def stable_stretches(
     timeline: Timeline, membership: Membership, history: History
