@@ -456,3 +456,92 @@ def test_s2_counts_every_commit_it_checked():
     events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
     result = _check(events).results["S2"]
     assert result.status == "valid" and result.checked == 30
+
+
+# --- the ground truth itself (timeline.py: 17 of 41 survived the one-in-eight sample) --
+
+
+def _timeline(*faulted: EventBase, starts: tuple[EventBase, ...] = ()):
+    from swarmshake.verify.checkers.timeline import build_timeline
+
+    events = [*(starts or [_start(node, 0.0) for node in NODES]), *faulted]
+    events.append(RunMark(t_wall=60.0, t_mono=60.0, node=HARNESS, mark="run_end"))
+    return build_timeline(History.from_events(events), Bounds())
+
+
+def _op(op: str, target: list[str], t: float, phase: str = "inject", **params) -> Fault:
+    return Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=target, phase=phase,
+                 params=params)  # fmt: skip
+
+
+def test_only_faults_beyond_the_declared_envelope_leave_it():
+    """timeline.py:414 and :421: the default envelope is 75 ms one way and 1,000 ppm.
+    60 ± 30 ms of latency leaves it (90 ms at worst); 40 ± 20 ms, a 500 ppm drift, a
+    full CPU share and a full disk do not: a checker must still judge those runs."""
+    inside = [
+        _op("latency", ["n1"], 1.0, delay_ms=40.0, jitter_ms=20.0),
+        _op("clock_skew", ["n1"], 1.0, drift_ppm=500.0),
+        _op("cpu_throttle", ["n1"], 1.0, cpu_fraction=1.0),
+        _op("disk_full", ["n1"], 1.0),
+    ]
+    for fault in inside:
+        assert not _timeline(fault).out_of_envelope("n1", 0.0, 60.0), fault.op
+    outside = [
+        _op("latency", ["n1"], 1.0, delay_ms=60.0, jitter_ms=30.0),
+        _op("clock_skew", ["n1"], 1.0, drift_ppm=2000.0),
+        _op("clock_skew", ["n1"], 1.0, offset_ms=10.0),
+        _op("cpu_throttle", ["n1"], 1.0, cpu_fraction=0.5),
+    ]
+    for fault in outside:
+        timeline = _timeline(fault)
+        assert timeline.out_of_envelope("n1", 2.0, 3.0), fault.op
+        assert not timeline.out_of_envelope("n2", 2.0, 3.0), fault.op
+
+
+def test_a_restart_without_a_crash_ends_the_old_process():
+    """timeline.py:251-252: a node that starts again (a forced restart after it was
+    declared dead: no crash fault) ended its previous process then, so it was not
+    alive throughout a window across the restart."""
+    starts = (
+        _start("n0", 0.0), _start("n2", 0.0),
+        _start("n1", 0.0), _start("n1", 5.0, incarnation=1), _start("n1", 9.0, incarnation=2),
+    )  # fmt: skip
+    n1 = _timeline(starts=starts).nodes["n1"]
+    assert [(p.start, p.end) for p in n1.processes][:2] == [(0.0, 5.0), (5.0, 9.0)]
+    assert not n1.alive_throughout(1.0, 6.0) and n1.alive_throughout(5.5, 8.5)
+
+
+def test_pauses_and_crashes_of_every_node_and_their_heals():
+    """timeline.py:365 (``*`` expanded to every node) and :385 (a heal ends the pause)."""
+    timeline = _timeline(
+        _op("pause", ["*"], 2.0), _op("pause", ["*"], 4.0, phase="heal"),
+        _op("pause", ["n1"], 6.0), _op("pause", ["n1"], 8.0, phase="heal"),
+    )  # fmt: skip
+    for node in NODES:
+        assert not timeline.nodes[node].alive_at(3.0) and timeline.nodes[node].alive_at(5.0)
+    assert not timeline.nodes["n1"].alive_at(7.0) and timeline.nodes["n1"].alive_at(9.0)
+    crashed = _timeline(_op("crash", ["*"], 2.0))
+    assert [name for name, _, _ in crashed.crashes] == NODES
+
+
+def test_black_holes_cut_the_links_they_name_in_the_directions_they_name():
+    """timeline.py:342 and :351 (a black hole's pairs), :181 (a cut is found from either
+    end), :146 (an exit never healed says so)."""
+    both = _timeline(_op("blackhole", ["n0", "n1"], 1.0, src=["n0"], dst=["n1"]))
+    one_way = _timeline(
+        _op("blackhole", ["n0", "n1"], 1.0, src=["n0"], dst=["n1"], direction="one_way")
+    )
+    assert both.cuts[0][1] == {("n0", "n1"), ("n1", "n0")}
+    assert one_way.cuts[0][1] == {("n0", "n1")}
+    assert one_way.cut_between("n1", "n0", 2.0, 3.0) and not one_way.cut_between("n1", "n2", 2, 3)
+    assert one_way.exits[0].describe() == "blackhole from t=1.000, never healed"
+
+
+def test_a_partition_healed_by_name_ends_its_window_a_detection_bound_later():
+    """timeline.py:228 (a heal naming exactly the inject's nodes ends its window)."""
+    timeline = _timeline(
+        _op("partition", ["n1"], 1.0, grouping="isolate"),
+        _op("partition", ["n1"], 3.0, phase="heal"),
+    )
+    assert timeline.out_of_envelope("n1", 2.0, 2.5)
+    assert not timeline.out_of_envelope("n1", 3.0 + Bounds().detection_s + 0.1, 60.0)
