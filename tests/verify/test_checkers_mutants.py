@@ -311,8 +311,13 @@ def test_a_history_the_checkers_cannot_read_still_reports_its_torn_lines():
     events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 5, NODES)
     events.append(
         Fault(
-            t_wall=6.0, t_mono=6.0, node=HARNESS, op="latency", target=["n1"],
-            params={"delay_ms": "slow"}, phase="inject",
+            t_wall=6.0,
+            t_mono=6.0,
+            node=HARNESS,
+            op="latency",
+            target=["n1"],
+            params={"delay_ms": "slow"},
+            phase="inject",
         )  # fmt: skip
     )
     for torn in (0, 2):
