@@ -550,3 +550,56 @@ def test_a_partition_healed_by_name_ends_its_window_a_detection_bound_later():
     )
     assert timeline.out_of_envelope("n1", 2.0, 2.5)
     assert not timeline.out_of_envelope("n1", 3.0 + Bounds().detection_s + 0.1, 60.0)
+
+
+# --- a fresh one-in-eight sample (shard 5 of 8, session 12) -----------------------------
+
+
+def test_a_healed_node_fault_leaves_the_node_alone_again():
+    """neutral.py:256 (a heal that does not clear the node's fault): n3's disk is full
+    from 2 s to 4 s; after the heal the harness leaves all three alone again, so L2
+    judges the cluster with n3 in it."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, mark, _ = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events = [
+        mark("steady_state", 0.0),
+        *(commit(n, 0, 0.5, world) for n in world),
+        _op("disk_full", ["n3"], 2.0),
+        _op("disk_full", ["n3"], 4.0, phase="heal"),
+        mark("run_end", 6.0),
+    ]
+    stretches = neutral.premise_stretches(History.from_events(events))
+    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
+        (0.0, 2.0, ("n1", "n2", "n3")),
+        (2.0, 4.0, ("n1", "n2")),
+        (4.0, 6.0, ("n1", "n2", "n3")),
+    ]
+
+
+def test_neutral_s1_reports_a_diverged_step_once_however_many_nodes_disagree():
+    """neutral.py:121 (the step not remembered as reported)."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, _ = _neutral_world()
+    world = ["n1", "n2", "n3"]
+    events = [commit(n, s, s / 2, world) for s in range(4) for n in world]
+    bad = [msgspec.structs.replace(commit(n, 4, 2.0, world), param_fp=f"x{n}") for n in world]
+    result = neutral.check_s1(History.from_events([*events, *bad]))
+    assert result.status == "invalid" and "more" not in result.message
+
+
+def test_healing_one_nodes_latency_ends_its_window_not_another_nodes():
+    """timeline.py:240 (the healed window's interval taken from the enclosing scope,
+    i.e. the window opened last): n1's and then n2's latency leave the envelope; the
+    heal of n1's ends n1's window (a detection bound later) and leaves n2's open."""
+    timeline = _timeline(
+        _op("latency", ["n1"], 1.0, delay_ms=200.0),
+        _op("latency", ["n2"], 2.0, delay_ms=200.0),
+        _op("latency", ["n1"], 3.0, phase="heal"),
+    )
+    after = 3.0 + Bounds().detection_s + 0.1
+    assert timeline.out_of_envelope("n1", 1.5, 2.5)
+    assert not timeline.out_of_envelope("n1", after, 60.0)
+    assert timeline.out_of_envelope("n2", after, 60.0)
