@@ -50,6 +50,7 @@ class HeartbeatStream:
         "disturbed_at",
         "delivered_to",
         "worst_gap_s",
+        "late_send",
     )
 
     def __init__(self, sender: str, receiver: str, rng: object):
@@ -70,6 +71,8 @@ class HeartbeatStream:
         self.disturbed_at = 0.0
         self.delivered_to = -math.inf  # arrivals up to this true time were handed over
         self.worst_gap_s = math.inf  # kept by the simulator (Simulation._refresh_worst_gaps)
+        # A plan's first send when its start was already past (true time), else None.
+        self.late_send: float | None = None
 
     def _send_time(self, k: int) -> float:
         local = self.start_local + k * self.interval_local
@@ -85,7 +88,12 @@ class HeartbeatStream:
         sender, receiver = self.sender, self.receiver
         k = self.next_k
         send = self._send_time(k)
-        if send > until:
+        late = self.late_send
+        if late is not None:
+            if late > until:
+                return
+            self.late_send = None
+        elif send > until:
             return
         connected = network.connected(sender, receiver)
         sample = network.sample_delay
@@ -93,6 +101,9 @@ class HeartbeatStream:
         pending = self.pending
         last = self.last_arrival
         incarnation = self.incarnation
+        if late is not None and connected:
+            last = max(late + sample(sender, receiver, rng), last)
+            pending.append((last, incarnation))
         while send <= until:
             if connected:
                 arrival = send + sample(sender, receiver, rng)
@@ -124,9 +135,18 @@ class HeartbeatStream:
         self.start_local = start_local
         self.interval_local = interval_s
         self._rebase(now, clock)
-        # first send at or after now
-        first = max(0, math.ceil((clock.peek_local(now) - start_local) / interval_s - 1e-9))
-        self.next_k = first
+        # As the runtime's heartbeat loop (detector_driver.heartbeat_loop): a start
+        # already past (the core planned at an arrival's time, handled later) sends
+        # once at once, then on the grid after now.  Skipping that send instead put
+        # a 170 ms gap in a stream re-planned three times in 80 ms, and its live,
+        # connected sender was declared dead (deep explore, 8 nodes, seed 7).
+        behind = (clock.peek_local(now) - start_local) / interval_s
+        self.late_send = None
+        if behind > 1e-9:
+            self.late_send = now
+            self.next_k = math.floor(behind + 1e-9) + 1
+        else:
+            self.next_k = 0
         self.disturbed(now, settle_s)
 
     def _rebase(self, now: float, clock: NodeClock) -> None:

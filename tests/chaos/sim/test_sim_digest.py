@@ -40,11 +40,15 @@ from swarmshake.reference_node.protocol.history import (
 # members every node watches every other (detector.py, ``watch_all_members_max``), so
 # a 10-node run's start-up sends other messages, the control links' delay streams
 # are drawn in another order, and the bulk pulls land at other times (seed 1: 90
-# agg_send events fewer); the same commits.  64 nodes keep the ring of 5.
+# agg_send events fewer); the same commits.  64 nodes keep the ring of 5.  Moved on
+# purpose again (session 12): a node that learns a peer's first process while holding
+# it alive no longer re-gossips it (detector.py, ``FIRST_PROCESS``), so start-up sends
+# fewer gossip messages and the control links' delays are drawn in another order
+# (seed 1: 81 agg_send events more); the same commits.
 PINNED = {
-    (10, 1, 120.0): ("b22d4e16101fc1713bed0a67ad6a151b", 11898, 1060),
-    (10, 2, 120.0): ("aa51d155c316e1f17fed971f5803054b", 11988, 1060),
-    (64, 1, 15.0): ("6bfa4d8cfe471845a774625b866c6926", 54351, 832),
+    (10, 1, 120.0): ("2e2bc836b9924faf194078817275d1a6", 11979, 1060),
+    (10, 2, 120.0): ("af33875958a9ecc20114e2e728083ea4", 11988, 1060),
+    (64, 1, 15.0): ("7359e63603b0c812b7bab1ffa8568e22", 54351, 832),
 }
 
 # Event-triggered faults: a crash fired by the third agg_send of a step (in the middle

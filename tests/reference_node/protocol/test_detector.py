@@ -440,3 +440,45 @@ def test_a_peer_silent_after_the_stall_is_still_detected_within_the_grace():
     assert deadline is not None and deadline <= 5.0 + a.config.stall_grace_max_s + 0.2
     with pytest.raises(LocalProtocolError):
         D.LocalStall(stalled_s=-1.0)
+
+
+def _relayed_about(actions: list, subject: str) -> list[tuple[int, str]]:
+    """(incarnation, status) of every gossip item that says ``subject`` is alive."""
+    return [
+        (item.incarnation, item.status)
+        for action in actions
+        if isinstance(action, D.SendGossip)
+        for item in action.message.items
+        if item.subject == subject and item.status == "alive"
+    ]
+
+
+def _announce(node: D.FailureDetector, incarnation: int, at: float) -> list:
+    """n2 announces itself at ``incarnation``; then the gossip rounds of the next second."""
+    item = GossipItem(subject="n2", incarnation=incarnation, status="alive", origin="n2")
+    actions = node.handle(D.GossipReceived(message=Gossip(sender="n2", items=[item])), at)
+    for tick in range(1, 11):  # a gossip round every 50 ms: all rounds of the item
+        actions += node.handle(D.Tick(), at + 0.05 * tick)
+    return actions
+
+
+def test_a_peers_first_process_is_passed_on_only_where_it_overrides_something():
+    """A node holding n2 alive with no incarnation known takes n2's first announce
+    (incarnation 1) without passing it on: nothing anywhere held alive needs it, and
+    passing it on made a cluster's start an epidemic of every announce to every node.
+    A restart (incarnation 2) is news and is passed on, as is a first process that a
+    node held suspect."""
+    from swarmshake.reference_node.protocol.node_core import FIRST_INCARNATION
+
+    assert D.FIRST_PROCESS == FIRST_INCARNATION  # one number, declared twice (no cycle)
+    node = started(incarnation=1)
+    assert _relayed_about(_announce(node, 1, 0.1), "n2") == []
+    assert node.known_incarnation["n2"] == 1 and node.status["n2"] == "alive"
+    assert (2, "alive") in _relayed_about(_announce(node, 2, 1.5), "n2")
+
+    doubting = started(incarnation=1)
+    suspicion = GossipItem(subject="n2", incarnation=0, status="suspect", origin="n3")
+    doubting.handle(D.GossipReceived(message=Gossip(sender="n3", items=[suspicion])), 0.05)
+    actions = _announce(doubting, 1, 0.1)
+    assert (1, "alive") in _relayed_about(actions, "n2")
+    assert any(isinstance(a, D.DeclaredAlive) and a.peer == "n2" for a in actions)
