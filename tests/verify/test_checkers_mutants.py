@@ -459,8 +459,9 @@ def test_s2_counts_every_commit_it_checked():
     """safety.py:180 (a commit not counted): three nodes committing steps 1..10 are
     thirty commits checked."""
     events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 10, NODES)
-    result = _check(events).results["S2"]
-    assert result.status == "valid" and result.checked == 30
+    results = _check(events).results
+    assert results["S2"].status == "valid" and results["S2"].checked == 30
+    assert results["S1"].checked == 30  # safety.py:78
 
 
 # --- the ground truth itself (timeline.py: 17 of 41 survived the one-in-eight sample) --
@@ -603,3 +604,83 @@ def test_healing_one_nodes_latency_ends_its_window_not_another_nodes():
     assert timeline.out_of_envelope("n1", 1.5, 2.5)
     assert not timeline.out_of_envelope("n1", after, 60.0)
     assert timeline.out_of_envelope("n2", after, 60.0)
+
+
+def test_the_refute_window_is_a_notice_and_its_answer_in_the_envelope_plus_one_proc_delay():
+    """detector.py:149 (three survivors: the window's arithmetic): 2 × 75 ms + 100 ms."""
+    from swarmshake.verify.checkers.detector import refute_window_s
+
+    assert refute_window_s(Bounds()) == 0.25
+    assert refute_window_s(Bounds(latency_ms_max=10.0, proc_delay_ms=30.0)) == 0.05
+
+
+def test_evidence_in_json_leaves_out_what_it_does_not_know():
+    """model.py:59 (``omit_defaults``): a reference without a step or a note is written
+    without them, so a report never shows a step -1."""
+    ref = EventRef(node="n1", index=3, t_mono=1.5, kind="fault")
+    assert msgspec.json.decode(msgspec.json.encode(ref)) == {
+        "node": "n1",
+        "index": 3,
+        "t_mono": 1.5,
+        "kind": "fault",
+    }
+
+
+def test_neutral_s1_judges_step_zero_too():
+    """neutral.py:109 (``< 0`` -> ``<= 0``: step 0 skipped): two nodes that diverge on
+    their first committed step are a violation."""
+    from swarmshake.verify.checkers import neutral
+
+    commit, _, _ = _neutral_world()
+    first = [
+        msgspec.structs.replace(commit(n, 0, 0.5, ["n1", "n2"]), param_fp=n) for n in ("n1", "n2")
+    ]
+    result = neutral.check_s1(History.from_events(first))
+    assert result.status == "invalid" and "step 0" in result.message
+
+
+def _neutral_stall(*faulted: EventBase, nodes: tuple[str, ...] = ("n1", "n2", "n3")) -> list:
+    commit, mark, _ = _neutral_world()
+    world = list(nodes)
+    events: list[EventBase] = [mark("steady_state", 0.0)]
+    events += [commit(n, s, s / 2, world) for s in range(4) for n in world]  # to 1.5 s
+    events += list(faulted)
+    events += [commit(n, s, 14.0 + s / 2, world) for s in range(4, 8) for n in world]
+    events.append(mark("run_end", 18.0))
+    return sorted(events, key=lambda e: e.t_mono)
+
+
+def test_neutral_l2_reports_a_stall_with_no_fault_before_it():
+    """neutral.py:455 (the latest-fault search started unset): a stall of 14.5 s with
+    the harness doing nothing is a violation whose message names no fault."""
+    from swarmshake.verify.checkers import neutral
+
+    result = neutral.check_l2(History.from_events(_neutral_stall()), Bounds(recovery_s=10.0))
+    assert result.status == "invalid" and "14.50s" in result.message
+    assert "after" not in result.message
+
+
+def test_neutral_l2_does_not_judge_a_split_into_halves():
+    """neutral.py:294 (``>`` -> ``>=``: half the nodes taken for a majority): four
+    nodes cut 2-2 for 11 s leave no majority connected, so the stall is not judged."""
+    from swarmshake.verify.checkers import neutral
+
+    nodes = ("n1", "n2", "n3", "n4")
+    halves = [[a, b] for a in ("n1", "n2") for b in ("n3", "n4")]
+    cut = [*halves, *([b, a] for a, b in halves)]
+    inject = _op("partition", ["*"], 2.0, grouping="random_halves", cuts=cut)
+    heal = _op("partition", ["*"], 13.0, phase="heal")
+    history = History.from_events(_neutral_stall(inject, heal, nodes=nodes))
+    assert neutral.check_l2(history, Bounds(recovery_s=10.0)).status != "invalid"
+
+
+def test_a_reference_checker_that_raises_makes_its_property_unknown_not_missing():
+    """__init__.py:140 (the raised checker's result dropped, reference path): a commit
+    whose fingerprint is not a string makes S1 raise; S1 is unknown, the verdict is
+    not valid."""
+    events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 5, NODES)
+    events.append(msgspec.structs.replace(_commit("n2", 5, 5.6, "x"), param_fp=None))
+    verdict = _check(sorted(events, key=lambda e: e.t_mono))
+    assert verdict.results["S1"].status == "unknown"
+    assert verdict.results["S1"].message.startswith("checker raised TypeError")
+    assert verdict.status != "valid"
