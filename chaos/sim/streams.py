@@ -23,6 +23,7 @@ from collections import deque
 
 from swarmshake.chaos.sim.clocks import NodeClock
 from swarmshake.chaos.sim.network import Network
+from swarmshake.reference_node.protocol.detector import heartbeat_slot
 
 MAX_PENDING_ARRIVALS = 1_000_000  # a receiver paused for hours: bound memory, say so
 
@@ -135,19 +136,24 @@ class HeartbeatStream:
         self.start_local = start_local
         self.interval_local = interval_s
         self._rebase(now, clock)
-        # As the runtime's heartbeat loop (detector_driver.heartbeat_loop): a start
-        # already past (the core planned at an arrival's time, handled later) sends
-        # once at once, then on the grid after now.  Skipping that send instead put
-        # a 170 ms gap in a stream re-planned three times in 80 ms, and its live,
-        # connected sender was declared dead (deep explore, 8 nodes, seed 7).
-        behind = (clock.peek_local(now) - start_local) / interval_s
-        self.late_send = None
-        if behind > 1e-9:
-            self.late_send = now
-            self.next_k = math.floor(behind + 1e-9) + 1
-        else:
-            self.next_k = 0
+        # The core's grid rule (detector.heartbeat_slot), as the runtime's loop: a
+        # start already past (the core planned at an arrival's time, handled later)
+        # sends once at once, then on the grid after now.
+        self.next_k = 0
+        self._catch_up(now, clock)
         self.disturbed(now, settle_s)
+
+    def _catch_up(self, now: float, clock: NodeClock) -> None:
+        """Apply the grid rule at ``now``: a slot already past is sent once, now."""
+        local_now = clock.peek_local(now)
+        send_now, next_k = heartbeat_slot(
+            self.start_local, self.interval_local, self.next_k, local_now
+        )
+        self.late_send = None
+        if send_now and self.start_local + self.next_k * self.interval_local < local_now - 1e-9:
+            self.late_send = now
+            self.next_k = next_k
+        # A slot exactly at now stays a grid slot (the same send, drawn the same way).
 
     def _rebase(self, now: float, clock: NodeClock) -> None:
         self.t_base = clock.t_base
@@ -176,10 +182,7 @@ class HeartbeatStream:
         fires the missed tick once, then keeps its phase)."""
         self.active = True
         self._rebase(now, clock)
-        self.next_k = max(
-            self.next_k,
-            math.ceil((clock.peek_local(now) - self.start_local) / self.interval_local - 1e-9),
-        )
+        self._catch_up(now, clock)
         self.disturbed(now, settle_s)
 
     def disturbed(self, now: float, settle_s: float) -> None:

@@ -508,6 +508,27 @@ class HeartbeatPlan(CoreAction, frozen=True, kw_only=True):
     start_at: float
 
 
+def heartbeat_slot(start_at: float, interval_s: float, due: int, now: float) -> tuple[bool, int]:
+    """The heartbeat grid of a plan, which both shells follow: slot ``due`` (sent at
+    ``start_at + due * interval_s``) is the next to send.  At ``now`` (the sender's
+    clock), return ``(send_now, next_due)``: a slot not yet reached waits; one already
+    reached is sent once, now, and the slots missed since are skipped, so a plan
+    performed late or a loop woken after a stall (a pause) sends one heartbeat at once
+    rather than a burst that would hide the stall from the monitors, then keeps its
+    phase.  (Written in each shell, the runtime sent a late slot and the simulator
+    skipped it: a live node re-planned three times in 80 ms was declared dead in the
+    simulator only.)"""
+    due_at = start_at + due * interval_s
+    if due_at > now + _SLOT_TOLERANCE_S:
+        return False, due
+    missed = math.floor((now - due_at) / interval_s + _SLOT_TOLERANCE_S / interval_s)
+    return True, due + max(missed, 0) + 1
+
+
+# Float slack when a slot falls on ``now`` exactly (start_at + k * interval in floats).
+_SLOT_TOLERANCE_S = 1e-9
+
+
 class SendGossip(CoreAction, frozen=True, kw_only=True):
     to: tuple[str, ...]
     message: Gossip

@@ -158,18 +158,19 @@ class DetectorDriver:
                         await self._plan_changed.wait()
                 continue
             self._plan_changed.clear()
-            interval = plan.interval_s
-            next_at = plan.start_at
+            due = 0  # the plan's next slot (det.heartbeat_slot: the grid rule)
             while self.plan is plan:
                 now = self.clock.now()
-                if next_at > now:
+                send_now, next_due = det.heartbeat_slot(plan.start_at, plan.interval_s, due, now)
+                if not send_now:
+                    next_at = plan.start_at + due * plan.interval_s
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self.clock.host_delay_s(next_at - now)):
                             await self._plan_changed.wait()
-                    if self.plan is not plan:
-                        break
-                    now = self.clock.now()
-                self.send_lag_max_s = max(self.send_lag_max_s, now - next_at)
+                    continue
+                self.send_lag_max_s = max(
+                    self.send_lag_max_s, now - (plan.start_at + due * plan.interval_s)
+                )
                 self.heartbeat_seq += 1
                 message = Heartbeat(
                     sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq
@@ -177,10 +178,7 @@ class DetectorDriver:
                 for peer in plan.to:
                     self._send_heartbeat(peer, message)
                 self.heartbeats_sent += 1
-                # Next slot on the grid after now: a stalled loop skips slots rather
-                # than sending a burst that would hide the stall from the monitors.
-                missed = int((now - next_at) // interval)
-                next_at += interval * (missed + 1)
+                due = next_due
 
     async def timer_loop(self) -> None:
         while True:
