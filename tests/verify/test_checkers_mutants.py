@@ -189,10 +189,20 @@ def test_l1_late_group_cites_the_crash_and_the_group_that_left_the_node_out():
     assert history.events[crash.index] is events[12] and history.events[late.index] is events[13]
 
 
+def _assert_n3_alone_left_out_from_2_to_4_s(events: list) -> None:
+    from swarmshake.verify.checkers import neutral
+
+    stretches = neutral.premise_stretches(History.from_events(events))
+    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
+        (0.0, 2.0, ("n1", "n2", "n3")),
+        (2.0, 4.0, ("n1", "n2")),
+        (4.0, 6.0, ("n1", "n2", "n3")),
+    ]
+
+
 def test_the_quiesce_heals_the_cuts_of_a_partition_left_open():
     """neutral.py:274 (the quiesce's ``cuts.clear()`` deleted): after the quiesce the
     harness leaves every node alone again, even if a partition was never healed."""
-    from swarmshake.verify.checkers import neutral
 
     commit, mark, _ = _neutral_world()
     world = ["n1", "n2", "n3"]
@@ -212,12 +222,7 @@ def test_the_quiesce_heals_the_cuts_of_a_partition_left_open():
         mark("quiesce", 4.0),
         mark("run_end", 6.0),
     ]
-    stretches = neutral.premise_stretches(History.from_events(events))
-    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
-        (0.0, 2.0, ("n1", "n2", "n3")),
-        (2.0, 4.0, ("n1", "n2")),
-        (4.0, 6.0, ("n1", "n2", "n3")),
-    ]
+    _assert_n3_alone_left_out_from_2_to_4_s(events)
 
 
 # --- a fresh sample (scripts/mutation.py --per-file 6 --seed 11, session 11) ------------
@@ -309,17 +314,7 @@ def test_a_history_the_checkers_cannot_read_still_reports_its_torn_lines():
     built (here a latency fault whose delay is not a number), every property is
     unknown and the verdict still says how many torn lines the reader skipped."""
     events: list[EventBase] = [_start(node, 0.0) for node in NODES] + _steps(1, 5, NODES)
-    events.append(
-        Fault(
-            t_wall=6.0,
-            t_mono=6.0,
-            node=HARNESS,
-            op="latency",
-            target=["n1"],
-            params={"delay_ms": "slow"},
-            phase="inject",
-        )  # fmt: skip
-    )
+    events.append(_op("latency", ["n1"], 6.0, delay_ms="slow"))
     for torn in (0, 2):
         verdict = check_history(History.from_events(events, torn_lines=torn), BOUNDS)
         assert verdict.status == "unknown" and verdict.torn_lines == torn
@@ -560,7 +555,6 @@ def test_a_healed_node_fault_leaves_the_node_alone_again():
     """neutral.py:256 (a heal that does not clear the node's fault): n3's disk is full
     from 2 s to 4 s; after the heal the harness leaves all three alone again, so L2
     judges the cluster with n3 in it."""
-    from swarmshake.verify.checkers import neutral
 
     commit, mark, _ = _neutral_world()
     world = ["n1", "n2", "n3"]
@@ -571,12 +565,7 @@ def test_a_healed_node_fault_leaves_the_node_alone_again():
         _op("disk_full", ["n3"], 4.0, phase="heal"),
         mark("run_end", 6.0),
     ]
-    stretches = neutral.premise_stretches(History.from_events(events))
-    assert [(s.start, s.end, s.left_alone) for s in stretches] == [
-        (0.0, 2.0, ("n1", "n2", "n3")),
-        (2.0, 4.0, ("n1", "n2")),
-        (4.0, 6.0, ("n1", "n2", "n3")),
-    ]
+    _assert_n3_alone_left_out_from_2_to_4_s(events)
 
 
 def test_neutral_s1_reports_a_diverged_step_once_however_many_nodes_disagree():
