@@ -23,7 +23,10 @@ from collections import deque
 
 from swarmshake.chaos.sim.clocks import NodeClock
 from swarmshake.chaos.sim.network import Network
-from swarmshake.reference_node.protocol.detector import heartbeat_slot
+from swarmshake.reference_node.protocol.detector import (
+    HEARTBEAT_SLOT_TOLERANCE_S,
+    heartbeat_slot,
+)
 
 MAX_PENDING_ARRIVALS = 1_000_000  # a receiver paused for hours: bound memory, say so
 
@@ -150,7 +153,8 @@ class HeartbeatStream:
             self.start_local, self.interval_local, self.next_k, local_now
         )
         self.late_send = None
-        if send_now and self.start_local + self.next_k * self.interval_local < local_now - 1e-9:
+        due_at = self.start_local + self.next_k * self.interval_local
+        if send_now and due_at < local_now - HEARTBEAT_SLOT_TOLERANCE_S:
             self.late_send = now
             self.next_k = next_k
         # A slot exactly at now stays a grid slot (the same send, drawn the same way).

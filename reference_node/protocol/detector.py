@@ -519,14 +519,14 @@ def heartbeat_slot(start_at: float, interval_s: float, due: int, now: float) -> 
     skipped it: a live node re-planned three times in 80 ms was declared dead in the
     simulator only.)"""
     due_at = start_at + due * interval_s
-    if due_at > now + _SLOT_TOLERANCE_S:
+    if due_at > now + HEARTBEAT_SLOT_TOLERANCE_S:
         return False, due
-    missed = math.floor((now - due_at) / interval_s + _SLOT_TOLERANCE_S / interval_s)
+    missed = math.floor((now - due_at) / interval_s + HEARTBEAT_SLOT_TOLERANCE_S / interval_s)
     return True, due + max(missed, 0) + 1
 
 
 # Float slack when a slot falls on ``now`` exactly (start_at + k * interval in floats).
-_SLOT_TOLERANCE_S = 1e-9
+HEARTBEAT_SLOT_TOLERANCE_S = 1e-9
 
 
 class SendGossip(CoreAction, frozen=True, kw_only=True):
