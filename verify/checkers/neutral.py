@@ -257,11 +257,14 @@ class _HarnessState:
         elif event.op in ENDS_NODE_FAULT:
             for node in event.target:
                 self.faulted.setdefault(node, set()).discard(ENDS_NODE_FAULT[event.op])
+        elif event.op == "partition" and event.phase == "heal":
+            # The harness heals every partition at once (scope "partition"), and both
+            # backends log that heal without the cuts: every cut link is restored, and
+            # a partition whose cuts were not logged (unjudged meanwhile) ends too.
+            self.cuts.clear()
+            self.other.pop("partition", None)
         elif event.op == "partition" and isinstance(event.params.get("cuts"), list):
-            if event.phase == "inject":
-                self.cuts |= {frozenset(pair) for pair in event.params["cuts"]}
-            else:
-                self.cuts.clear()  # a partition's heal restores every cut link
+            self.cuts |= {frozenset(pair) for pair in event.params["cuts"]}
         elif event.phase == "inject":
             self.other[event.op] += 1
         else:
