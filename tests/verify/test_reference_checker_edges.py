@@ -1,12 +1,17 @@
-"""The reference node's safety checkers (S1, S2, S3) at their edges.
+"""The reference node's checkers (S1-S3, L2, L3) and the verdict's model at their edges.
 
 Written against the survivors of the first full mutation run of ``verify/checkers/``
-(session 13, safety.py 171/231 killed): step 0, a value chosen by exactly a majority,
-a value lost in rolling restarts, one that comes back, and what the messages and
-evidence say.  Histories are built event by event as a node logs them.
+(session 13: safety.py 171/231, progress.py 87/116, model.py 52/68 killed): step 0, a
+value chosen by exactly a majority, a value lost in rolling restarts and one that
+comes back, bounds met exactly, the judging window's edges, the majority's
+fingerprint, and what the messages, the evidence and verdict.json say.  Histories are
+built event by event as a node logs them.
 """
 
 from __future__ import annotations
+
+import msgspec
+import pytest
 
 from swarmshake.reference_node.protocol.history import (
     HARNESS,
@@ -16,10 +21,14 @@ from swarmshake.reference_node.protocol.history import (
     EventBase,
     Fault,
     History,
+    RunMark,
     Start,
 )
-from swarmshake.verify.checkers import Bounds, PropertyResult, check_history
+from swarmshake.verify.checkers import Bounds, PropertyResult, Verdict, check_history
+from swarmshake.verify.checkers.model import EventRef, Findings
+from swarmshake.verify.checkers.progress import stable_stretches
 from swarmshake.verify.checkers.safety import Membership
+from swarmshake.verify.checkers.timeline import build_timeline
 
 VOTERS = ["n0", "n1", "n2"]
 BOUNDS = Bounds(detection_s=1.0, recovery_s=5.0, rejoin_s=5.0)
@@ -31,10 +40,17 @@ class Log:
     def __init__(self) -> None:
         self.events: list[EventBase] = []
         self.t = 0.0
+        self.pinned: float | None = None
+
+    def at(self, t: float) -> Log:
+        """The next event happens at ``t``; later ones 0.1 s apart again."""
+        self.pinned = t
+        return self
 
     def _now(self) -> float:
-        self.t += 0.1
-        return round(self.t, 1)
+        self.t = self.pinned if self.pinned is not None else round(self.t + 0.1, 1)
+        self.pinned = None
+        return self.t
 
     def start(self, node: str, incarnation: int = 0, voters=VOTERS) -> Log:
         t = self._now()
@@ -65,11 +81,24 @@ class Log:
     def restart(self, node: str, incarnation: int = 1) -> Log:
         return self.start(node, incarnation)
 
+    def mark(self, name: str) -> Log:
+        t = self._now()
+        self.events.append(RunMark(t_wall=t, t_mono=t, node=HARNESS, mark=name))
+        return self
+
+    def all_commit(self, step: int, fp: str = "") -> Log:
+        for node in VOTERS:
+            self.commit(node, step, f"v{step}", param=fp)
+        return self
+
     def index_of(self, event: EventBase) -> int:
         return History.from_events(self.events).events.index(event)
 
+    def check_verdict(self) -> Verdict:
+        return check_history(History.from_events(self.events), BOUNDS)
+
     def check(self, name: str) -> PropertyResult:
-        return check_history(History.from_events(self.events), BOUNDS).results[name]
+        return self.check_verdict().results[name]
 
 
 # --- the configured voters ---------------------------------------------------------------
@@ -216,3 +245,145 @@ def test_s2_neither_an_accept_nor_another_value_of_the_step_brings_it_back():
 def test_s2_the_value_committed_again_from_disk_is_back():
     log = _chosen_by_two_then_left_on_disk().commit("n0", 3, "v3").commit("n2", 4, "v4")
     assert log.check("S2").status == "valid"
+
+
+# --- L2 (R = 5 s): steps commit again within R while a majority is up ----------------------
+
+
+def _three_started() -> Log:
+    return Log().start("n0").start("n1").start("n2")
+
+
+def test_l2_the_same_step_committed_late_by_laggards_is_no_progress():
+    log = _three_started().at(1.0).commit("n0", 1, "v1").at(5.0).commit("n1", 1, "v1")
+    log.at(9.0).commit("n2", 1, "v1").at(13.0).all_commit(2)
+    result = log.check("L2")
+    assert result.status == "invalid" and "no new step committed for 12.0s" in result.message
+
+
+def test_l2_without_a_steady_state_mark_judges_from_the_first_commit():
+    # A cluster that takes 40 s to start and then commits every second is fine ...
+    slow_start = _three_started()
+    for step in range(10):
+        slow_start.at(40.0 + step).all_commit(step)
+    assert slow_start.check("L2").status == "valid"
+    # ... and one that commits step 0 and then stalls 19 s is not, step 0 included.
+    stall = _three_started().at(1.0).all_commit(0).at(20.0).all_commit(1)
+    assert stall.check("L2").status == "invalid"
+
+
+def test_l2_gaps_of_exactly_r_meet_r():
+    log = _three_started().at(1.0).mark("steady_state")
+    for step in range(4):
+        log.at(1.0 + 5 * step).all_commit(step)
+    result = log.check("L2")
+    assert result.status == "valid", result.message
+    assert result.checked == 1
+
+
+@pytest.mark.parametrize(("end", "judged"), [(6.0, 1), (4.0, 0)])
+def test_l2_judges_a_stretch_at_least_r_long_and_no_shorter_one(end, judged):
+    log = _three_started().at(1.0).mark("steady_state").at(1.0).all_commit(0)
+    log.at(end).all_commit(1)
+    result = log.check("L2")
+    assert result.status == "valid" and result.checked == judged
+    assert result.message == f"{judged} stable stretches, each committing within R"
+
+
+def test_l2_a_majority_down_splits_the_stable_stretches():
+    # Two of three up from n1's start (0.2 s) until the second crash (10.1 s), and again
+    # from n0's restart (15.0 s; n2 stayed up) to the run's last event (25.2 s).
+    log = _three_started().at(1.0).all_commit(0).at(10.0).crash("n0").crash("n1")
+    log.at(15.0).restart("n0").restart("n1").at(25.0).all_commit(1)
+    history = History.from_events(log.events)
+    timeline = build_timeline(history, BOUNDS)
+    assert stable_stretches(timeline, Membership(history), history) == [
+        (0.2, 10.1),
+        (15.0, 25.2),
+    ]
+
+
+# --- L3 (J = 5 s): a restarted node reaches the majority's fingerprint within J ------------
+
+
+def _n2_restarted_at_10() -> Log:
+    log = _three_started()
+    for step in range(5):
+        log.at(1.0 + step).all_commit(step)
+    return log.at(8.0).crash("n2").at(10.0).restart("n2")
+
+
+def test_l3_the_majoritys_fingerprint_is_the_most_common_one_not_the_first():
+    # Step 6: n1 (diverged) commits first; n0 and the restarted n2 agree.
+    log = _n2_restarted_at_10().at(11.0).commit("n1", 6, "v6", param="odd")
+    log.commit("n0", 6, "v6", param="good").commit("n2", 6, "v6", param="good")
+    for step in range(7, 17):
+        log.at(5.0 + step).all_commit(step)
+    result = log.check("L3")
+    assert result.status == "valid", result.message
+    assert result.checked == 1  # three first starts and one restart
+
+
+def test_l3_a_catch_up_exactly_at_j_counts():
+    log = _n2_restarted_at_10().at(11.0).commit("n0", 6, "v6").commit("n1", 6, "v6")
+    log.at(15.0).commit("n2", 6, "v6").at(20.0).all_commit(7)
+    assert log.check("L3").status == "valid"
+
+
+def test_l3_a_miss_whose_window_ends_with_the_run_is_judged():
+    log = _n2_restarted_at_10().at(12.0).commit("n0", 6, "v6").at(15.0).commit("n1", 7, "v7")
+    result = log.check("L3")
+    assert result.status == "invalid"
+    assert "n2 restarted at t=10.000 and did not reach" in result.message
+
+
+def test_l3_a_miss_cut_by_the_runs_end_is_unknown_and_says_why():
+    log = _n2_restarted_at_10().at(12.0).commit("n0", 6, "v6").at(14.9).commit("n1", 7, "v7")
+    result = log.check("L3")
+    assert result.status == "unknown"
+    assert result.message.endswith("(window not stable or cut by the run's end)")
+
+
+# --- the verdict's model -------------------------------------------------------------------
+
+
+def test_evidence_is_capped_at_twenty_references():
+    findings = Findings("S1")
+    refs = [EventRef(node="n0", index=i, t_mono=float(i), kind="commit") for i in range(25)]
+    findings.invalid("diverged", *refs)
+    assert findings.result("").evidence == refs[:20]
+
+
+def test_verdict_json_is_indented_round_trips_and_reads_older_files_with_zero_counts():
+    verdict = _three_started().at(1.0).all_commit(0).check_verdict()
+    data = verdict.to_json()
+    assert data.startswith(b'{\n  "status": ')
+    assert msgspec.json.decode(data, type=Verdict) == verdict
+    older = {"status": "valid", "bounds": {}, "results": {"S1": {"property": "S1",
+                                                                  "status": "valid"}}}  # fmt: skip
+    decoded = msgspec.convert(older, Verdict)
+    assert (decoded.events, decoded.torn_lines, decoded.results["S1"].checked) == (0, 0, 0)
+    with pytest.raises(msgspec.ValidationError, match="status"):
+        msgspec.convert({**older, "status": "green"}, Verdict)
+
+
+def test_bounds_refuse_unknown_fields_positional_values_edits_and_values_out_of_range():
+    with pytest.raises(msgspec.ValidationError, match="recovery"):
+        msgspec.convert({"detection_s": 1.0, "recovery": 5.0}, Bounds)
+    with pytest.raises(TypeError):
+        Bounds(1.0)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="detection_s"):
+        Bounds(detection_s=1e9)
+    bounds = Bounds()
+    with pytest.raises(AttributeError):
+        bounds.detection_s = 3.0  # type: ignore[misc]
+    assert hash(bounds) == hash(Bounds())
+
+
+def test_an_evidence_reference_is_named_and_immutable():
+    with pytest.raises(TypeError):
+        EventRef("n0", 1, 1.0, "commit")  # type: ignore[misc]
+    ref = EventRef(node="n0", index=1, t_mono=1.0, kind="commit")
+    with pytest.raises(AttributeError):
+        ref.index = 2  # type: ignore[misc]
+    assert len({ref, EventRef(node="n0", index=1, t_mono=1.0, kind="commit")}) == 1
