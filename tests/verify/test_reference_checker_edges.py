@@ -18,13 +18,14 @@ from swarmshake.reference_node.protocol.history import (
     Accept,
     Commit,
     ConfigChange,
+    DeclareDead,
     EventBase,
     Fault,
     History,
     RunMark,
     Start,
 )
-from swarmshake.verify.checkers import Bounds, PropertyResult, Verdict, check_history
+from swarmshake.verify.checkers import Bounds, PropertyResult, Verdict, check_history, detector
 from swarmshake.verify.checkers.model import EventRef, Findings
 from swarmshake.verify.checkers.progress import stable_stretches
 from swarmshake.verify.checkers.safety import Membership
@@ -76,6 +77,19 @@ class Log:
         t = self._now()
         self.events.append(Fault(t_wall=t, t_mono=t, node=HARNESS, op="crash", target=[node],
                                  phase="inject"))  # fmt: skip
+        return self
+
+    def fault(self, op: str, target: list[str], phase: str = "inject", **params) -> Log:
+        t = self._now()
+        self.events.append(Fault(t_wall=t, t_mono=t, node=HARNESS, op=op, target=target,
+                                 phase=phase, params=params))  # fmt: skip
+        return self
+
+    def declare(self, node: str, peer: str, incarnation: int = 0, reason: str = "") -> Log:
+        """``node`` declares ``peer`` dead; ``peer == node``: a forced restart."""
+        t = self._now()
+        self.events.append(DeclareDead(t_wall=t, t_mono=t, node=node, peer=peer,
+                                       peer_incarnation=incarnation, reason=reason))  # fmt: skip
         return self
 
     def restart(self, node: str, incarnation: int = 1) -> Log:
@@ -387,3 +401,124 @@ def test_an_evidence_reference_is_named_and_immutable():
     with pytest.raises(AttributeError):
         ref.index = 2  # type: ignore[misc]
     assert len({ref, EventRef(node="n0", index=1, t_mono=1.0, kind="commit")}) == 1
+
+
+# --- S4: every declaration judged on its own evidence ---------------------------------------
+
+ISOLATE_N2 = [["n2", "n0"], ["n0", "n2"], ["n2", "n1"], ["n1", "n2"]]
+
+
+def _judgements(log: Log) -> list[detector.Judgement]:
+    history = History.from_events(log.events)
+    return detector.judge_declarations(history, build_timeline(history, BOUNDS), BOUNDS)
+
+
+def test_s4_a_forced_restart_is_laid_at_the_latest_verdict_on_that_incarnation():
+    # n1 declares the live n2 (incarnation 0) dead twice, then n2 restarts because of it;
+    # a later relay of the same incarnation caused nothing (and is right: n2 had left).
+    log = _three_started().at(5.0).declare("n1", "n2").at(5.2).declare("n1", "n2")
+    log.at(5.3).declare("n2", "n2", reason="declared dead by n1").at(6.0).declare("n1", "n2")
+    first, second, stale = _judgements(log)  # the restart is judged as its verdict
+    restart_index = 5  # three starts, two declarations, then the restart
+    assert History.from_events(log.events).events[restart_index].peer == "n2"
+    assert [j.status for j in (first, second, stale)] == ["invalid", "invalid", "ok"]
+    assert (first.forced_restarts, second.forced_restarts, stale.forced_restarts) == (
+        (), (restart_index,), ()
+    )  # fmt: skip
+    assert second.explanation.endswith("; it forced n2's restart at t=5.300")
+    assert "forced" not in first.explanation and stale.explanation == ""
+    result = log.check("S4")
+    assert result.checked == 3 and result.status == "invalid"
+    assert result.message.endswith("(and 1 more)")
+
+
+def test_s4_a_correct_declaration_has_no_explanation():
+    log = _three_started().at(5.0).crash("n2").at(5.5).declare("n1", "n2")
+    (judgement,) = _judgements(log)
+    assert (judgement.status, judgement.explanation) == ("ok", "")
+    assert log.check("S4").status == "valid"
+
+
+def test_s4_a_forced_restart_naming_no_declarer_is_unknown():
+    log = _three_started().at(5.0).declare("n2", "n2", reason="suspected by everyone")
+    result = log.check("S4")
+    assert result.status == "unknown"
+    assert result.message == (
+        "n2 restarted as declared dead at t=5.000, but its reason 'suspected by everyone' "
+        "names no declarer to judge"
+    )
+
+
+def test_s4_a_forced_restart_is_judged_whatever_incarnation_its_missing_verdict_named():
+    # n2 runs as incarnation 1; a verdict on incarnation 0 (not in the history: n1's
+    # log was lost) forced it to restart while it was alive and connected.
+    log = _three_started().at(3.0).crash("n2").at(3.5).restart("n2", incarnation=1)
+    log.at(6.0).declare("n2", "n2", incarnation=0, reason="declared dead by n1")
+    result = log.check("S4")
+    assert result.status == "invalid" and "n1's declaration is not in the history" in (
+        result.message
+    )
+
+
+def test_s4_judges_verdicts_naming_nodes_the_history_never_saw_as_unknown():
+    of_unknown_peer = _three_started().at(5.0).declare("n1", "n9")
+    result = of_unknown_peer.check("S4")
+    assert result.status == "unknown"
+    assert result.message.endswith(": the history holds no event of n9")
+    by_unknown_declarer = _three_started().at(5.0).declare("n2", "n2", reason="declared dead by n9")
+    result = by_unknown_declarer.check("S4")
+    assert result.status == "unknown"
+    assert result.message.endswith("(the history holds no event of n9)")
+
+
+def test_s4_a_pause_that_begins_at_the_declaration_counts_for_both_sides():
+    peer_paused = _three_started().at(5.0).fault("pause", ["n2"]).at(5.0).declare("n1", "n2")
+    assert peer_paused.check("S4").status == "valid"
+    judge_paused = _three_started().at(5.0).fault("pause", ["n1"]).at(5.0).declare("n1", "n2")
+    result = judge_paused.check("S4")
+    assert result.status == "unknown" and result.message.endswith("(n1 was paused or stalled)")
+
+
+def test_s4_a_cut_within_d_before_the_declaration_excuses_it():
+    log = _three_started().at(5.0).fault("partition", ["n2"], cuts=ISOLATE_N2)
+    log.at(6.0).fault("partition", ["n2"], phase="heal").at(6.5).declare("n1", "n2")
+    assert log.check("S4").status == "valid"
+
+
+def test_false_positive_refs_lists_the_invalid_and_the_undecided_judgements():
+    log = _three_started().at(5.0).declare("n1", "n2").at(6.0).declare("n1", "n9")
+    history = History.from_events(log.events)
+    false_positives, undecidable = detector.false_positive_refs(
+        history, build_timeline(history, BOUNDS), BOUNDS
+    )
+    assert [index for index, _ in false_positives] == [3]
+    assert [index for index, _ in undecidable] == [4]
+    assert false_positives[0][1].startswith("n1 declared n2 (incarnation 0) dead at t=5.000")
+
+
+# --- L1 (D = 1 s): every live node declares a crashed one dead within D --------------------
+
+
+def test_l1_reports_the_slowest_detection_in_milliseconds():
+    log = _three_started().at(5.0).crash("n2").at(5.25).declare("n0", "n2")
+    log.at(5.5).declare("n1", "n2").at(9.0).all_commit(0)
+    result = log.check("L1")
+    assert result.status == "valid" and result.checked == 2
+    assert result.message == "2 detections of 1 crashes, slowest 500 ms"
+
+
+@pytest.mark.parametrize(("back_at", "judged"), [(5.9, 0), (6.0, 0), (6.1, 2)])
+def test_l1_a_node_back_within_d_is_not_judged(back_at, judged):
+    log = _three_started().at(5.0).crash("n2").at(back_at).restart("n2").at(9.0).all_commit(0)
+    result = log.check("L1")
+    assert result.checked == judged
+    assert result.status == ("valid" if judged == 0 else "invalid")
+
+
+def test_l1_a_miss_d_before_the_runs_end_is_late_and_one_cut_by_the_end_is_unknown():
+    late = _three_started().at(5.0).crash("n2").at(6.0).commit("n0", 0, "v0")  # ends at 6.0
+    assert late.check("L1").status == "invalid"
+    cut = _three_started().at(5.0).crash("n2").at(5.5).all_commit(0)
+    result = cut.check("L1")
+    assert result.status == "unknown"
+    assert result.message.endswith("(run ended or envelope left) (and 1 more)")
