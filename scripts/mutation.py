@@ -84,6 +84,7 @@ CHECKER_TESTS = (
     "tests/verify/test_checkers_mutants.py",
     "tests/verify/test_neutral_checker_edges.py",
     "tests/verify/test_reference_checker_edges.py",
+    "tests/verify/test_timeline_edges.py",
 )
 # A short exploration: 4 nodes (an even size: quorum ties), budget small enough to
 # stay within seconds per mutant.  Explore exits non-zero when it finds a violation.

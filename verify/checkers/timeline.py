@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from swarmshake.reference_node.protocol.history import (
     HARNESS,
     DeclareDead,
-    EventBase,
     Fault,
     History,
     LoopStall,
@@ -194,9 +193,6 @@ class Timeline:
 
     def any_fault_during(self, low: float, high: float) -> bool:
         return self.out_of_envelope(None, low, high)
-
-    def alive_count(self, t: float) -> int:
-        return sum(timeline.alive_at(t) for timeline in self.nodes.values())
 
 
 def build_timeline(history: History, bounds: Bounds) -> Timeline:
@@ -419,7 +415,3 @@ def _leaves_envelope(event: Fault, bounds: Bounds) -> bool:
         drift = abs(float(params.get("drift_ppm", 0.0)))
         return drift > bounds.drift_ppm_max or float(params.get("offset_ms", 0.0)) != 0.0
     return False
-
-
-def is_harness(event: EventBase) -> bool:
-    return event.node == HARNESS
