@@ -427,3 +427,33 @@ def test_l2_judges_a_stall_after_a_healed_partition_and_a_minority_crash():
     result = neutral.check_l2(_history(events), R5)
     assert result.status == "invalid"
     assert "in the last 15.00s" in result.message and "n2, n3 were left alone" in result.message
+
+
+def test_other_faults_on_a_crashed_node_do_not_make_its_quiesce_restart_a_death():
+    # The harness crashed n2; a partition touched it (inject and heal) while it was down;
+    # the quiesce restarted it.  n2 did not die on its own.
+    events = [_commit("n2", 0, 0.5), _fault("crash", ["n2"], 1.0), _isolate_n3(1.5)]
+    events += [_fault("partition", ["n2", "n3"], 2.0, phase="heal"), _quiesce_restart("n2", 5.0)]
+    assert neutral.self_deaths(_history(events)) == []
+
+
+def test_a_node_error_and_the_events_logged_on_the_way_out_are_one_death():
+    from swarmshake.reference_node.protocol.history import Stop
+
+    events = [_commit("n2", 0, 0.5), NodeError(t_wall=1, t_mono=1.0, node="n2", error="boom")]
+    events += [Stop(t_wall=1.1, t_mono=1.1, node="n2", reason="error"), _quiesce_restart("n2", 5.0)]
+    assert [(d.node, d.how) for d in neutral.self_deaths(_history(events))] == [("n2", "boom")]
+
+
+def test_l2_a_silent_tail_of_exactly_r_meets_r():
+    events = [_mark("steady_state", 1.0), _commit("n1", 0, 1.0), _commit("n1", 1, 6.0)]
+    events += [_group("n2", 0.5, WORLD), _group("n3", 0.5, WORLD), _mark("run_end", 11.0)]
+    assert neutral.check_l2(_history(events), R5).status == "valid"
+
+
+def test_l1_a_step_committed_at_the_crash_instant_may_count_the_node():
+    # n3 lagged two steps; the others' step 3, counting n3, is logged at the instant of
+    # the kill: it was formed before it, so it is no violation.
+    events = _before_crash_of_n3(1) + [_fault("crash", ["n3"], 1.6)]
+    events += _steps(PAIR, [4], lambda s: 1.6) + _steps(PAIR, [5], lambda s: 2.0, PAIR)
+    assert neutral.check_l1(_history(events), D1).status == "valid"
