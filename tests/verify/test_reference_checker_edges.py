@@ -22,6 +22,7 @@ from swarmshake.reference_node.protocol.history import (
     EventBase,
     Fault,
     History,
+    LoopStall,
     RunMark,
     Start,
 )
@@ -479,6 +480,19 @@ def test_s4_a_pause_that_begins_at_the_declaration_counts_for_both_sides():
     assert result.status == "unknown" and result.message.endswith("(n1 was paused or stalled)")
 
 
+def test_s4_a_loop_stall_that_begins_at_the_declaration_counts_for_both_sides():
+    def stall(node: str) -> LoopStall:
+        return LoopStall(t_wall=5.3, t_mono=5.3, node=node, stalled_ms=300.0, since_mono=5.0)
+
+    peer_stalled = _three_started().at(5.0).declare("n1", "n2")
+    peer_stalled.events.append(stall("n2"))
+    assert peer_stalled.check("S4").status == "valid"
+    judge_stalled = _three_started().at(5.0).declare("n1", "n2")
+    judge_stalled.events.append(stall("n1"))
+    result = judge_stalled.check("S4")
+    assert result.status == "unknown" and result.message.endswith("(n1 was paused or stalled)")
+
+
 def test_s4_a_cut_within_d_before_the_declaration_excuses_it():
     log = _three_started().at(5.0).fault("partition", ["n2"], cuts=ISOLATE_N2)
     log.at(6.0).fault("partition", ["n2"], phase="heal").at(6.5).declare("n1", "n2")
@@ -501,10 +515,20 @@ def test_false_positive_refs_lists_the_invalid_and_the_undecided_judgements():
 
 def test_l1_reports_the_slowest_detection_in_milliseconds():
     log = _three_started().at(5.0).crash("n2").at(5.25).declare("n0", "n2")
-    log.at(5.5).declare("n1", "n2").at(9.0).all_commit(0)
+    log.at(5.9).declare("n1", "n2").at(9.0).all_commit(0)
     result = log.check("L1")
     assert result.status == "valid" and result.checked == 2
-    assert result.message == "2 detections of 1 crashes, slowest 500 ms"
+    assert result.message == "2 detections of 1 crashes, slowest 900 ms"
+
+
+def test_l1_judges_a_second_crash_of_a_node_that_came_back_from_its_first():
+    # n2 crashes at 3 s and is back at 3.5 s (within D: not judged); it crashes again
+    # at 5 s and stays down past D: that crash is judged, and nobody declared it.
+    log = _three_started().at(3.0).crash("n2").at(3.5).restart("n2").at(5.0).crash("n2")
+    log.at(9.0).all_commit(0)
+    result = log.check("L1")
+    assert result.status == "invalid" and result.checked == 2
+    assert "crash at t=5.000" in result.message
 
 
 @pytest.mark.parametrize(("back_at", "judged"), [(5.9, 0), (6.0, 0), (6.1, 2)])
