@@ -299,7 +299,7 @@ def test_l2_gaps_of_exactly_r_meet_r():
 @pytest.mark.parametrize(("end", "judged"), [(6.0, 1), (4.0, 0)])
 def test_l2_judges_a_stretch_at_least_r_long_and_no_shorter_one(end, judged):
     log = _three_started().at(1.0).mark("steady_state").at(1.0).all_commit(0)
-    log.at(end).all_commit(1)
+    log.at(end).commit("n0", 1, "v1")  # the run's last event: the stretch ends here
     result = log.check("L2")
     assert result.status == "valid" and result.checked == judged
     assert result.message == f"{judged} stable stretches, each committing within R"
@@ -332,8 +332,8 @@ def test_l3_the_majoritys_fingerprint_is_the_most_common_one_not_the_first():
     # Step 6: n1 (diverged) commits first; n0 and the restarted n2 agree.
     log = _n2_restarted_at_10().at(11.0).commit("n1", 6, "v6", param="odd")
     log.commit("n0", 6, "v6", param="good").commit("n2", 6, "v6", param="good")
-    for step in range(7, 17):
-        log.at(5.0 + step).all_commit(step)
+    for step in range(7, 12):  # after n2's deadline (15 s): step 6 alone is its catch-up
+        log.at(9.0 + step).all_commit(step)
     result = log.check("L3")
     assert result.status == "valid", result.message
     assert result.checked == 1  # three first starts and one restart
