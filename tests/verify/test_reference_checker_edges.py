@@ -523,9 +523,9 @@ def test_l1_reports_the_slowest_detection_in_milliseconds():
 
 def test_l1_judges_a_second_crash_of_a_node_that_came_back_from_its_first():
     # n2 crashes at 3 s and is back at 3.5 s (within D: not judged); it crashes again
-    # at 5 s and stays down past D: that crash is judged, and nobody declared it.
+    # at 5 s and is back only at 8 s: that crash is judged, and nobody declared it.
     log = _three_started().at(3.0).crash("n2").at(3.5).restart("n2").at(5.0).crash("n2")
-    log.at(9.0).all_commit(0)
+    log.at(8.0).restart("n2", incarnation=2).at(9.0).all_commit(0)
     result = log.check("L1")
     assert result.status == "invalid" and result.checked == 2
     assert "crash at t=5.000" in result.message
