@@ -171,6 +171,7 @@ def test_s2_reports_a_step_committed_with_three_values_once_with_both_fingerprin
         "(the first was lost)"
     )
     assert [ref.note for ref in result.evidence] == ["first commit", "overwriting commit"]
+    assert [ref.index for ref in result.evidence] == [3, 4]  # three starts, then the commits
 
 
 def _step_0_in_memory_of_n0_and_n1() -> Log:
@@ -192,6 +193,13 @@ def test_s2_step_0_lost_in_rolling_restarts_is_a_violation_named_at_its_first_lo
         "with only 1 of 3 voters down"
     )
     assert result.evidence[0].note == "committed here" and result.evidence[0].step == 0
+
+
+def test_s2_a_restart_without_a_logged_crash_also_loses_the_processs_memory():
+    # n0 restarts on its own (a forced restart: no crash fault), then n1 crashes.
+    log = _step_0_in_memory_of_n0_and_n1().restart("n0").crash("n1")
+    result = log.check("S2")
+    assert result.status == "invalid" and "after n1 crashed" in result.message
 
 
 def test_s2_a_lost_value_committed_again_right_after_the_crash_was_not_lost():

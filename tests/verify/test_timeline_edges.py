@@ -160,6 +160,14 @@ def test_a_heal_ends_the_oldest_of_two_windows_with_its_target_only():
     assert _exit_ends(timeline) == [3.0 + BOUNDS.detection_s, math.inf]
 
 
+def test_a_heal_naming_one_node_leaves_a_fault_on_every_node_open():
+    timeline = _timeline(
+        _fault("latency", ["*"], 1.0, delay_ms=500.0),
+        _fault("latency", ["n1"], 3.0, phase="heal"),
+    )  # fmt: skip
+    assert _exit_ends(timeline) == [math.inf]
+
+
 def test_a_link_fault_naming_no_node_touches_every_link():
     result = _s4(_fault("latency", [], 1.0, delay_ms=500.0), _declare("n1", "n2", 2.0))
     assert result.status == "unknown" and "outside the declared envelope" in result.message
