@@ -271,8 +271,13 @@ def test_a_heal_restores_every_cut_of_a_partition(heal):
                                   (4.0, 10.0, tuple(WORLD))]  # fmt: skip
 
 
-def test_a_partition_without_its_cuts_leaves_its_stretch_unjudged():
-    events = _world_events() + [_fault("partition", ["n3"], 2.0), _fault("heal", [], 4.0)]
+@pytest.mark.parametrize(
+    "heal",
+    [_fault("heal", [], 4.0), _fault("partition", ["n3"], 4.0, phase="heal")],
+    ids=["heal-all", "partition-heal"],
+)
+def test_a_partition_without_its_cuts_leaves_its_stretch_unjudged(heal):
+    events = _world_events() + [_fault("partition", ["n3"], 2.0), heal]
     assert _stretches(events) == [(0.0, 2.0, tuple(WORLD)), (4.0, 10.0, tuple(WORLD))]
 
 
