@@ -29,6 +29,7 @@ from typing import BinaryIO
 from swarmshake.reference_node import checkpoint
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRefusal, BulkRequest, split
+from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.durable import write_atomically
 
 REPLICAS_DIR = "replicas"
@@ -227,27 +228,28 @@ async def collect_answers(
     ask: Callable[[list[str]], None],
     wait_s: float,
     ask_again_s: float,
+    clock: NodeClock,
 ) -> None:
     """Ask every peer, then ask the silent ones again every ``ask_again_s``, until each
-    answered or ``wait_s`` passed.  A request or its answer can be lost: written into
+    answered or ``wait_s`` passed (node time: ``clock``, skewed by a clock-skew fault).
+    A request or its answer can be lost: written into
     a connection the link layer only later finds dead (a proxy accepts while the
     restarted worker's port is still closed, then drops what it got), and neither
     side retries a single frame.  Asking once made such a loss cost the whole
     ``wait_s`` (a 5.1 s rejoin in 1 of 8 restarts); asking again costs one
     ``ask_again_s``.  Bounded: at most ``wait_s / ask_again_s`` rounds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
+    deadline = clock.now() + wait_s
     ask(list(answers.by_peer))
     while not answers.complete.is_set():
-        remaining_s = deadline - loop.time()
+        remaining_s = deadline - clock.now()
         if remaining_s <= 0:
             return  # use what came; a peer silent all along is down (RESTORE_WAIT_S)
         try:
-            async with asyncio.timeout(min(ask_again_s, remaining_s)):
+            async with asyncio.timeout(clock.host_delay_s(min(ask_again_s, remaining_s))):
                 await answers.complete.wait()
         except TimeoutError:
             silent = answers.silent()
-            if silent and loop.time() < deadline:
+            if silent and clock.now() < deadline:
                 ask(silent)
 
 
@@ -415,7 +417,9 @@ class ReplicaService:
             for peer in asked:
                 worker.group.create_task(worker.send_blob(peer, iter([request])))
 
-        await collect_answers(self.restoring, ask, RESTORE_WAIT_S, RESTORE_ASK_AGAIN_S)
+        await collect_answers(
+            self.restoring, ask, RESTORE_WAIT_S, RESTORE_ASK_AGAIN_S, worker.clock
+        )
         answers, self.restoring = self.restoring.by_peer, None
         limit = self.store.max_payload_bytes
         chosen, skipped = await worker.run_compute(choose_replica, answers, worker.node, limit)

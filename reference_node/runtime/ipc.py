@@ -147,6 +147,15 @@ class Ping(_Msg, tag="ping"):
     """Keeps the worker's silence deadline from firing while the control is idle."""
 
 
+class SetClock(_Msg, tag="set_clock"):
+    """A clock-skew fault reached the node (``mqtt_messages.SetClock``, validated
+    there): the worker's timers (shard gathers, replica restores) run on a clock skewed
+    as the control process's is (DESIGN: skew acts on the node's injected clock)."""
+
+    offset_s: float
+    drift_ppm: float
+
+
 class SetIncarnation(_Msg, tag="set_incarnation"):
     """The node refuted a suspicion with a higher incarnation: stamp events with it."""
 
@@ -171,6 +180,7 @@ ToWorker = (
     | Infer
     | Shutdown
     | Ping
+    | SetClock
     | SetIncarnation
 )
 

@@ -392,6 +392,7 @@ class ControlProcess:
                     self.to_worker(ipc.WriteCheckpoint())
             case SetClock():
                 self.clock.set_skew(command.offset_s, command.drift_ppm)
+                self.to_worker(ipc.SetClock(offset_s=command.offset_s, drift_ppm=command.drift_ppm))
             case Leave():
                 self.leave(f"leave: {command.reason}")
             case HoldBulk():

@@ -37,7 +37,6 @@ rules absorb; a node that also lies about its aggregation is not covered here.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -248,7 +247,7 @@ class ShardExchange:
         self._maybe_compute(step, index, contributors)
         if waiting_key in self.computing:
             return
-        now = time.monotonic()
+        now = self.worker.clock.now()
         since = self.waiting_since.setdefault(waiting_key, now)
         if now - since > INPUT_WAIT_S:
             lacking = sorted(set(contributors) - self.inputs.get((step, index), {}).keys())
@@ -405,7 +404,8 @@ class ShardExchange:
         return task
 
     async def _gather(self, step: int, contributors: tuple[str, ...]) -> AggregateOutcome:
-        started = time.monotonic()
+        clock = self.worker.clock  # node time: a clock-skew fault moves these timers too
+        started = clock.now()
         asked: dict[int, tuple[str, float]] = {}
         key = (step, contributors)
         while True:
@@ -425,7 +425,7 @@ class ShardExchange:
             missing = [index for index in range(count) if index not in held]
             if not missing:
                 break
-            now = time.monotonic()
+            now = clock.now()
             if now - started > GATHER_TIMEOUT_S:
                 return AggregationError(
                     f"shards {missing} of step {step} not received in {GATHER_TIMEOUT_S}s"
@@ -457,7 +457,7 @@ class ShardExchange:
             changed = self._changed.setdefault(step, asyncio.Event())
             wait_s = BROADCAST_GRACE_S if broadcast_due else REQUEST_RETRY_S
             try:
-                async with asyncio.timeout(wait_s):  # bounded: the loop re-asks
+                async with asyncio.timeout(clock.host_delay_s(wait_s)):  # bounded: re-asks
                     await changed.wait()
             except TimeoutError:
                 pass

@@ -46,6 +46,7 @@ from swarmshake.reference_node.runtime.bulk import (
     state_blob,
 )
 from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaService
+from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
 from swarmshake.reference_node.runtime.malloc_tuning import keep_freed_memory
@@ -92,6 +93,10 @@ class Worker:
         )
         self.events = history.EventWriter(config.events_path)
         self.lamport = 0
+        # The node's clock for the worker's own timers (shard gathers, replica
+        # restores); a clock-skew fault reaches it as ipc.SetClock.  Events keep the
+        # host's clock (t_mono), as the control process's do.
+        self.clock = NodeClock()
         self.replica = Replica(config.training, self.node)
         # Contributions as sent (training.wire): fp32, or int8 with this node's
         # error-feedback residual, kept for the replica it was computed from.
@@ -333,6 +338,8 @@ class Worker:
                 await self.infer(message)
             case ipc.Ping():
                 pass
+            case ipc.SetClock():
+                self.clock.set_skew(message.offset_s, message.drift_ppm)
             case ipc.SetIncarnation():
                 self.incarnation = message.incarnation
             case ipc.UpdatePeers():

@@ -171,6 +171,7 @@ def test_a_lost_request_or_answer_costs_one_retry_not_the_whole_wait(tmp_path):
         RESTORE_WAIT_S,
         collect_answers,
     )
+    from swarmshake.reference_node.runtime.clock import NodeClock
 
     n3 = ReplicaStore(tmp_path / "n3", PARAMS)
     n3.store("n1", write(tmp_path / "n1-old", 645, "n1").path.read_bytes())
@@ -196,7 +197,7 @@ def test_a_lost_request_or_answer_costs_one_retry_not_the_whole_wait(tmp_path):
 
     async def restore() -> float:
         start = time.monotonic()
-        await collect_answers(answers, ask, wait_s=1.5, ask_again_s=0.1)
+        await collect_answers(answers, ask, wait_s=1.5, ask_again_s=0.1, clock=NodeClock())
         return time.monotonic() - start
 
     elapsed_s = asyncio.run(restore())
@@ -212,7 +213,7 @@ def test_a_lost_request_or_answer_costs_one_retry_not_the_whole_wait(tmp_path):
 
     async def restore_live() -> float:
         start = time.monotonic()
-        await collect_answers(answers, ask, RESTORE_WAIT_S, RESTORE_ASK_AGAIN_S)
+        await collect_answers(answers, ask, RESTORE_WAIT_S, RESTORE_ASK_AGAIN_S, NodeClock())
         return time.monotonic() - start
 
     elapsed_s = asyncio.run(restore_live())

@@ -94,3 +94,43 @@ def test_a_non_finite_shard_is_refused_like_the_whole():
         aggregate_shard(config, 600 - second[0], {n: r[second[0] :] for n, r in rows.items()}),
         AggregationError,
     )
+
+
+def test_an_owners_input_wait_runs_on_the_nodes_clock():
+    """A shard owner asked for an aggregate whose inputs never came refuses after
+    ``INPUT_WAIT_S`` of *node* time (the worker's clock, skewed by a clock-skew fault
+    as the control process's is), naming the contributors it lacks."""
+    from types import SimpleNamespace
+
+    from swarmshake.reference_node.protocol.sharding import aggregate_shard_key
+    from swarmshake.reference_node.runtime.bulk import BulkRefusal, BulkRequest
+    from swarmshake.reference_node.runtime.clock import NodeClock
+    from swarmshake.reference_node.runtime.sharded import INPUT_WAIT_S, ShardExchange
+
+    def owner(drift_ppm: float):
+        host = [100.0]
+        sent: list[tuple[str, list]] = []
+        clock = NodeClock(host=lambda: host[0])
+        clock.set_skew(0.0, drift_ppm)
+        worker = SimpleNamespace(
+            node="n1", clock=clock, config=SimpleNamespace(training=TrainingConfig()),
+            replica=SimpleNamespace(model=SimpleNamespace(parameter_count=8)),
+            drops=SimpleNamespace(drop=lambda reason, peer: None),
+            send_blob=lambda peer, frames: (peer, list(frames)), spawn=lambda sent_: sent.append(sent_),
+        )  # fmt: skip
+        return ShardExchange(worker), host, sent
+
+    request = BulkRequest(
+        kind="shard_aggregate", step=3, key=aggregate_shard_key(0, 2, ["n1", "n2"])
+    )
+    host_s = 0.7 * INPUT_WAIT_S
+    for drift_ppm, refused in ((0.0, False), (500_000.0, True)):  # 0.7 s is 1.05 s at +50 %
+        exchange, host, sent = owner(drift_ppm)
+        exchange.on_request("n2", request)
+        assert sent == []
+        host[0] += host_s
+        exchange.on_request("n2", request)
+        refusals = [f for _, frames in sent for f in frames if isinstance(f, BulkRefusal)]
+        assert bool(refusals) == refused, drift_ppm
+        if refused:
+            assert refusals[0].missing == ["n1", "n2"]
