@@ -29,6 +29,7 @@ livelock) counts as killed, as mutmut and cosmic-ray count it.
     python scripts/mutation.py --sample 40 --seed 1          # a sampled score
     python scripts/mutation.py --per-file 12 --jobs 2         # a score for each file
     python scripts/mutation.py --all --json out.json          # every mutant (hours)
+    python scripts/mutation.py --survivors-of out.json --at REV   # its survivors, today
 
 ``--jobs`` runs that many kill commands at once, each in its own copy of the tree
 (one per core: a kill command is one pytest or explore process).
@@ -194,12 +195,55 @@ def _sites(tree: ast.AST) -> Iterator[tuple[ast.AST, str, str, object]]:
             yield node, "delete", f"{type(node).__name__} -> pass", None
 
 
-def list_mutants(rel_path: str) -> list[Mutant]:
-    tree = ast.parse((REPO / rel_path).read_text(), rel_path)
+def list_mutants(rel_path: str, source: str | None = None) -> list[Mutant]:
+    """The file's mutants; ``source``: its text at another commit (default: as it is)."""
+    text = (REPO / rel_path).read_text() if source is None else source
+    tree = ast.parse(text, rel_path)
     return [
         Mutant(rel_path, index, getattr(node, "lineno", 0), kind, description)
         for index, (node, kind, description, _how) in enumerate(_sites(tree))
     ]
+
+
+def _identities(mutants: list[Mutant], source: str) -> dict[tuple, Mutant]:
+    """Each mutant keyed by what survives an edit elsewhere in its file: the file, its
+    line's text, its description, and which of the mutants with those three it is."""
+    lines = source.splitlines()
+    seen: dict[tuple[str, str, str], int] = {}
+    keyed = {}
+    for mutant in mutants:
+        text = lines[mutant.line - 1].strip() if 0 < mutant.line <= len(lines) else ""
+        base = (mutant.file, text, mutant.description)
+        seen[base] = seen.get(base, -1) + 1
+        keyed[(*base, seen[base])] = mutant
+    return keyed
+
+
+def survivors_now(results: list[dict], at: str) -> tuple[list[Mutant], int]:
+    """The survivors of earlier runs (their ``--json`` results, mutated at commit
+    ``at``) among today's mutants, matched by ``_identities``; and how many of them
+    have no match (their line was edited or removed since)."""
+    wanted = {(r["file"], r["index"]) for r in results if r.get("outcome") == "survived"}
+    found: list[Mutant] = []
+    gone = 0
+    for rel_path in sorted({f for f, _ in wanted}):
+        shown = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{at}:{rel_path}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if shown.returncode != 0:
+            raise ValueError(f"{rel_path} at {at}: {shown.stderr.strip() or 'not found'}")
+        then = _identities(list_mutants(rel_path, shown.stdout), shown.stdout)
+        now_text = (REPO / rel_path).read_text() if (REPO / rel_path).is_file() else ""
+        now = _identities(list_mutants(rel_path), now_text) if now_text else {}
+        by_index = {m.index: key for key, m in then.items()}
+        for _, index in sorted(w for w in wanted if w[0] == rel_path):
+            match = now.get(by_index.get(index, ()))
+            if match is None:
+                gone += 1
+            else:
+                found.append(match)
+    return found, gone
 
 
 class _Replace(ast.NodeTransformer):
@@ -352,6 +396,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE#INDEX",
         help="these mutants alone (as --list and --json name them), e.g. a run's survivors",
     )
+    pick.add_argument(
+        "--survivors-of",
+        action="extend",
+        nargs="+",
+        metavar="JSON",
+        help="the survivors of earlier runs (their --json files), found in today's code by "
+        "line text and mutation: re-run them after writing tests (with --at)",
+    )
+    parser.add_argument(
+        "--at",
+        default="HEAD",
+        help="with --survivors-of: the commit those runs mutated (default HEAD)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="kill commands run at once")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per kill command")
@@ -388,6 +445,19 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [m for m in mutants if (m.file, m.index) in wanted]
         if len(chosen) != len(wanted):
             parser.error("--only names a mutant index that FILE does not have")
+    elif args.survivors_of:
+        results: list[dict] = []
+        for name in args.survivors_of:
+            try:
+                results += json.loads(Path(name).read_text())["results"]
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                parser.error(f"--survivors-of {name}: not a --json result file ({error})")
+        try:
+            chosen, gone = survivors_now(results, args.at)
+        except ValueError as error:
+            parser.error(f"--survivors-of: {error}")
+        chosen = [m for m in chosen if m.file in by_file]
+        print(f"{len(chosen)} survivors found in today's code; {gone} gone with their line")
     elif args.all:
         chosen = mutants
     elif args.per_file is not None:

@@ -142,3 +142,33 @@ def test_every_mutant(tmp_path: Path) -> None:
     summary = _run(["--all"], tmp_path / "m.json", 8 * 3600 - 60)
     survivors = [f"{s['file']}:{s['line']} {s['description']}" for s in summary["survivors"]]
     assert summary["score"] >= FULL_MIN_SCORE, survivors
+
+
+def test_survivors_of_an_earlier_run_are_found_after_edits_elsewhere(tmp_path, monkeypatch):
+    """``--survivors-of RUN.json --at REV``: the survivors of a run made at REV are
+    re-run on today's code, found by line text and mutation (indexes and line numbers
+    move when the file is edited); a survivor whose line was edited is gone."""
+    mutation = _load_script()
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    code = "def f(a, b):\n    if a < b:\n        return a + 1\n    return b\n"
+    (repo / "pkg" / "m.py").write_text(code)
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "then"], check=True)
+    monkeypatch.setattr(mutation, "REPO", repo)
+    then = mutation.list_mutants("pkg/m.py")
+    compare = next(m for m in then if m.description == "Lt -> LtE")
+    constant = next(m for m in then if m.line == 3 and m.kind == "constant")
+    results = [
+        {"file": "pkg/m.py", "index": compare.index, "outcome": "survived"},
+        {"file": "pkg/m.py", "index": constant.index, "outcome": "survived"},
+        {"file": "pkg/m.py", "index": 0, "outcome": "killed"},
+    ]
+    edited = "def g():\n    return 0\n\n\n" + code.replace("a + 1", "a + 2")
+    (repo / "pkg" / "m.py").write_text(edited)
+    found, gone = mutation.survivors_now(results, "HEAD")
+    assert [(m.line, m.description) for m in found] == [(6, "Lt -> LtE")]
+    assert gone == 1
+    assert mutation.list_mutants("pkg/m.py")[found[0].index] == found[0]
