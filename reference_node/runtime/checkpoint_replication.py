@@ -232,12 +232,13 @@ async def collect_answers(
 ) -> None:
     """Ask every peer, then ask the silent ones again every ``ask_again_s``, until each
     answered or ``wait_s`` passed (node time: ``clock``, skewed by a clock-skew fault).
-    A request or its answer can be lost: written into
-    a connection the link layer only later finds dead (a proxy accepts while the
-    restarted worker's port is still closed, then drops what it got), and neither
-    side retries a single frame.  Asking once made such a loss cost the whole
-    ``wait_s`` (a 5.1 s rejoin in 1 of 8 restarts); asking again costs one
-    ``ask_again_s``.  Bounded: at most ``wait_s / ask_again_s`` rounds."""
+
+    A request or its answer can be lost: written into a connection the link layer
+    only later finds dead (a proxy accepts while the restarted worker's port is still
+    closed, then drops what it got), and neither side retries a single frame.  Asking
+    once made such a loss cost the whole ``wait_s`` (a 5.1 s rejoin in 1 of 8
+    restarts); asking again costs one ``ask_again_s``.  Bounded: at most
+    ``wait_s / ask_again_s`` rounds."""
     deadline = clock.now() + wait_s
     ask(list(answers.by_peer))
     while not answers.complete.is_set():
