@@ -25,6 +25,7 @@ from swarmshake.reference_node.protocol.history import (
     LoopStall,
     RunMark,
     Start,
+    Stop,
 )
 from swarmshake.verify.checkers import Bounds, PropertyResult, Verdict, check_history, detector
 from swarmshake.verify.checkers.model import EventRef, Findings
@@ -554,3 +555,48 @@ def test_l1_a_miss_d_before_the_runs_end_is_late_and_one_cut_by_the_end_is_unkno
     result = cut.check("L1")
     assert result.status == "unknown"
     assert result.message.endswith("(run ended or envelope left) (and 1 more)")
+
+
+# --- L2 under joins and leaves: the majority of the configuration in force ------------------
+
+
+def _config(log: Log, step: int, voters: list[str], change: str, peer: str) -> Log:
+    t = log._now()
+    log.events.append(ConfigChange(t_wall=t, t_mono=t, node="n0", step=step, change=change,
+                                   peer=peer, voters=voters))  # fmt: skip
+    return log
+
+
+FIVE = ["n0", "n1", "n2", "n3", "n4"]
+
+
+def test_l2_counts_the_majority_of_the_voters_that_joined():
+    # n3 and n4 join (five voters from 5 s); n0 and n1 crash at 10 s: three of five are
+    # up, a majority, and nothing commits for 20 s.  Counting the three initial voters
+    # (one of three up) left that stall unjudged.
+    log = _three_started().start("n3").start("n4").at(1.0).all_commit(0).at(3.0).all_commit(1)
+    _config(log.at(4.0), 1, [*VOTERS, "n3"], "add", "n3")
+    _config(log.at(5.0), 2, FIVE, "add", "n4")
+    log.at(7.0).all_commit(2).at(9.0).all_commit(3)
+    log.at(10.0).crash("n0").crash("n1").at(30.0).mark("run_end")
+    result = log.check("L2")
+    assert result.status == "invalid", result.message
+    assert "no new step committed for 21.0s" in result.message
+
+
+def test_l2_counts_the_majority_of_the_voters_left_after_leaves():
+    # Five voters; n3 and n4 leave cleanly (three voters from 5 s); n2 crashes at 10 s:
+    # two of three are up, and nothing commits for 20 s.
+    log = Log()
+    for node in FIVE:
+        log.start(node, voters=FIVE)
+    log.at(1.0).commit("n0", 0, "v0").at(3.0).commit("n0", 1, "v1")
+    _config(log.at(4.0), 1, ["n0", "n1", "n2", "n3"], "remove", "n4")
+    log.events.append(Stop(t_wall=4.1, t_mono=4.1, node="n4"))
+    _config(log.at(5.0), 2, VOTERS, "remove", "n3")
+    log.events.append(Stop(t_wall=5.1, t_mono=5.1, node="n3"))
+    log.at(7.0).commit("n0", 3, "v3").at(9.0).commit("n0", 4, "v4")
+    log.at(10.0).crash("n2").at(30.0).mark("run_end")
+    result = log.check("L2")
+    assert result.status == "invalid", result.message
+    assert "no new step committed for 21.0s" in result.message

@@ -1,6 +1,7 @@
 """L2 progress and L3 rejoin.
 
-- L2: in every *stable* stretch — a majority of the configured voters alive and no
+- L2: in every *stable* stretch — a majority of the voters in force alive (the newest
+  configuration some node had logged by then: joins and leaves move it) and no
   node outside the envelope (no partition, black hole, … active or within D of its
   heal) — the highest committed step rises at least every ``R`` seconds.  Judging
   starts at the harness's ``steady_state`` mark, else at the run's first commit:
@@ -33,13 +34,14 @@ from swarmshake.verify.checkers.timeline import Timeline
 def stable_stretches(
     timeline: Timeline, membership: Membership, history: History
 ) -> list[tuple[float, float]]:
-    """Maximal ``[start, end)`` stretches where a majority of voters is alive and no
-    envelope exit is active."""
-    voters = membership.voters_at(0)
-    needed = majority(len(voters))
-    # Boundaries: every change of liveness or of the envelope.
+    """Maximal ``[start, end)`` stretches where a majority of the voters in force (the
+    configuration some node had committed by then: joins and leaves move it) is alive
+    and no envelope exit is active."""
+    # Boundaries: every change of liveness, of the envelope or of the configuration.
     points = {0.0, timeline.end_t}
-    for name in voters:
+    points.update(t for t, _ in membership.by_time)
+    everyone = {name for _, voters in membership.by_time for name in voters}
+    for name in sorted(everyone | set(membership.initial)):
         node = timeline.nodes.get(name)
         if node is None:
             continue
@@ -52,6 +54,8 @@ def stable_stretches(
     current_start: float | None = None
     for low, high in zip(ordered, ordered[1:], strict=False):
         probe = (low + high) / 2
+        voters = membership.voters_at_time(probe)
+        needed = majority(len(voters))
         alive = sum(
             1 for name in voters if name in timeline.nodes and timeline.nodes[name].alive_at(probe)
         )

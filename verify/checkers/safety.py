@@ -48,6 +48,22 @@ class Membership:
             key=lambda item: item[0],
         )
         self.changes = changes
+        # Each committed configuration from the first moment a node logged it: the
+        # voters whose majority the liveness checks count at a time (L2's premise).
+        first_logged: dict[int, tuple[float, list[str]]] = {}
+        for event in history.of_kind(ConfigChange):
+            if event.step not in first_logged:
+                first_logged[event.step] = (event.t_mono, sorted(event.voters))
+        self.by_time = sorted(first_logged.values(), key=lambda item: item[0])
+
+    def voters_at_time(self, t: float) -> list[str]:
+        """The voters of the newest configuration some node had logged by ``t``."""
+        voters = self.initial
+        for logged_at, change_voters in self.by_time:
+            if logged_at > t:
+                break
+            voters = change_voters
+        return voters
 
     def voters_at(self, step: int) -> list[str]:
         voters = self.initial
