@@ -600,3 +600,22 @@ def test_l2_counts_the_majority_of_the_voters_left_after_leaves():
     result = log.check("L2")
     assert result.status == "invalid", result.message
     assert "no new step committed for 21.0s" in result.message
+
+
+def test_a_configuration_is_in_force_from_the_moment_it_was_first_logged():
+    # Five voters, n3 and n4 down from 3 s (three of five up: stable).  At 6 s the
+    # cluster removes n2, which stops at 6.5 s: from 6 s two of the four voters left
+    # are up, no majority, whatever n2 still does.
+    log = Log()
+    for node in FIVE:
+        log.start(node, voters=FIVE)
+    log.at(1.0).commit("n0", 0, "v0").at(2.0).crash("n3").at(3.0).crash("n4")
+    _config(log.at(6.0), 1, ["n0", "n1", "n3", "n4"], "remove", "n2")
+    log.events.append(Stop(t_wall=6.5, t_mono=6.5, node="n2"))
+    log.at(9.0).commit("n0", 1, "v1")
+    history = History.from_events(log.events)
+    membership = Membership(history)
+    assert membership.voters_at_time(5.9) == FIVE
+    assert membership.voters_at_time(6.0) == ["n0", "n1", "n3", "n4"]
+    stretches = stable_stretches(build_timeline(history, BOUNDS), membership, history)
+    assert stretches == [(0.3, 6.0)]
