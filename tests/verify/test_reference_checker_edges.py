@@ -619,3 +619,26 @@ def test_a_configuration_is_in_force_from_the_moment_it_was_first_logged():
     assert membership.voters_at_time(6.0) == ["n0", "n1", "n3", "n4"]
     stretches = stable_stretches(build_timeline(history, BOUNDS), membership, history)
     assert stretches == [(0.3, 6.0)]
+
+
+def test_l3_judges_a_restart_that_brings_the_majority_back():
+    # n1 and n2 crash at 5 s: no majority.  n1's restart at 10 s restores it (the stable
+    # stretch begins with that restart), so n1's failure to catch up by 15 s is a
+    # violation, not undecidable.
+    log = _three_started()
+    for step in range(4):
+        log.at(1.0 + step).all_commit(step)
+    log.at(5.0).crash("n1").crash("n2").at(10.0).restart("n1")
+    for step in range(4, 14):
+        log.at(7.0 + step).commit("n0", step, f"v{step}")
+    result = log.check("L3")
+    assert result.status == "invalid", result.message
+    assert "n1 restarted at t=10.000" in result.message
+
+
+def test_results_are_built_from_named_fields_only():
+    # A positional PropertyResult("S1", "valid") would silently swap fields on a reorder.
+    with pytest.raises(TypeError):
+        PropertyResult("S1", "valid")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Verdict("valid", {}, Bounds())  # type: ignore[misc]
