@@ -51,7 +51,9 @@ test-long: setup image
 # Mutation score of the protocol cores and the checkers (scripts/mutation.py): a
 # sample of 30 mutants (seed 1, ~10 min); MUTATION_ARGS="--all" for every mutant
 # (hours; test-long runs it as tests/verify/test_mutation.py::test_every_mutant);
-# MUTATION_ARGS="--per-file 8 --jobs 2" for a score of each file, two kill commands at once.
+# MUTATION_ARGS="--per-file 8 --jobs 2" for a score of each file, two kill commands at once;
+# MUTATION_ARGS="--survivors-of RUN.json --at REV" re-runs an earlier run's survivors (after
+# writing tests for them), found in today's code by line and mutation.
 MUTATION_ARGS ?= --sample 30 --seed 1
 mutation: setup
 	@mkdir -p runs
