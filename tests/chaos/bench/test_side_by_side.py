@@ -151,10 +151,19 @@ def test_one_real_cell_side_by_side(tmp_path: Path) -> None:
     systems = cell["systems"]
     assert set(systems) == {"reference", "torchft"}
     assert systems["reference"]["trials"] == 1 and systems["torchft"]["trials"] == 1
-    # torchft leaves a killed group out of its next quorum and commits without it.
-    assert systems["torchft"]["detection"]["n"] == 1
+    # torchft leaves a killed group out of its next quorum and commits without it, after
+    # the Lighthouse's 5 s heartbeat timeout.  The restart comes 4-5 s after the kill,
+    # so in some trials the group is back first and no quorum ever leaves it out: the
+    # figure is then missing for that one reason (CI checks: 1 trial of 4, session 13),
+    # and any other reason fails here.
+    detection = systems["torchft"]["detection"]
+    if detection["n"] == 1:
+        assert detection["ratio_to_reference"] is not None
+    else:
+        assert detection["missing"] == (
+            "no observer's group left the victim out while the fault lasted"
+        ), detection
     assert systems["torchft"]["recovery"]["n"] == 1
-    assert systems["torchft"]["detection"]["ratio_to_reference"] is not None
     markdown = (out / "side_by_side.md").read_text()
     assert "| restart (local, 4 nodes) | torchft | 1 |" in markdown
     assert (out / "side_by_side.svg").read_text().startswith("<svg")
