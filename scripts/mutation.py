@@ -235,7 +235,7 @@ def survivors_now(results: list[dict], at: str) -> tuple[list[Mutant], int]:
             raise ValueError(f"{rel_path} at {at}: {shown.stderr.strip() or 'not found'}")
         then = _identities(list_mutants(rel_path, shown.stdout), shown.stdout)
         now_text = (REPO / rel_path).read_text() if (REPO / rel_path).is_file() else ""
-        now = _identities(list_mutants(rel_path), now_text) if now_text else {}
+        now = _identities(list_mutants(rel_path, now_text), now_text) if now_text else {}
         by_index = {m.index: key for key, m in then.items()}
         for _, index in sorted(w for w in wanted if w[0] == rel_path):
             match = now.get(by_index.get(index, ()))

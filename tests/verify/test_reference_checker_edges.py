@@ -94,6 +94,19 @@ class Log:
                                        peer_incarnation=incarnation, reason=reason))  # fmt: skip
         return self
 
+    def stop(self, node: str) -> Log:
+        """``node`` stops cleanly (a leave)."""
+        t = self._now()
+        self.events.append(Stop(t_wall=t, t_mono=t, node=node))
+        return self
+
+    def config(self, step: int, voters: list[str], change: str, peer: str) -> Log:
+        """n0 logs the configuration committed at ``step``."""
+        t = self._now()
+        self.events.append(ConfigChange(t_wall=t, t_mono=t, node="n0", step=step, change=change,
+                                        peer=peer, voters=voters))  # fmt: skip
+        return self
+
     def restart(self, node: str, incarnation: int = 1) -> Log:
         return self.start(node, incarnation)
 
@@ -560,14 +573,14 @@ def test_l1_a_miss_d_before_the_runs_end_is_late_and_one_cut_by_the_end_is_unkno
 # --- L2 under joins and leaves: the majority of the configuration in force ------------------
 
 
-def _config(log: Log, step: int, voters: list[str], change: str, peer: str) -> Log:
-    t = log._now()
-    log.events.append(ConfigChange(t_wall=t, t_mono=t, node="n0", step=step, change=change,
-                                   peer=peer, voters=voters))  # fmt: skip
-    return log
-
-
 FIVE = ["n0", "n1", "n2", "n3", "n4"]
+
+
+def _five_started() -> Log:
+    log = Log()
+    for node in FIVE:
+        log.start(node, voters=FIVE)
+    return log
 
 
 def test_l2_counts_the_majority_of_the_voters_that_joined():
@@ -575,8 +588,8 @@ def test_l2_counts_the_majority_of_the_voters_that_joined():
     # up, a majority, and nothing commits for 20 s.  Counting the three initial voters
     # (one of three up) left that stall unjudged.
     log = _three_started().start("n3").start("n4").at(1.0).all_commit(0).at(3.0).all_commit(1)
-    _config(log.at(4.0), 1, [*VOTERS, "n3"], "add", "n3")
-    _config(log.at(5.0), 2, FIVE, "add", "n4")
+    log.at(4.0).config(1, [*VOTERS, "n3"], "add", "n3")
+    log.at(5.0).config(2, FIVE, "add", "n4")
     log.at(7.0).all_commit(2).at(9.0).all_commit(3)
     log.at(10.0).crash("n0").crash("n1").at(30.0).mark("run_end")
     result = log.check("L2")
@@ -587,14 +600,11 @@ def test_l2_counts_the_majority_of_the_voters_that_joined():
 def test_l2_counts_the_majority_of_the_voters_left_after_leaves():
     # Five voters; n3 and n4 leave cleanly (three voters from 5 s); n2 crashes at 10 s:
     # two of three are up, and nothing commits for 20 s.
-    log = Log()
-    for node in FIVE:
-        log.start(node, voters=FIVE)
-    log.at(1.0).commit("n0", 0, "v0").at(3.0).commit("n0", 1, "v1")
-    _config(log.at(4.0), 1, ["n0", "n1", "n2", "n3"], "remove", "n4")
-    log.events.append(Stop(t_wall=4.1, t_mono=4.1, node="n4"))
-    _config(log.at(5.0), 2, VOTERS, "remove", "n3")
-    log.events.append(Stop(t_wall=5.1, t_mono=5.1, node="n3"))
+    log = _five_started().at(1.0).commit("n0", 0, "v0").at(3.0).commit("n0", 1, "v1")
+    log.at(4.0).config(1, ["n0", "n1", "n2", "n3"], "remove", "n4")
+    log.at(4.1).stop("n4")
+    log.at(5.0).config(2, VOTERS, "remove", "n3")
+    log.at(5.1).stop("n3")
     log.at(7.0).commit("n0", 3, "v3").at(9.0).commit("n0", 4, "v4")
     log.at(10.0).crash("n2").at(30.0).mark("run_end")
     result = log.check("L2")
@@ -606,12 +616,9 @@ def test_a_configuration_is_in_force_from_the_moment_it_was_first_logged():
     # Five voters, n3 and n4 down from 3 s (three of five up: stable).  At 6 s the
     # cluster removes n2, which stops at 6.5 s: from 6 s two of the four voters left
     # are up, no majority, whatever n2 still does.
-    log = Log()
-    for node in FIVE:
-        log.start(node, voters=FIVE)
-    log.at(1.0).commit("n0", 0, "v0").at(2.0).crash("n3").at(3.0).crash("n4")
-    _config(log.at(6.0), 1, ["n0", "n1", "n3", "n4"], "remove", "n2")
-    log.events.append(Stop(t_wall=6.5, t_mono=6.5, node="n2"))
+    log = _five_started().at(1.0).commit("n0", 0, "v0").at(2.0).crash("n3").at(3.0).crash("n4")
+    log.at(6.0).config(1, ["n0", "n1", "n3", "n4"], "remove", "n2")
+    log.at(6.5).stop("n2")
     log.at(9.0).commit("n0", 1, "v1")
     history = History.from_events(log.events)
     membership = Membership(history)
