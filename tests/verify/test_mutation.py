@@ -172,3 +172,31 @@ def test_survivors_of_an_earlier_run_are_found_after_edits_elsewhere(tmp_path, m
     assert [(m.line, m.description) for m in found] == [(6, "Lt -> LtE")]
     assert gone == 1
     assert mutation.list_mutants("pkg/m.py")[found[0].index] == found[0]
+
+
+def _collected(args: list[str]) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    return sorted(line for line in result.stdout.splitlines() if "::" in line)
+
+
+def test_a_protocol_mutant_runs_its_own_tests_first_and_every_protocol_test_once() -> None:
+    mutation = _load_script()
+    commands = mutation.kill_commands("reference_node/protocol/rejoin.py", sys.executable)
+    pytest_args = [
+        command[command.index("pytest") + 1 :] for command in commands if "pytest" in command
+    ]
+    own, rest = pytest_args
+    assert own[-1].endswith("test_rejoin.py")
+    assert "explore" in commands[-1]
+    # The same tests as the whole folder, each once: the verdict cannot change.
+    everything = _collected([arg for arg in rest if not arg.startswith("--ignore=")])
+    own_ids, rest_ids = _collected(own), _collected(rest)
+    assert own_ids and rest_ids
+    assert not set(own_ids) & set(rest_ids)
+    assert sorted(own_ids + rest_ids) == everything
