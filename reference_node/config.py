@@ -63,15 +63,11 @@ class NodeSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     # node included.  A node whose persisted configuration (``membership.json`` in its
     # data dir) no longer holds it -- it left cleanly -- joins again the same way.
     join: bool = False
-    # How long a joiner keeps asking before it gives up and exits: long enough for a
-    # loaded cluster to commit the add (a few steps of a few seconds), short enough
-    # that a joiner nobody answers does not wait for ever.
-    join_timeout_s: float = 120.0
-    # A clean leave (the harness's ``leave`` command) waits this long for the step that
-    # removes this node to commit, then stops anyway (the others then hold a crashed
-    # member until it is removed -- what a crash would leave).  A removal needs one
-    # commit: a few seconds even under load.
-    leave_timeout_s: float = 30.0
+    # How long a joiner keeps asking, and how long a clean leave (the harness's
+    # ``leave`` command) waits for its removal to commit: the node core's defaults,
+    # with their reasons (node_core.JOIN_TIMEOUT_S, LEAVE_TIMEOUT_S).
+    join_timeout_s: float = node_core.JOIN_TIMEOUT_S
+    leave_timeout_s: float = node_core.LEAVE_TIMEOUT_S
 
 
 class NetworkSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

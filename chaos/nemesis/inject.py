@@ -254,7 +254,10 @@ class Nemesis:
                 try:
                     await self.backend.send_command(name, Leave(reason="churn"))
                 except BackendError:
-                    await self.backend.node(name).crash()  # no broker: leave the hard way
+                    # No broker: leave the hard way, and say so (the checkers take a
+                    # logged leave for a process that runs on until its ``stop``).
+                    self._record("crash", "inject", [name], {"by": "churn"})
+                    await self.backend.node(name).crash()
 
         async def come_back(name: str) -> None:
             await self.backend.node(name).restart()

@@ -64,17 +64,23 @@ from swarmshake.reference_node.protocol.history import (
     FrameDrop,
 )
 from swarmshake.reference_node.protocol.membership import (
-    ConfigChanged,
-    ConfigCommitted,
-    Membership,
+    Configuration,
+    Configurations,
+    JoinRequested,
+    LearnerCaughtUp,
+    LeaveRequested,
+    NodeMembership,
     PeerAlive,
     PeerDeclaredDead,
+    initial_configuration,
 )
 from swarmshake.reference_node.protocol.messages import (
     GENESIS_STEP,
     AcceptRequest,
     AggregateRequest,
     Decided,
+    JoinRequest,
+    LeaveNotice,
     StateOffer,
     StateRequest,
     StepValue,
@@ -146,6 +152,9 @@ class NodeDisk:
     # The highest step whose acceptor record was pruned (node_core.prune_records),
     # written before the records go: this node never votes at or below it again.
     floor: int = -1
+    # The configurations this node saw committed (the runtime's membership.json);
+    # None until its first process starts (then: every simulated node votes).
+    configs: Configurations | None = None
 
 
 class NodeApp:
@@ -161,12 +170,27 @@ class NodeApp:
         self.commit: StepCommit | None = None
         self.rejoin: rejoin.Rejoin | None = None
         self.leader = nc.StepLeader(node=self.name, config=self.config)
-        self.membership = Membership(
-            node=self.name, voters=sim.names, incarnation=proc.incarnation, bugs=sim.bugs
+        if disk.configs is None:
+            disk.configs = Configurations(initial_configuration(sim.names, self.name, join=False))
+        self.membership = NodeMembership(
+            node=self.name, incarnation=proc.incarnation, configs=disk.configs, bugs=sim.bugs
         )
-        self.checkpoints = nc.Checkpointing(
-            settings.checkpoint, proc.clock.local(proc.started_at), restarted=not first
+        # The configuration the state a restart starts from runs under (the runtime's
+        # worker loads the newest checkpoint at start), as the runtime's step driver.
+        ready_step = disk.checkpoint[0] + 1 if disk.checkpoint is not None else 0
+        self.membership.restart_at(disk.configs.after(ready_step - 1), from_peer=False)
+        started = proc.clock.local(proc.started_at)
+        self.enrolment = nc.Enrolment(
+            joining=not self.membership.is_member(),
+            now=started,
+            join_timeout_s=nc.JOIN_TIMEOUT_S,
+            leave_timeout_s=nc.LEAVE_TIMEOUT_S,
+            config=self.config,
         )
+        self.enrolment_timer_at = math.inf
+        # The configuration each state source offered with its state (one rejoin).
+        self.offered_configs: dict[str, Configuration] = {}
+        self.checkpoints = nc.Checkpointing(settings.checkpoint, started, restarted=not first)
         self.params = training.INITIAL_PARAMS
         self.param_step = -1  # the committed step the parameters hold (-1: initial)
         self.held: dict[int, dict[str, tuple[str, ...]]] = {}
@@ -183,8 +207,19 @@ class NodeApp:
         self.rejoin_timer_at = math.inf
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
         self.pending_state: tuple[str, StateBytes] | None = None
-        self.alive_view: tuple[str, ...] = sim.names
+        self.alive_view: tuple[str, ...] = self.detector_members()
         self.leader.handle(nc.ViewChanged(alive=self.alive_view), 0.0)
+
+    def detector_members(self) -> tuple[str, ...]:
+        """Whom this process's detector watches at start: the newest configuration's
+        members and itself (a joiner watches the members it would join), as the
+        runtime's control process."""
+        latest = self.membership.configs.latest()
+        return tuple(sorted({*latest.members, self.name}))
+
+    def detector_starts_now(self) -> bool:
+        """A member heartbeats at once; a joiner once a member holds it as one."""
+        return not self.enrolment.joining
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -222,7 +257,9 @@ class NodeApp:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, t: float) -> None:
-        if nc.rejoins_at_start(first_start=self.first, joining=False):
+        if self.enrolment.joining:
+            self._enrolment_tick(t)  # asks to be added; no step until it is
+        elif nc.rejoins_at_start(first_start=self.first, joining=False):
             self._start_rejoin(t)
         else:
             self._new_commit(t, 0)
@@ -232,11 +269,16 @@ class NodeApp:
         loaded no checkpoint (the runtime's ``at_genesis``)."""
         return self.param_step < 0 and self.disk.checkpoint is None
 
-    def _new_commit(self, t: float, first_step: int) -> None:
+    def _new_commit(
+        self, t: float, first_step: int, configuration: Configuration | None = None
+    ) -> None:
         records = tuple(r for s, r in sorted(self.disk.records.items()) if s >= first_step)
+        conf = configuration or self.membership.configs.after(first_step - 1)
+        voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         self.commit = StepCommit(
             node=self.name,
-            voters=self.sim.names,
+            voters=voters,
+            learners=learners,
             first_step=first_step,
             seed=self.sim.core_seed,
             persisted=records,
@@ -267,18 +309,20 @@ class NodeApp:
         if peer != self.name:
             self.checkpoints.failure(self._local(t))  # Young-Daly's input, as the runtime's
             incarnation = self.proc.detector.known_incarnation.get(peer, 0)
-            self.membership.handle(
+            self.membership.feed(
                 PeerDeclaredDead(peer=peer, incarnation=incarnation), self._local(t)
             )
 
     def peer_alive(self, t: float, peer: str) -> None:
         incarnation = self.proc.detector.known_incarnation.get(peer, 0)
-        self.membership.handle(PeerAlive(peer=peer, incarnation=incarnation), self._local(t))
+        self.membership.feed(PeerAlive(peer=peer, incarnation=incarnation), self._local(t))
 
     # --- the step loop: the node core's StepLeader ---------------------------------------
 
     def _begin_step(self, t: float) -> None:
         commit = self.commit
+        if self.name not in commit.members:
+            return  # removed: the node is stopping (the runtime's step loop too)
         step = commit.step
         record = self.disk.records.get(step)
         self._lead(
@@ -346,7 +390,7 @@ class NodeApp:
         value = StepValue(
             agg_fp=value_fp,
             contributors=list(contributors),
-            config_change=nc.change_to_propose(self.membership.change_for_next_step(), commit),
+            config_change=nc.change_to_propose(self.membership.core.change_for_next_step(), commit),
         )
         self._propose_value(t, action.step, value)
 
@@ -511,11 +555,7 @@ class NodeApp:
     def _committed(self, t: float, action: Committed) -> None:
         value = action.value
         if value.config_change is not None:
-            for change in self.membership.handle(
-                ConfigCommitted(step=action.step, change=value.config_change), self._local(t)
-            ):
-                if isinstance(change, ConfigChanged):
-                    self._history(t, change)
+            self._config_committed(t, action.step, value.config_change)
         write = self.checkpoints.committed(action.step, self._local(t))
         if write is not None and self.name in self.sim.full_disks:
             # The worker's write fails (ENOSPC) and the node trains on, as the runtime's.
@@ -538,6 +578,101 @@ class NodeApp:
         self.fetches = {k: v for k, v in self.fetches.items() if k[0] > action.step}
         self._begin_step(t)
 
+    # --- membership: joins and clean leaves (node_core.Enrolment) -------------------------
+
+    def _config_committed(self, t: float, step: int, change: Any) -> None:
+        self._membership_changed(t, self.membership.committed(step, change, self._local(t)))
+        if change.change == "remove" and change.peer == self.name:
+            # The commit core stops taking part from here (commit._advance).
+            reason = self.enrolment.removed_reason()
+            self.sim.stop(self.name, t, f"{reason}: removed at step {step}")
+
+    def _membership_changed(self, t: float, changed: list) -> None:
+        for action in changed:
+            self._history(t, action)  # logged before the detector hears of it
+            members = self.membership.watched_members(action)
+            if members is not None:
+                self.sim.members_changed(self.proc, t, members)
+
+    def begin_leave(self, t: float, reason: str) -> None:
+        """A clean leave (the harness's ``leave`` command): removed through a committed
+        step, voting until then (bounded by the leave timeout), then stop."""
+        commit = self.commit
+        members = commit.members if commit is not None else self.membership.current.members
+        voters = commit.voters if commit is not None else self.membership.current.voters
+        self._enrol(
+            t,
+            self.enrolment.begin_leave(
+                reason,
+                self._local(t),
+                member=self.name in members,
+                last_voter=voters == (self.name,),
+            ),
+        )
+
+    def _enrol(self, t: float, actions: list) -> None:
+        """Perform the enrolment core's actions, as the runtime's step driver."""
+        incarnation = self.proc.incarnation
+        for action in actions:
+            if isinstance(action, nc.StopNode):
+                self.sim.stop(self.name, t, action.reason)
+            elif isinstance(action, nc.RequestRemoval):
+                self._membership_changed(
+                    t,
+                    self.membership.feed(
+                        LeaveRequested(peer=self.name, incarnation=incarnation), self._local(t)
+                    ),
+                )
+            elif isinstance(action, nc.StartDetector):
+                self.sim.start_detector(self.proc, t)
+            elif isinstance(action, nc.FetchStateFrom):
+                if self.rejoin is None:
+                    self._start_rejoin(t, evidence=action.peer)
+            elif isinstance(action, nc.SendJoinRequest):
+                request = JoinRequest(sender=self.name, incarnation=incarnation)
+                for voter in action.to:
+                    self._send(t, voter, request)
+            elif isinstance(action, nc.SendLeaveNotice):
+                notice = LeaveNotice(sender=self.name, incarnation=incarnation)
+                for voter in action.to:
+                    self._send(t, voter, notice)
+        self._arm_enrolment_timer(t)
+
+    def _enrolment_tick(self, t: float) -> None:
+        enrolment = self.enrolment
+        if enrolment.leaving is None and not enrolment.joining:
+            return
+        commit = self.commit
+        voters = commit.voters if commit is not None else self.membership.current.voters
+        self._enrol(
+            t,
+            enrolment.tick(
+                self._local(t),
+                voters=voters,
+                join_voters=self.membership.configs.latest().voters,
+                fetching=self.rejoin is not None,
+            ),
+        )
+
+    def _arm_enrolment_timer(self, t: float) -> None:
+        deadline = self.enrolment.next_deadline(fetching=self.rejoin is not None)
+        if deadline is None:
+            return
+        at = max(self._true(deadline), t)
+        if at < self.enrolment_timer_at or self.enrolment_timer_at <= t:
+            self.enrolment_timer_at = at
+            self._timer(at, ("enrolment_tick",))
+
+    def join_evidence(self, t: float, peers: list[str]) -> None:
+        """Members' heartbeats or commit traffic reached this joiner (in arrival
+        order): they hold it as a member, so its add is committed there."""
+        if not self.enrolment.joining:
+            return
+        members = self.membership.configs.latest().members
+        for peer in peers:
+            self._enrol(t, self.enrolment.evidence(peer, members))
+        self._enrolment_tick(t)
+
     # --- messages -----------------------------------------------------------------------
 
     def receive(self, t: float, sender: str, message: Any) -> None:
@@ -550,8 +685,15 @@ class NodeApp:
             if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):
                 key = (step, message.value.agg_fp)
                 self.values[key] = tuple(message.value.contributors)
-            if self.commit is not None:
+            if self.enrolment.joining:
+                self.join_evidence(t, [sender])
+            elif self.commit is not None:
                 self._commit(t, MessageReceived(message=message))
+        elif isinstance(message, (JoinRequest, LeaveNotice)):
+            if self.enrolment.takes_requests:
+                event = JoinRequested if isinstance(message, JoinRequest) else LeaveRequested
+                fed = event(peer=message.sender, incarnation=message.incarnation)
+                self._membership_changed(t, self.membership.feed(fed, self._local(t)))
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
@@ -573,6 +715,13 @@ class NodeApp:
 
     def _contribution(self, t: float, message: Contribution) -> None:
         self._lead(t, nc.ContributionArrived(step=message.step, sender=message.sender))
+        commit = self.commit
+        if commit is not None and commit.learners and message.step == commit.step:
+            if message.sender in commit.learners:
+                # A learner computed a gradient for our current step: it holds the
+                # committed state of the step before, i.e. it has caught up.
+                caught_up = LearnerCaughtUp(peer=message.sender, step=message.step)
+                self._membership_changed(t, self.membership.feed(caught_up, self._local(t)))
         if not self.fetches:
             return  # the usual case: nobody waits for bytes
         # An acceptor waiting for this value's bytes may now rebuild it.
@@ -635,15 +784,19 @@ class NodeApp:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
         self.commit = None
         self.applying = None
+        conf = self.membership.current
+        voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
+        self.offered_configs = {}
         start = nc.rejoin_start(
             self.name,
             alive=self.alive_view,
-            members=self.sim.names,
+            members=sorted(voters + learners),
             peer_steps=self.peer_steps,
             own_step=own_step,
             evidence=evidence,
             at_genesis=self._at_genesis(),
             genesis_param_fp=training.INITIAL_FP,
+            joining=self.enrolment.joining,
         )
         self.rejoin = rejoin.Rejoin(
             node=self.name,
@@ -689,7 +842,10 @@ class NodeApp:
                 # mid-transfer).  If no one can ever serve, strict mode stalls by
                 # design and the history shows no rejoin_done.
                 self.rejoin = None
-                self._timer(t + self.config.rejoin_retry_s, ("rejoin_begin",))
+                if self.enrolment.joining:
+                    self._arm_enrolment_timer(t)  # it asks to be added again
+                else:
+                    self._timer(t + self.config.rejoin_retry_s, ("rejoin_begin",))
         deadline = self.rejoin.next_deadline() if self.rejoin is not None else None
         if deadline is not None:
             at = max(self._true(deadline), t)
@@ -706,7 +862,21 @@ class NodeApp:
         self.rejoin = None
         self.peer_steps = {}
         self._prune_aggregates(done.step)
-        self._new_commit(t, done.step + 1)
+        # The configuration the state runs under: the one its source offered with it,
+        # else (checkpoint, genesis) the one this node recorded for its step.
+        configuration = self.offered_configs.get(done.source) or self.membership.configs.after(
+            done.step
+        )
+        self.offered_configs = {}
+        from_peer = done.source not in ("checkpoint", "local", "genesis")
+        # Not named by the state's configuration: (still) a joiner, or a removed leaver.
+        self._enrol(t, self.enrolment.installed(member=self.name in configuration.members))
+        watched = self.membership.restart_at(configuration, from_peer=from_peer)
+        self.sim.members_changed(self.proc, t, watched)
+        if self.enrolment.joining:
+            self._arm_enrolment_timer(t)  # a joiner runs no step until it is added
+            return
+        self._new_commit(t, done.step + 1, configuration)
 
     def _announce_held(self, t: float) -> None:
         """Aggregates that arrived while no commit core ran are held all the same."""
@@ -716,6 +886,8 @@ class NodeApp:
                     self._commit(t, HoldsAggregate(step=step, value_fp=value_fp))
 
     def _serve_state(self, t: float, requester: str) -> None:
+        if self.enrolment.joining:
+            return  # not a member: its state is nobody's committed state
         if self._at_genesis():
             # Nothing committed here: say so at once (DRIVERS.md, as the runtime does)
             # rather than leave the requester waiting out its offer timeout.
@@ -727,11 +899,15 @@ class NodeApp:
         if self.commit is None:
             return  # mid-rejoin: the requester times out and moves on
         nbytes = self.settings.state_nbytes
+        configuration = self.membership.configs.after(self.param_step)
         offer = StateOffer(
             sender=self.name,
             step=self.param_step,
             param_fp=training.fingerprint(self.params),
             nbytes=nbytes,
+            voters=list(configuration.voters),
+            learners=list(configuration.learners),
+            config_step=configuration.step,
         )
         self._send(t, requester, offer)
         self._send(t, requester, StateBytes(self.param_step, self.params, nbytes), "bulk", nbytes)
@@ -740,6 +916,20 @@ class NodeApp:
         if self.rejoin is None:
             return
         if isinstance(message, StateOffer):
+            if message.voters:
+                configuration = Configuration(
+                    step=message.config_step,
+                    voters=tuple(sorted(message.voters)),
+                    learners=tuple(sorted(message.learners)),
+                )
+                if set(configuration.voters) & set(configuration.learners):
+                    self._log(FrameDrop, t, peer=sender, reason="offer_bad_configuration")
+                    return
+                if self.enrolment.joining and self.name not in configuration.members:
+                    # That source has not committed our add yet: try the next one.
+                    self._rejoin(t, rejoin.FetchFailed(source=sender, reason="not added there"))
+                    return
+                self.offered_configs[sender] = configuration
             self._rejoin(
                 t,
                 rejoin.StateOffered(
@@ -794,6 +984,10 @@ class NodeApp:
         elif kind == "rejoin_begin":
             if self.commit is None and self.rejoin is None:  # not already back or rejoining
                 self._start_rejoin(t)
+        elif kind == "enrolment_tick":
+            if t >= self.enrolment_timer_at:
+                self.enrolment_timer_at = math.inf
+                self._enrolment_tick(t)
         elif kind == "rejoin_tick":
             if self.rejoin is not None and t >= self.rejoin_timer_at:
                 self.rejoin_timer_at = math.inf

@@ -61,6 +61,7 @@ from swarmshake.reference_node.protocol.detector import (
     HeartbeatPlan,
     HeartbeatsArrived,
     LocalStall,
+    MembersChanged,
     Refuted,
     SelfDeclaredDead,
     SendGossip,
@@ -68,9 +69,15 @@ from swarmshake.reference_node.protocol.detector import (
     Tick,
     ViewChanged,
 )
+from swarmshake.reference_node.protocol.detector import (
+    LeaveRequested as DetectorLeave,
+)
+from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.protocol.history import (
     EventBase,
+    FrameDrop,
     Start,
+    Stop,
 )
 from swarmshake.reference_node.protocol.messages import Gossip
 from swarmshake.reference_node.protocol.node_core import history_of
@@ -244,7 +251,7 @@ class Simulation:
                                 proc.app.bulk_reset(t, sender, message)
                             continue
                     if isinstance(message, Gossip):
-                        self.detector_event(proc, t, GossipReceived(message=message))
+                        self._gossip(proc, t, sender, message)
                     elif proc.app is not None:
                         proc.app.receive(t, sender, message)
                 else:
@@ -252,6 +259,13 @@ class Simulation:
         finally:
             self.handled_events += handled
         self.now = until
+
+    def _gossip(self, proc: NodeProcess, t: float, sender: str, message: Gossip) -> None:
+        """As the runtime's control process: a joiner not yet added drops gossip."""
+        detector = proc.detector
+        if detector is None or not detector.started:
+            return
+        self.detector_event(proc, t, GossipReceived(message=message))
 
     def _dispatch(self, proc: NodeProcess, t: float, kind: int, payload: Any) -> None:
         if kind == MESSAGE:  # the loop has its own copy of this branch
@@ -265,7 +279,7 @@ class Simulation:
                         proc.app.bulk_reset(t, sender, message)
                     return
             if isinstance(message, Gossip):
-                self.detector_event(proc, t, GossipReceived(message=message))
+                self._gossip(proc, t, sender, message)
             elif proc.app is not None:
                 proc.app.receive(t, sender, message)
         elif kind == LOOK:
@@ -337,26 +351,84 @@ class Simulation:
             stream.materialise(t, self.network)
             stream.drop_pending()  # sent to the old process: its connections died with it
             stream.delivered_to = t
+        # The app first: its disk says whom the node watches and whether it is a
+        # member (a leaver that comes back joins again), as the runtime's start-up.
+        app = self.app_factory(self, proc) if self.app_factory is not None else None
+        members = app.detector_members() if app is not None else self.names
+        voters = app.membership.configs.latest().voters if app is not None else self.names
         self.log(
             Start,
             proc,
             t,
             seed=self.seed,
-            config={"voters": list(self.names), "sim": True, **self.config_extra},
+            config={"voters": list(voters), "sim": True, **self.config_extra},
         )
         proc.detector = FailureDetector(
             node=name,
-            members=self.names,
+            members=members,
             seed=self.core_seed,
             incarnation=incarnation,
             config=self.detector_config,
             bugs=self.bugs,
         )
-        self.detector_event(proc, t, Started())
-        if self.app_factory is not None:
-            proc.app = self.app_factory(self, proc)
-            proc.app.start(t)
+        if app is None or app.detector_starts_now():
+            self.detector_event(proc, t, Started())
+        if app is not None:
+            proc.app = app
+            app.start(t)
         return proc
+
+    def start_detector(self, proc: NodeProcess, t: float) -> None:
+        """A joiner's detector starts once a member holds it as one.  Heartbeats that
+        reached it before are dropped, as the runtime's control process drops them."""
+        detector = proc.detector
+        if detector is None or detector.started or not proc.up:
+            return
+        for stream in self.streams_to[proc.name].values():
+            stream.materialise(t, self.network)
+            stream.take_due(t)
+            stream.delivered_to = t
+        self.detector_event(proc, t, Started())
+
+    def members_changed(self, proc: NodeProcess, t: float, members: tuple[str, ...]) -> None:
+        """A committed configuration change, or one installed with a state."""
+        detector = proc.detector
+        if detector is not None and detector.started and proc.up:
+            self.detector_event(proc, t, MembersChanged(members=tuple(members)))
+
+    def leave(self, name: str, t: float, reason: str) -> bool:
+        """The harness's ``leave`` command: a clean leave (``NodeApp.begin_leave``)."""
+        proc = self.processes.get(name)
+        if proc is None or not proc.up:
+            return False
+        if proc.app is None:
+            # A detector-only simulation (no training, no configuration to leave):
+            # the node announces ``left`` and stops.
+            self._stop(name, proc.gen, t, reason)
+        else:
+            proc.app.begin_leave(t, reason)
+        return True
+
+    def stop(self, name: str, t: float, reason: str) -> None:
+        """The node stops itself (removed after a clean leave, a leave or join that
+        timed out): after the handler that decided it, ``stop`` is logged, a member
+        announces ``left`` (the runtime's control process), and the process ends."""
+        proc = self.processes.get(name)
+        if proc is None:
+            return
+        gen = proc.gen
+        self.call_at(t, lambda: self._stop(name, gen, t, reason))
+
+    def _stop(self, name: str, gen: int, t: float, reason: str) -> None:
+        proc = self.processes.get(name)
+        if proc is None or proc.gen != gen or not proc.up:
+            return
+        self.log(Stop, proc, t, reason=reason)
+        detector = proc.detector
+        member = proc.app is None or proc.app.membership.is_member()
+        if detector is not None and detector.started and member:
+            self.detector_event(proc, t, DetectorLeave())
+        self.crash(name, t)
 
     def crash(self, name: str, t: float) -> bool:
         proc = self.processes.get(name)
@@ -551,7 +623,15 @@ class Simulation:
             if event is _TICK:
                 event = proc.lazy_tick
         if event is not None:
-            self._apply_detector(proc, t, detector.handle(event, local))
+            try:
+                actions = detector.handle(event, local)
+            except RemoteProtocolError as error:
+                # Only a peer's gossip can be refused (one from a non-member: a removed
+                # node's last words): a dropped frame, as the runtime counts it.
+                sender = getattr(getattr(event, "message", None), "sender", "?")
+                self.log(FrameDrop, proc, t, peer=sender, reason=f"rejected_{error.reason}")
+            else:
+                self._apply_detector(proc, t, actions)
         self._schedule_look(proc, t)
 
     def _deliver_heartbeats(
@@ -605,6 +685,11 @@ class Simulation:
             ):
                 continue
             run = merged[start:index]
+            if run[0][1] not in detector.status:
+                # A heartbeat still in flight from a node removed from the configuration
+                # (or not yet added here): dropped, as the runtime drops it.
+                start = index
+                continue
             times = (
                 tuple(a for a, _, _ in run) if identity else tuple(clock.map(a) for a, _, _ in run)
             )
@@ -692,6 +777,28 @@ class Simulation:
                 self.settle_s,
             )
             self._reschedule(receiver, t)
+            target = self.processes.get(receiver)
+            if target is not None and target.detector is not None and not target.detector.started:
+                # A joiner waiting to be added: the first heartbeats from a member are
+                # its evidence (the runtime's control process hands them to the step
+                # driver).  Looked for once they have surely arrived, if no link cut.
+                gen = target.gen
+                self.call_at(t + self.settle_s, lambda r=receiver, g=gen: self._join_look(r, g))
+
+    def _join_look(self, receiver: str, gen: int) -> None:
+        proc = self.processes.get(receiver)
+        if proc is None or proc.gen != gen or not proc.up or proc.paused or proc.app is None:
+            return
+        if proc.detector is None or proc.detector.started:
+            return
+        t = self.now
+        arrivals = []
+        for sender, stream in self.streams_to[receiver].items():
+            stream.materialise(t, self.network)
+            stream.delivered_to = t
+            arrivals += [(arrival, sender) for arrival, _ in stream.take_due(t)]
+        if arrivals:
+            proc.app.join_evidence(t, [sender for _, sender in sorted(arrivals)])
 
     def _healthy(self, stream: HeartbeatStream, t: float, receiver_rate: float = 1.0) -> bool:
         """Can the simulator vouch that this stream's gaps stay within the suspicion

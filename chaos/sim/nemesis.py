@@ -265,12 +265,29 @@ class Nemesis:
         if not candidates or len(up) - 1 < math.ceil(floor):
             return
         name = candidates[rng.randrange(len(candidates))]
-        self.log_fault(t, "crash", [name], "inject", by="churn")
-        sim.crash(name, t)
+        # Drawn only when some departures are leaves: a crash-only churn draws what
+        # it always drew (pinned digests).
+        crash = op.crash_fraction >= 1.0 or rng.random() < op.crash_fraction
+        if crash:
+            self.log_fault(t, "crash", [name], "inject", by="churn")
+            sim.crash(name, t)
+        else:
+            # A clean leave, logged as the local and Docker backends log it.
+            self.log_fault(t, "restart", [name], "inject", by="churn", leave=True)
+            sim.leave(name, t, "churn")
         sim.call_at(t + op.down_s, lambda: self._churn_return(name))
 
     def _churn_return(self, name: str) -> None:
-        proc = self.sim.processes.get(name)
-        if proc is not None and not proc.up:
-            self.log_fault(self.sim.now, "crash", [name], "heal", by="churn")
-            self.sim.start(name, self.sim.now)
+        """The departed node comes back: a crashed one restarts; a leaver, stopped
+        once its removal committed, starts again and joins (still running -- its
+        removal did not commit -- it is restarted, as the real backends do)."""
+        sim = self.sim
+        proc = sim.processes.get(name)
+        if proc is None:
+            return
+        if proc.up:
+            if not proc.app or proc.app.enrolment.leaving is None:
+                return  # not one of churn's leavers (it came back some other way)
+            sim.crash(name, sim.now)
+        self.log_fault(sim.now, "crash", [name], "heal", by="churn")
+        sim.start(name, sim.now)

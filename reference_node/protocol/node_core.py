@@ -734,6 +734,29 @@ EnrolmentAction = (
 )
 
 
+# How long a joiner keeps asking before it gives up and exits: long enough for a
+# loaded cluster to commit the add (a few steps of a few seconds), short enough that a
+# joiner nobody answers does not wait for ever.  Both shells' default (the runtime's
+# ``[node] join_timeout_s``).
+JOIN_TIMEOUT_S = 120.0
+# A clean leave waits this long for the step that removes the node to commit, then
+# stops anyway (the others then hold a crashed member until it is removed -- what a
+# crash would leave).  A removal needs one commit: a few seconds even under load.
+LEAVE_TIMEOUT_S = 30.0
+
+
+def commit_roles(
+    voters: tuple[str, ...], learners: tuple[str, ...], node: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The voters and learners a node's commit core is built with for a configuration:
+    the configuration's, plus the node itself as a learner when it is not in it (a
+    joiner, or a leaver whose removal came with a state).  That placeholder core never
+    votes, and the shell runs no step on it until the node is added."""
+    if node in voters or node in learners:
+        return voters, learners
+    return voters, tuple(sorted((*learners, node)))
+
+
 class Enrolment:
     """How a node comes into the membership (a join) and goes out (a clean leave).
 
@@ -849,6 +872,18 @@ class Enrolment:
             self.next_join_request = now + self.config.join_retry_s
             actions.append(SendJoinRequest(to=tuple(join_voters)))
         return actions
+
+    def next_deadline(self, *, fetching: bool) -> float | None:
+        """When ``tick`` next has something to do (None: nothing is under way);
+        ``fetching`` as for ``tick`` (a joiner's requests pause while it fetches)."""
+        due: list[float] = []
+        if self.leaving is not None:
+            due += [self.next_leave_notice, self.leave_started + self.leave_timeout_s]
+        if self.joining:
+            due.append(self.join_started + self.join_timeout_s)
+            if not fetching:
+                due.append(self.next_join_request)
+        return min(due, default=None)
 
     def check_valid(self) -> None:
         """Invariants its stateful tests call after every rule."""

@@ -257,9 +257,11 @@ class ControlProcess:
             self.detector.start()
 
     def members_changed(self, members: tuple[str, ...]) -> None:
-        """A committed configuration change (or one installed with a state)."""
+        """A committed configuration change (or one installed with a state).  A
+        detector not started yet (a joiner's) learns its members when it starts."""
         self.members = tuple(sorted(members))
-        self.detector.members_changed(self.members)
+        if self.detector_started:
+            self.detector.members_changed(self.members)
 
     def _count_drop(self, peer: str, reason: str) -> None:
         key = (peer, reason)

@@ -250,14 +250,10 @@ class StepDriver:
         self, first_step: int, configuration: Configuration | None = None
     ) -> cm.StepCommit:
         conf = configuration or self.membership.configs.after(first_step - 1)
-        learners = conf.learners
-        if self.name not in conf.members:
-            # A joiner: a placeholder core (it never votes, and the driver runs no
-            # step and feeds it nothing until the node is added and has the state).
-            learners = tuple(sorted((*learners, self.name)))
+        voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         return cm.StepCommit(
             node=self.name,
-            voters=conf.voters,
+            voters=voters,
             learners=learners,
             first_step=first_step,
             seed=self.config.node.seed,
@@ -864,7 +860,8 @@ class StepDriver:
         )
 
     def _maybe_progress(self, now: float) -> float | None:
-        """Start what is due; returns the next node-clock time something is due."""
+        """Start what is due; returns the next node-clock time something is due (a
+        joiner's next request and a leaver's next notice included)."""
         enrolment = self.enrolment
         if enrolment.leaving is not None or enrolment.joining:
             self.enrol(
@@ -875,7 +872,14 @@ class StepDriver:
                 )
             )  # fmt: skip
         if enrolment.joining:
-            return self.rejoin.next_deadline() if self.rejoin is not None else None
+            due = self.rejoin.next_deadline() if self.rejoin is not None else None
+        else:
+            due = self._progress(now)
+        enrolment_due = enrolment.next_deadline(fetching=self.rejoin is not None)
+        return min((d for d in (due, enrolment_due) if d is not None), default=None)
+
+    def _progress(self, now: float) -> float | None:
+        """A member's step loop: start what is due; returns when something next is."""
         if self.startup is not None:
             startup, self.startup = self.startup, None
             if startup == "rejoin":

@@ -362,13 +362,21 @@ def _targets(event: Fault, nodes: dict[str, NodeTimeline]) -> list[str]:
     return list(event.target)
 
 
+def is_clean_leave(event: Fault) -> bool:
+    """Churn's clean leave (``restart`` with ``leave: true``): no crash.  The process
+    runs on, voting, until its removal commits and it logs ``stop`` (which ends it
+    here), or its leave times out and it stops all the same; nobody must declare it
+    dead meanwhile.  A leave the harness could not send is logged as a crash too."""
+    return event.op == "restart" and event.params.get("leave") is True
+
+
 def _apply_fault(  # noqa: ANN001 - the build loop's own locals
     event, index, nodes, open_windows, close, crashes, bounds
 ) -> tuple[Interval, frozenset[str] | None] | None:
     """Apply one fault event to the ground truth; returns the envelope-exit window it
     opened (``(interval, affected nodes)``), or None."""
     op, t = event.op, event.t_mono
-    if op in DOWN_OPS and event.phase == "inject":
+    if op in DOWN_OPS and event.phase == "inject" and not is_clean_leave(event):
         for name in _targets(event, nodes):
             if _end_process(nodes.setdefault(name, NodeTimeline()), t):
                 crashes.append((name, t, index))

@@ -50,35 +50,38 @@ from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.membership import Configuration, initial_configuration
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.events import EventLog
-from swarmshake.reference_node.runtime.membership_driver import (
-    ConfigHistory,
-    MembershipDriver,
-    initial_configuration,
-)
+from swarmshake.reference_node.runtime.membership_driver import ConfigHistory, MembershipDriver
 from swarmshake.reference_node.runtime.step_driver import StepDriver
 
 NODES = ("n0", "n1", "n2")
 ME = "n0"
+OUTSIDER = "n7"  # a node outside the configuration that asks to join
 SEED = 7
 TRAINING_SEED = 11
 COMMIT_MESSAGES = cm.CommitMessage.__args__  # type: ignore[attr-defined]
+MEMBERSHIP_MESSAGES = (msgs.JoinRequest, msgs.LeaveNotice)
 STATE_NBYTES = AppSettings().state_nbytes
 
 
-def _offer(source: str, step: int, params: tuple) -> msgs.StateOffer:
+def _offer(
+    source: str, step: int, params: tuple, configuration: Configuration | None = None
+) -> msgs.StateOffer:
     """``source``'s answer to a state request: its state of ``step`` (genesis: the
-    initial parameters, no bytes follow), under the initial configuration."""
+    initial parameters, no bytes follow), under ``configuration`` (the one in force
+    at that step; default the initial one)."""
+    configuration = configuration or initial_configuration(NODES, ME, join=False)
     return msgs.StateOffer(
         sender=source,
         step=step,
         param_fp=training.fingerprint(params),
         nbytes=0 if step == msgs.GENESIS_STEP else STATE_NBYTES,
-        voters=list(NODES),
-        learners=[],
-        config_step=-1,
+        voters=list(configuration.voters),
+        learners=list(configuration.learners),
+        config_step=configuration.step,
     )
 
 
@@ -137,6 +140,9 @@ class RuntimeNode:
         # holds (aggregate_store.py: every aggregate the worker held, synced first).
         self.checkpoint_params: dict[int, tuple[int, ...]] = {}
         self.stored_aggregates: set[tuple[int, str]] = set()
+        # What the detector was told: the members it watches, and when it starts.
+        self.detector_members: list[tuple[str, ...]] = []
+        self.detector_starts = 0
         self._boot(
             incarnation=nc.next_incarnation(0), ready_step=0, params=training.INITIAL_PARAMS,
             checkpoint="",
@@ -157,9 +163,11 @@ class RuntimeNode:
             configs=configs,
             events=self.events,
             now=self.clock.now,
-            members_changed=lambda members: None,
+            members_changed=self.detector_members.append,
         )
-        self.alive: tuple[str, ...] = NODES  # a started detector holds every member alive
+        # A started detector holds every member alive: the newest configuration's
+        # members and this node, as the control process builds it.
+        self.alive: tuple[str, ...] = tuple(sorted({*configs.latest().members, ME}))
         self.detector = SimpleNamespace(core=SimpleNamespace(alive_view=lambda: self.alive))
         self.drops = SimpleNamespace(drop=lambda reason, peer: None)
         self.worker_ready = ipc.WorkerReady(
@@ -204,9 +212,11 @@ class RuntimeNode:
         self.driver.poll(self.clock.now())
         await self.settle()
 
-    async def state_from(self, source: str, step: int, params: tuple) -> None:
+    async def state_from(
+        self, source: str, step: int, params: tuple, configuration: Configuration
+    ) -> None:
         """``source`` answers this node's state request with its state of ``step``."""
-        self.driver.on_message(_offer(source, step, params))
+        self.driver.on_message(_offer(source, step, params, configuration))
         await self.settle()
         if step != msgs.GENESIS_STEP:
             staged = ipc.StateStaged(
@@ -227,7 +237,7 @@ class RuntimeNode:
         self.stopped = reason
 
     def start_detector(self) -> None:
-        pass
+        self.detector_starts += 1
 
     def to_worker(self, message: object) -> None:
         match message:
@@ -267,6 +277,19 @@ class RuntimeNode:
                 # The worker writes the state of the last committed step and logs it.
                 self.checkpoints.append(self.driver.core.step - 1)
                 self.checkpoint_params[self.applied_step] = self.params
+            case ipc.LoadCheckpointFile():
+                # The rejoin's fallback: the worker reads back its newest checkpoint
+                # (the file the control process named) and stages it.
+                step = int(message.path.rsplit("-", 1)[1])
+                self.staged = (step, self.checkpoint_params[step])
+                self.replies.append(
+                    ipc.StateStaged(
+                        source="checkpoint",
+                        step=step,
+                        computed_fp=training.fingerprint(self.checkpoint_params[step]),
+                        nbytes=0,
+                    )
+                )
             case ipc.InstallStaged():
                 # The staged state (its step, not next_step, which only the
                 # stale-rejoin bug's "local" install reads).
@@ -368,12 +391,21 @@ class RuntimeNode:
     def commit_sends(self) -> list[tuple[str, Any]]:
         return [(p, m) for p, m in self.sent if isinstance(m, COMMIT_MESSAGES)]
 
+    def membership_sends(self) -> list[tuple[str, Any]]:
+        return [(p, m) for p, m in self.sent if isinstance(m, MEMBERSHIP_MESSAGES)]
+
+    async def leave(self) -> None:
+        self.driver.begin_leave("asked to leave")
+        await self.settle()
+
     def history(self) -> list[tuple]:
         events = history.read_events(self.events._writer.path).events  # noqa: SLF001
         return [e for e in map(_normal_event, events) if e is not None]
 
     def step(self) -> int:
-        return self.driver.step
+        # A joiner runs no step: its commit core is a placeholder (the simulator's
+        # shell builds none until the node is added).
+        return -1 if self.driver.enrolment.joining else self.driver.step
 
     def gradient_pending(self) -> bool:
         return self.contribute_requested == self.driver.step and self.driver.contributed_at is None
@@ -406,6 +438,9 @@ class SimNode:
             detector=SimpleNamespace(known_incarnation={}),
         )
         self.disk = NodeDisk()
+        self.detector_members: list[tuple[str, ...]] = []
+        self.detector_starts = 0
+        self.stopped = ""
         self.app = NodeApp(
             self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
         )
@@ -414,6 +449,7 @@ class SimNode:
         """Crash and restart: what survives is the node's ``NodeDisk``; a dead process's
         timers die with it (as the simulation engine drops them)."""
         self.timers.clear()
+        self.stopped = ""
         self.proc.incarnation = nc.next_incarnation(self.proc.incarnation)
         self.proc.started_at = self.t
         self.app = NodeApp(
@@ -422,8 +458,10 @@ class SimNode:
         self.app.start(self.t)
         self._fire_due(self.t)
 
-    async def state_from(self, source: str, step: int, params: tuple) -> None:
-        self.app.receive(self.t, source, _offer(source, step, params))
+    async def state_from(
+        self, source: str, step: int, params: tuple, configuration: Configuration
+    ) -> None:
+        self.app.receive(self.t, source, _offer(source, step, params, configuration))
         self._fire_due(self.t)
         if step != msgs.GENESIS_STEP:
             self.app.receive(self.t, source, StateBytes(step, params, STATE_NBYTES))
@@ -448,6 +486,15 @@ class SimNode:
 
     def timer(self, proc: Any, t: float, payload: tuple) -> None:
         heapq.heappush(self.timers, (t, next(self._order), payload))
+
+    def members_changed(self, proc: Any, t: float, members: tuple[str, ...]) -> None:
+        self.detector_members.append(tuple(members))
+
+    def start_detector(self, proc: Any, t: float) -> None:
+        self.detector_starts += 1
+
+    def stop(self, name: str, t: float, reason: str) -> None:
+        self.stopped = reason
 
     # the harness
     def _fire_due(self, until: float) -> None:
@@ -488,6 +535,10 @@ class SimNode:
         self.app.receive(self.t, message.sender, message)
         self._fire_due(self.t)
 
+    async def leave(self) -> None:
+        self.app.begin_leave(self.t, "asked to leave")
+        self._fire_due(self.t)
+
     async def set_disk_full(self, full: bool) -> None:
         if full:
             self.full_disks.add(ME)
@@ -504,6 +555,9 @@ class SimNode:
 
     def commit_sends(self) -> list[tuple[str, Any]]:
         return [(p, m) for p, m in self.sent if isinstance(m, COMMIT_MESSAGES)]
+
+    def membership_sends(self) -> list[tuple[str, Any]]:
+        return [(p, m) for p, m in self.sent if isinstance(m, MEMBERSHIP_MESSAGES)]
 
     def history(self) -> list[tuple]:
         return [e for e in map(_normal_event, self.logged) if e is not None]
@@ -535,6 +589,12 @@ ADVANCE = st.tuples(st.just("advance"), st.integers(1, 300).map(lambda cs: cs / 
 RESTART = st.tuples(st.just("restart"))
 # n0's checkpoint disk fills up or is freed: a due write fails, the node trains on.
 DISK = st.tuples(st.just("disk"), st.booleans())
+# Membership: a peer (or the outsider) asks to join or to leave; the outsider, once
+# added as a learner, contributes (and so is promoted); n0 itself leaves cleanly.
+JOIN = st.tuples(st.just("join_request"), st.sampled_from((OUTSIDER, *NODES[1:])))
+LEAVE_NOTICE = st.tuples(st.just("leave_notice"), st.sampled_from((OUTSIDER, *NODES[1:])))
+OUTSIDER_ARRIVES = st.tuples(st.just("arrive"), st.just(OUTSIDER), st.just(0))
+LEAVE = st.tuples(st.just("leave"))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -552,6 +612,12 @@ EVENTS = st.one_of(
     RESTART,
     DISK,
     DISK,
+    JOIN,
+    JOIN,
+    LEAVE_NOTICE,
+    OUTSIDER_ARRIVES,
+    OUTSIDER_ARRIVES,
+    LEAVE,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -592,7 +658,7 @@ async def _run(
     bugs: tuple[str, ...],
     record: bool = False,
     expect_failures: list[int] | None = None,
-) -> None:
+) -> tuple[RuntimeNode, SimNode]:
     runtime, sim = RuntimeNode(folder, bugs), SimNode(bugs)
     nodes = (runtime, sim)
     for node in nodes:
@@ -600,8 +666,11 @@ async def _run(
     assert runtime.step() == sim.step() == 0
     epoch = 0
     restarts: set[str] = set()
+    membership: set[str] = set()
     for index, drawn in enumerate(sequence):
         kind = drawn[0]
+        if runtime.stopped and kind != "restart":
+            continue  # the process ended: only a new one can take part
         if kind == "gradient":
             assert runtime.gradient_pending() == sim.gradient_pending(), index
             for node in nodes:
@@ -619,20 +688,40 @@ async def _run(
                 await node.view(drawn[1], epoch)
         elif kind == "restart":
             state = runtime.state()
-            assert state == sim.state(), index
+            if not (runtime.driver.enrolment.joining and sim.app.enrolment.joining):
+                # (A joiner's parameters are nobody's state: the runtime's worker
+                # loaded its old checkpoint at start, the simulator's loads it only
+                # if a rejoin falls back to it.)
+                assert state == sim.state(), index
             restarts.add("from a peer's state" if state[0] >= 0 else "at genesis")
             if sim.disk.records:
                 restarts.add("with acceptor records")
+            # The state comes with the configuration in force at its step, as a
+            # member's offer carries it.
+            configuration = runtime.driver.membership.configs.after(state[0])
             for node in nodes:
                 await node.restart()
             source = runtime.state_request_to()
             assert source == sim.state_request_to(), index
-            assert source is not None, "a restarted node asks a live peer for its state"
-            for node in nodes:
-                await node.state_from(source, *state)
+            if source is None:
+                # Not a member by what its disk says (it left, and its removal came
+                # back with the state): it asks to join instead, in both shells.
+                assert runtime.driver.enrolment.joining and sim.app.enrolment.joining, index
+            else:
+                for node in nodes:
+                    await node.state_from(source, *state, configuration)
         elif kind == "disk":
             for node in nodes:
                 await node.set_disk_full(drawn[1])
+        elif kind in ("join_request", "leave_notice"):
+            kind_of = msgs.JoinRequest if kind == "join_request" else msgs.LeaveNotice
+            for node in nodes:
+                await node.message(kind_of(sender=drawn[1], incarnation=1))
+            membership.add(kind)
+        elif kind == "leave":
+            for node in nodes:
+                await node.leave()
+            membership.add("n0 leaves")
         elif kind == "vote":
             answers = _votes(runtime, drawn[1], drawn[2])
             assert answers == _votes(sim, drawn[1], drawn[2]), index
@@ -646,11 +735,17 @@ async def _run(
         assert runtime.checkpoints == sim.checkpoints, where
         assert runtime.checkpoint_failures == sim.checkpoint_failures, where
         assert runtime.writes_failed() == sim.writes_failed(), where
+        assert runtime.membership_sends() == sim.membership_sends(), where
+        assert runtime.detector_members == sim.detector_members, where
+        assert runtime.detector_starts == sim.detector_starts, where
+        assert runtime.stopped == sim.stopped, where
+        if runtime.stopped:
+            membership.add("n0 stopped")
     if expect_failures is not None:
         assert sim.checkpoint_failures == expect_failures
         assert sim.writes_failed() == len(expect_failures) and runtime.step() > 0
     if not record:
-        return
+        return runtime, sim
     hypothesis.event(
         f"steps committed: {min(runtime.step(), 3)}{'+' if runtime.step() > 3 else ''}"
     )
@@ -662,6 +757,11 @@ async def _run(
     for what in sorted(restarts):
         hypothesis.event(f"restart {what}")
     hypothesis.event(f"checkpoint writes failed: {'yes' if sim.checkpoint_failures else 'no'}")
+    changes = sorted({e[0] for e in sim.history() if e[0] == "config_change"})
+    hypothesis.event(f"configuration changed: {'yes' if changes else 'no'}")
+    for what in sorted(membership):
+        hypothesis.event(f"membership: {what}")
+    return runtime, sim
 
 
 @settings(
@@ -691,6 +791,61 @@ def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
     """A fixed sequence through a whole step: every voter contributes, n0 (step 0's
     coordinator) proposes, n1 and n2 vote, the step commits in both."""
     asyncio.run(_run(HEALTHY_STEP, tmp_path, ()))
+
+
+def _step(*extra: tuple) -> list[tuple]:
+    """One step n0 coordinates: its gradient, n1's and n2's (and ``extra`` arrivals),
+    n1's and n2's votes, half a second."""
+    return [
+        ("gradient",),
+        ("arrive", "n1", 0),
+        ("arrive", "n2", 0),
+        *extra,
+        ("vote", "n1", True),
+        ("vote", "n2", True),
+        ("advance", 0.5),
+    ]
+
+
+def _config_changes(node: RuntimeNode | SimNode) -> list[tuple[str, str]]:
+    changes = [dict(e[1]) for e in node.history() if e[0] == "config_change"]
+    return [(eval(c["change"]), eval(c["peer"])) for c in changes]  # noqa: S307 (our reprs)
+
+
+def test_a_joiner_is_added_then_promoted_the_same_way_in_both_shells(tmp_path):
+    """The outsider asks to join: step 0's value adds it as a learner; its gradient for
+    step 1 shows it caught up, and a later value promotes it to voter (the steps after
+    step 0 wait out the leader's fallback, n0 not being their coordinator)."""
+    sequence = [
+        ("join_request", OUTSIDER),
+        *_step(),
+        ("advance", 3.5),
+        *_step(("arrive", OUTSIDER, 0)),
+        ("advance", 3.5),
+        *_step(),
+        ("advance", 3.5),
+        *_step(),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert _config_changes(sim) == [("add", OUTSIDER), ("promote", OUTSIDER)]
+    assert sim.detector_members[-1] == (*NODES, OUTSIDER)
+
+
+def test_a_clean_leave_removes_and_stops_the_node_and_it_comes_back_as_a_joiner(tmp_path):
+    """n0 leaves: its notices go to the voters, step 0's value removes it, it stops;
+    restarted on its disk (the configuration without it), it asks to join again."""
+    sequence = [("leave",), *_step(), ("advance", 1.0), ("restart",), ("advance", 1.5)]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert _config_changes(sim) == [("remove", ME)]
+    notices = [type(m).__name__ for _, m in sim.membership_sends()]
+    assert notices[:3] == ["LeaveNotice"] * 3 and "JoinRequest" in notices[3:]
+    assert sim.app.enrolment.joining and runtime.driver.enrolment.joining
+
+
+def test_a_peers_leave_notice_removes_it_the_same_way_in_both_shells(tmp_path):
+    runtime, sim = asyncio.run(_run([("leave_notice", "n2"), *_step()], tmp_path, ()))
+    assert _config_changes(sim) == [("remove", "n2")]
+    assert sim.detector_members == [("n0", "n1")]
 
 
 def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp_path):
