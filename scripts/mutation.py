@@ -67,6 +67,9 @@ PROTOCOL_FILES = (
     "reference_node/protocol/detector.py",
     "reference_node/protocol/rejoin.py",
     "reference_node/protocol/node_core.py",
+    # Since issue 12's joins and leaves in the simulator: which configuration governs
+    # a step, and whom a detector watches, are decided here for both shells.
+    "reference_node/protocol/membership.py",
 )
 CHECKER_FILES = tuple(
     f"verify/checkers/{name}.py"

@@ -40,6 +40,89 @@ def test_a_node_declared_dead_must_rejoin_with_a_higher_incarnation():
     assert members.handle(MB.SelfDeclaredDead(incarnation=0), 3.0) == [MB.MustRejoin(incarnation=1)]
 
 
+def test_configurations_answer_which_one_governs_a_step():
+    initial = MB.initial_configuration(["a", "b", "c", "d"], "d", join=True)
+    assert initial == MB.Configuration(step=-1, voters=("a", "b", "c"))
+    assert MB.initial_configuration(["b", "a"], "a", join=False).voters == ("a", "b")
+    configs = MB.Configurations(initial)
+    assert configs.latest() == initial and configs.after(100) == initial
+    added = MB.Configuration(step=10, voters=("a", "b", "c"), learners=("d",))
+    promoted = MB.Configuration(step=14, voters=("a", "b", "c", "d"))
+    configs.record(added)
+    configs.record(promoted)
+    # A change committed at step c governs the steps after c: the state after step k
+    # runs under the newest change with c <= k.
+    assert configs.after(9) == initial and configs.after(-1) == initial
+    assert configs.after(10) == added and configs.after(13) == added
+    assert configs.after(14) == promoted and configs.latest() == promoted
+    assert promoted.members == ("a", "b", "c", "d") and added.members == ("a", "b", "c", "d")
+    # A state installed from a peer replaces everything at or after its step.
+    older = MB.Configuration(step=12, voters=("a", "b"))
+    configs.record(older)
+    assert configs.entries == [initial, added, older] and configs.latest() == older
+    configs.check_valid()
+    # Loaded out of order (a file), kept in step order.
+    assert MB.Configurations(initial, [promoted, added]).entries == [added, promoted]
+
+
+def test_configurations_keep_a_bounded_history():
+    configs = MB.Configurations(MB.Configuration(step=-1, voters=("a",)))
+    for step in range(MB.CONFIGS_KEPT + 10):
+        configs.record(MB.Configuration(step=step, voters=("a",)))
+    assert len(configs.entries) == MB.CONFIGS_KEPT
+    assert configs.entries[-1].step == MB.CONFIGS_KEPT + 9
+    configs.check_valid()
+
+
+def test_node_membership_records_changes_and_says_what_the_detector_watches():
+    initial = MB.Configuration(step=-1, voters=("a", "b", "c"))
+    node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))
+    assert node.is_member() and node.current == initial
+    assert node.feed(MB.JoinRequested(peer="d", incarnation=1), 0.0) == []
+    change = node.core.change_for_next_step()
+    changed = node.committed(3, change, 1.0)
+    assert [(c.step, c.change, c.peer) for c in changed] == [(3, "add", "d")]
+    assert node.configs.latest() == MB.Configuration(
+        step=3, voters=("a", "b", "c"), learners=("d",)
+    )
+    assert node.watched_members(changed[0]) == ("a", "b", "c", "d")
+    assert node.committed(3, change, 2.0) == []  # already applied (came with a state)
+    # A change that removes this node: its detector is told nothing (it stops).
+    removal = ConfigChangeRequest(change="remove", peer="a", incarnation=1)
+    gone = node.committed(4, removal, 3.0)
+    assert node.watched_members(gone[0]) is None and not node.is_member()
+    node.check_valid()
+
+
+def test_a_state_installed_outside_its_configuration_leaves_the_detector_watching_none():
+    """A node whose removal came with the state it installed watches no one: it kept
+    watching the members it remembered and declared them dead when they, rightly,
+    stopped heartbeating it."""
+    initial = MB.Configuration(step=-1, voters=("a", "b", "c"))
+    node = MB.NodeMembership(node="a", incarnation=2, configs=MB.Configurations(initial))
+    without = MB.Configuration(step=7, voters=("b", "c"))
+    assert node.restart_at(without, from_peer=True) == ("a",)
+    assert node.configs.latest() == without and not node.is_member()
+    with_it = MB.Configuration(step=9, voters=("b", "c"), learners=("a",))
+    assert node.restart_at(with_it, from_peer=True) == ("a", "b", "c")
+    # From its own disk (a checkpoint): nothing recorded.
+    assert node.restart_at(initial, from_peer=False) == ("a", "b", "c")
+    assert node.configs.latest() == with_it
+
+
+def test_node_membership_counts_rejected_joins():
+    initial = MB.Configuration(step=-1, voters=("a", "b", "c"))
+    node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))
+    node.feed(MB.PeerDeclaredDead(peer="b", incarnation=2), 0.0)
+    assert node.feed(MB.JoinRequested(peer="b", incarnation=2), 1.0) == []
+    assert node.rejected_joins == 1
+    for index in range(MB.PENDING_CHANGES_MAX + 1):  # a join storm: the excess is refused
+        node.feed(MB.JoinRequested(peer=f"j{index}", incarnation=1), 2.0)
+    assert node.rejected_joins == 2
+    with pytest.raises(LocalProtocolError, match="disagree"):
+        node.committed(5, ConfigChangeRequest(change="promote", peer="c"), 3.0)
+
+
 def test_bad_events_raise_and_change_nothing():
     members = MB.Membership(node="a", voters=("a", "b", "c"))
     before = members.snapshot()

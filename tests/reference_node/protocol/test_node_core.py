@@ -386,6 +386,35 @@ def test_nothing_to_leave_stops_at_once_and_a_removed_leaver_stops_on_install():
     assert isinstance(stop, nc.StopNode) and stop.reason.startswith("asked")
 
 
+def test_the_next_deadline_is_what_tick_will_act_on():
+    """Both shells wake at ``next_deadline`` (the simulator only then): it must be the
+    earliest moment ``tick`` does something, and never a moment it does nothing."""
+    member = enrolment(joining=False)
+    assert member.next_deadline(fetching=False) is None  # nothing under way
+    member.begin_leave("asked", 2.0, member=True, last_voter=False)
+    assert member.next_deadline(fetching=False) == 2.0  # the first notice
+    tick = {"voters": ("n0", "me"), "join_voters": (), "fetching": False}
+    member.tick(2.0, **tick)
+    assert member.next_deadline(fetching=False) == 3.0  # the next, one leave_retry_s on
+    member.next_leave_notice = 99.0
+    assert member.next_deadline(fetching=True) == 7.0  # the leave's timeout
+    joiner = enrolment(joining=True)
+    assert joiner.next_deadline(fetching=False) == 0.0
+    joiner.tick(0.0, voters=(), join_voters=("n0",), fetching=False)
+    assert joiner.next_deadline(fetching=False) == 1.0
+    # While it fetches, a joiner's requests pause: only its timeout is due (a shell
+    # that woke for the paused request would spin at the same instant).
+    assert joiner.next_deadline(fetching=True) == 10.0
+    assert joiner.tick(1.0, voters=(), join_voters=("n0",), fetching=True) == []
+
+
+def test_a_commit_core_of_a_configuration_without_the_node_holds_it_as_a_learner():
+    assert nc.commit_roles(("a", "b"), ("c",), "a") == (("a", "b"), ("c",))
+    assert nc.commit_roles(("a", "b"), ("c",), "c") == (("a", "b"), ("c",))
+    assert nc.commit_roles(("b", "c"), ("d",), "a") == (("b", "c"), ("a", "d"))
+    assert nc.commit_roles(("b", "c"), (), "z") == (("b", "c"), ("z",))
+
+
 class EnrolmentMachine(RuleBasedStateMachine):
     """Any interleaving of ticks, evidence, installs and leaves: requests and notices
     never come faster than their retry, a fetch only after a member's evidence, and
