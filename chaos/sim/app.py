@@ -80,6 +80,7 @@ from swarmshake.reference_node.protocol.messages import (
     AggregateRequest,
     Decided,
     JoinRequest,
+    LeaveConfirmed,
     LeaveNotice,
     StateOffer,
     StateRequest,
@@ -181,7 +182,7 @@ class NodeApp:
         self.membership.restart_at(disk.configs.after(ready_step - 1), from_peer=False)
         started = proc.clock.local(proc.started_at)
         self.enrolment = nc.Enrolment(
-            joining=not self.membership.is_member(),
+            joining=self.membership.starts_as_joiner(),
             now=started,
             join_timeout_s=nc.JOIN_TIMEOUT_S,
             leave_timeout_s=nc.LEAVE_TIMEOUT_S,
@@ -580,8 +581,16 @@ class NodeApp:
 
     # --- membership: joins and clean leaves (node_core.Enrolment) -------------------------
 
+    def _confirm_removal(self, t: float, peer: str) -> None:
+        """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""
+        step = nc.removal_step(self.membership.configs, peer)
+        if step is not None:
+            self._send(t, peer, LeaveConfirmed(sender=self.name, step=step))
+
     def _config_committed(self, t: float, step: int, change: Any) -> None:
         self._membership_changed(t, self.membership.committed(step, change, self._local(t)))
+        if change.change == "remove" and change.peer != self.name:
+            self._confirm_removal(t, change.peer)
         if change.change == "remove" and change.peer == self.name:
             # The commit core stops taking part from here (commit._advance).
             reason = self.enrolment.removed_reason()
@@ -694,6 +703,13 @@ class NodeApp:
                 event = JoinRequested if isinstance(message, JoinRequest) else LeaveRequested
                 fed = event(peer=message.sender, incarnation=message.incarnation)
                 self._membership_changed(t, self.membership.feed(fed, self._local(t)))
+                if isinstance(message, LeaveNotice):
+                    self._confirm_removal(t, message.sender)
+        elif isinstance(message, LeaveConfirmed):
+            members = self.membership.configs.latest().members
+            if self.enrolment.confirms_removal(message.sender, members):
+                self.membership.removal_confirmed(message.step)  # on disk before the stop
+            self._enrol(t, self.enrolment.removal_confirmed(message.sender, members))
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):

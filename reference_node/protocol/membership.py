@@ -443,6 +443,14 @@ class NodeMembership:
     def is_member(self) -> bool:
         return self.core.role(self.node) != "absent"
 
+    def starts_as_joiner(self) -> bool:
+        """Whether a starting process must ask to be added: the newest configuration
+        it knows lacks it.  Not the configuration of the state it starts from: a
+        checkpoint older than the node's removal named it, and a node that started
+        as a member by it watched peers that had stopped heartbeating it and
+        declared them dead (the simulator's leave churn, 4 nodes, seed 17)."""
+        return self.node not in self.configs.latest().members
+
     def restart_at(self, configuration: Configuration, *, from_peer: bool) -> tuple[str, ...]:
         """The node's state was replaced (start, rejoin): its configuration comes with
         it (recorded when it came from a peer).  Pending requests die with the old
@@ -490,6 +498,24 @@ class NodeMembership:
             # The commit core validated the change against the same configuration, so
             # this is a driver bug; say so loudly rather than diverge silently.
             raise LocalProtocolError(f"membership and commit cores disagree: {error}") from None
+
+    def removal_confirmed(self, step: int) -> bool:
+        """A member said it committed this node's removal at ``step``, a step this node
+        never saw: record a configuration without it from there (the others' changes
+        it missed stay unknown), so that its next process starts as a joiner and does
+        not watch, as a member, peers that no longer heartbeat it.  Returns whether
+        ``configs`` changed (then the shell persists it)."""
+        latest = self.configs.latest()
+        if step <= latest.step or self.node not in latest.members:
+            return False
+        self.configs.record(
+            Configuration(
+                step=step,
+                voters=tuple(v for v in latest.voters if v != self.node),
+                learners=tuple(v for v in latest.learners if v != self.node),
+            )
+        )
+        return True
 
     def watched_members(self, change: ConfigChanged) -> tuple[str, ...] | None:
         """The members the detector watches after ``change``; None when this node is

@@ -200,6 +200,16 @@ class LeaveNotice(_Message, tag="leave_notice"):
     incarnation: Counter
 
 
+class LeaveConfirmed(_Message, tag="leave_confirmed"):
+    """A member committed the receiver's removal at ``step``: sent when the removal
+    commits and in answer to a notice from a node already removed.  A leaver that
+    did not see that step (a learner falling behind) otherwise ran on, watching the
+    members it remembered, and declared them dead once they stopped heartbeating it
+    (the simulator's leave churn; node_core.removal_step)."""
+
+    step: Step
+
+
 class StateRequest(_Message, tag="state_request"):
     """A rejoining node asks for the state of the latest committed step."""
 
@@ -247,6 +257,7 @@ Message = (
     | DecisionRequest
     | JoinRequest
     | LeaveNotice
+    | LeaveConfirmed
     | StateRequest
     | StateOffer
     | AggregateRequest

@@ -757,6 +757,21 @@ def commit_roles(
     return voters, tuple(sorted((*learners, node)))
 
 
+def removal_step(configs: mb.Configurations, peer: str) -> int | None:
+    """The step at which this node committed ``peer``'s removal, if ``peer`` is out of
+    the newest configuration it knows and an earlier one held it (None otherwise: a
+    stranger, a member, or a removal older than the configurations kept).  A member
+    sends it as ``LeaveConfirmed`` when the removal commits and to every notice from
+    a node already removed, so a leaver that missed that step stops."""
+    entries = configs.entries
+    if peer in entries[-1].members:
+        return None
+    for before, after in zip(reversed(entries[:-1]), reversed(entries[1:]), strict=True):
+        if peer in before.members:
+            return after.step
+    return None
+
+
 class Enrolment:
     """How a node comes into the membership (a join) and goes out (a clean leave).
 
@@ -829,6 +844,20 @@ class Enrolment:
             self.leave_started = now
             self.next_leave_notice = now
         return [RequestRemoval()]
+
+    def removal_confirmed(self, peer: str, members: Iterable[str]) -> list[EnrolmentAction]:
+        """``peer``, a member of the newest configuration this node knows, says it
+        committed this node's removal (``messages.LeaveConfirmed``): a leaver stops.
+        Anyone else ignores it (only a leave removes a node)."""
+        if not self.confirms_removal(peer, members):
+            return []
+        return [StopNode(reason=f"{self.leaving}: removal confirmed by {peer}")]
+
+    def confirms_removal(self, peer: str, members: Iterable[str]) -> bool:
+        """Whether ``peer``'s ``LeaveConfirmed`` counts: this node is leaving and
+        ``peer`` is a member of the newest configuration it knows.  The shell then
+        records the removal (``NodeMembership.removal_confirmed``) before the stop."""
+        return self.leaving is not None and peer in set(members)
 
     def removed_reason(self) -> str:
         """Why this node stops once its removal committed."""

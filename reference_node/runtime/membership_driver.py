@@ -137,6 +137,11 @@ class MembershipDriver:
         if tell_detector:
             self._members_changed(watched)
 
+    def removal_confirmed(self, step: int) -> None:
+        """A member committed this node's removal at ``step`` (it missed that step)."""
+        if self.state.removal_confirmed(step):
+            self.configs.save()
+
     def feed(self, event: object) -> list[object]:
         """Feed one event; returns the ``ConfigChanged`` actions performed."""
         changed = self.state.feed(event, self._now())  # type: ignore[arg-type]

@@ -183,7 +183,7 @@ class StepDriver:
         # Joins and clean leaves: the node core's decisions (its timeouts are this
         # node's [node] settings).
         self.enrolment = nc.Enrolment(
-            joining=not self.membership.is_member(), now=node.clock.now(),
+            joining=self.membership.state.starts_as_joiner(), now=node.clock.now(),
             join_timeout_s=self.config.node.join_timeout_s,
             leave_timeout_s=self.config.node.leave_timeout_s, config=self.decisions,
         )  # fmt: skip
@@ -268,6 +268,13 @@ class StepDriver:
         self._wake.set()
 
     def on_message(self, message: msgs.Message) -> None:
+        if isinstance(message, msgs.LeaveConfirmed):
+            # Not a step this node is behind on: the step of its own removal.
+            members = self.membership.configs.latest().members
+            if self.enrolment.confirms_removal(message.sender, members):
+                self.membership.removal_confirmed(message.step)  # on disk before the stop
+            self.enrol(self.enrolment.removal_confirmed(message.sender, members))
+            return
         step = getattr(message, "step", None)
         if step is not None:
             self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
@@ -288,6 +295,7 @@ class StepDriver:
                 self.membership.feed(
                     mb.LeaveRequested(peer=message.sender, incarnation=message.incarnation)
                 )
+                self._confirm_removal(message.sender)
             return
         if isinstance(message, msgs.AcceptRequest | msgs.Decided):
             self.values[(message.step, message.value.agg_fp)] = message.value
@@ -759,8 +767,16 @@ class StepDriver:
 
     # -- membership ---------------------------------------------------------------------------------
 
+    def _confirm_removal(self, peer: str) -> None:
+        """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""
+        step = nc.removal_step(self.membership.configs, peer)
+        if step is not None:
+            self.node.send_message(peer, msgs.LeaveConfirmed(sender=self.name, step=step))
+
     def _config_committed(self, step: int, change: msgs.ConfigChangeRequest) -> None:
         self.membership.committed(step, change)
+        if change.change == "remove" and change.peer != self.name:
+            self._confirm_removal(change.peer)
         if change.change == "remove" and change.peer == self.name:
             # The commit core stops taking part from here (commit._advance).
             reason = self.enrolment.removed_reason()

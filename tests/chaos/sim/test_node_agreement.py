@@ -63,7 +63,7 @@ OUTSIDER = "n7"  # a node outside the configuration that asks to join
 SEED = 7
 TRAINING_SEED = 11
 COMMIT_MESSAGES = cm.CommitMessage.__args__  # type: ignore[attr-defined]
-MEMBERSHIP_MESSAGES = (msgs.JoinRequest, msgs.LeaveNotice)
+MEMBERSHIP_MESSAGES = (msgs.JoinRequest, msgs.LeaveNotice, msgs.LeaveConfirmed)
 STATE_NBYTES = AppSettings().state_nbytes
 
 
@@ -595,6 +595,8 @@ JOIN = st.tuples(st.just("join_request"), st.sampled_from((OUTSIDER, *NODES[1:])
 LEAVE_NOTICE = st.tuples(st.just("leave_notice"), st.sampled_from((OUTSIDER, *NODES[1:])))
 OUTSIDER_ARRIVES = st.tuples(st.just("arrive"), st.just(OUTSIDER), st.just(0))
 LEAVE = st.tuples(st.just("leave"))
+# A member says it committed n0's removal (n0 stops if it is leaving).
+LEAVE_CONFIRMED = st.tuples(st.just("leave_confirmed"), st.sampled_from(NODES[1:]))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -618,6 +620,7 @@ EVENTS = st.one_of(
     OUTSIDER_ARRIVES,
     OUTSIDER_ARRIVES,
     LEAVE,
+    LEAVE_CONFIRMED,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -722,6 +725,10 @@ async def _run(
             for node in nodes:
                 await node.leave()
             membership.add("n0 leaves")
+        elif kind == "leave_confirmed":
+            for node in nodes:
+                await node.message(msgs.LeaveConfirmed(sender=drawn[1], step=runtime.step() + 1))
+            membership.add(kind)
         elif kind == "vote":
             answers = _votes(runtime, drawn[1], drawn[2])
             assert answers == _votes(sim, drawn[1], drawn[2]), index
@@ -843,9 +850,25 @@ def test_a_clean_leave_removes_and_stops_the_node_and_it_comes_back_as_a_joiner(
 
 
 def test_a_peers_leave_notice_removes_it_the_same_way_in_both_shells(tmp_path):
-    runtime, sim = asyncio.run(_run([("leave_notice", "n2"), *_step()], tmp_path, ()))
+    """n2 asks to leave: step 0's value removes it; n0 tells n2 its removal committed
+    (at the commit, and again in answer to a later notice, which n2 sends when it
+    missed the step)."""
+    sequence = [("leave_notice", "n2"), *_step(), ("leave_notice", "n2")]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert _config_changes(sim) == [("remove", "n2")]
     assert sim.detector_members == [("n0", "n1")]
+    confirmed = [
+        (p, m.step) for p, m in sim.membership_sends() if isinstance(m, msgs.LeaveConfirmed)
+    ]
+    assert confirmed == [("n2", 0), ("n2", 0)]
+
+
+def test_a_leaver_told_its_removal_committed_stops_the_same_way_in_both_shells(tmp_path):
+    """n0 leaves but misses the step that removes it: a member's word stops it; the
+    same word to a node that is not leaving changes nothing."""
+    sequence = [("leave_confirmed", "n1"), *_step()[:1], ("leave",), ("leave_confirmed", "n2")]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert sim.stopped == runtime.stopped == "asked to leave: removal confirmed by n2"
 
 
 def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp_path):

@@ -10,8 +10,6 @@ that history (S3 by the configuration in force, L2 by its majority)."""
 
 from __future__ import annotations
 
-import pytest
-
 from swarmshake.chaos import faults
 from swarmshake.chaos.sim.run import SimConfig, run_simulation
 from swarmshake.reference_node.protocol.history import ConfigChange, Fault, Start, Stop
@@ -65,8 +63,10 @@ def test_a_leave_churn_is_deterministic():
 
 
 def test_leave_churn_stays_valid_across_seeds_and_sizes():
-    """No false verdicts on correct code: clean-leave churn at odd and even sizes."""
-    for nodes, seed in ((3, 5), (4, 3), (5, 4), (6, 6)):
+    """Clean-leave churn at odd and even sizes stays valid (seeds 0-19 at 3, 4, 5, 6
+    and 8 nodes all were when this was written; a sample here, the rest in
+    test-long's explore)."""
+    for nodes, seed in ((3, 6), (3, 12), (4, 3), (5, 17), (6, 0), (8, 1)):
         run = run_simulation(
             SimConfig(nodes=nodes, duration_s=45.0, seed=seed), _leave_churn(10, 6, 35), None
         )
@@ -74,16 +74,26 @@ def test_leave_churn_stays_valid_across_seeds_and_sizes():
         assert any(isinstance(e, ConfigChange) for e in run.history.events), (nodes, seed)
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, found by this simulation (issue 12)")
-def test_a_removed_leaver_that_never_saw_its_removal_declares_no_live_member_dead():
-    """3 nodes, seed 2: churn leaves n0 and then n1 while n0 is still a learner, so n2
-    is the one voter.  n1 (a learner that keeps falling behind the lone voter and
-    re-fetching its state, so it never sees the step that removes it) keeps its
-    detector on the members it remembers until its leave times out; n0, promoted
-    meanwhile, rightly stops heartbeating it, and n1 declares n0 dead (S4).  Its
-    verdict harms nobody (the members refuse gossip from a non-member), but it is a
-    false positive all the same, and its suspicions of n2 forced three refutes.  A
-    leaver should stop watching once it cannot be told of its removal; until the
-    protocol does, this test fails (strict xfail: it will say when it is fixed)."""
-    run = run_simulation(SimConfig(nodes=3, duration_s=45.0, seed=2), _leave_churn(10, 6, 35), None)
-    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
+def test_no_live_node_is_declared_dead_by_a_node_that_missed_its_own_removal():
+    """Two defects leave churn found at once (seeds 0-19 at 3, 4, 5, 6 and 8 nodes:
+    S4 broken in 6, 2, 1, 0 and 0 runs of 20; now none).
+
+    1. A leaver that missed the step removing it (a learner falling behind) ran on
+       until its leave timed out, watching the members it remembered, and declared
+       them dead once they, rightly, stopped heartbeating it; such nodes confirmed
+       each other's suspicions (4 nodes, seed 4: three removed learners declared
+       the one voter dead).  Now a member tells a removed node so
+       (``LeaveConfirmed``: when the removal commits, and in answer to its notices)
+       and the leaver records the removal and stops.
+    2. A node removed after its newest checkpoint started its next process as a
+       member (the checkpoint's configuration named it), so its detector started at
+       once and declared dead the peers that no longer heartbeat it (4 nodes, seed
+       17: n3 declared n0, n1 and n2 dead, and later n2).  Now the newest
+       configuration it knows decides (``NodeMembership.starts_as_joiner``)."""
+    for nodes, seed in ((4, 17), (4, 4), (3, 2)):
+        run = run_simulation(
+            SimConfig(nodes=nodes, duration_s=45.0, seed=seed), _leave_churn(10, 6, 35), None
+        )
+        s4 = run.verdict.results["S4"]
+        assert s4.status == "valid", (nodes, seed, s4.message)
+        assert run.verdict.status == "valid", (nodes, seed, run.verdict)

@@ -74,6 +74,36 @@ def test_configurations_keep_a_bounded_history():
     configs.check_valid()
 
 
+def test_a_configuration_is_a_value_read_from_disk_strictly():
+    """The runtime's membership.json holds these: an unknown field is refused (a wrong
+    configuration can break S3), and a configuration is immutable and hashable."""
+    import msgspec
+
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"step": 1, "voters": ["a"], "extra": 1}', type=MB.Configuration)
+    config = MB.Configuration(step=1, voters=("a",))
+    assert hash(config) == hash(MB.Configuration(step=1, voters=("a",)))
+    with pytest.raises(AttributeError):
+        config.step = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        MB.Configuration(1, ("a",))  # type: ignore[misc]
+
+
+def test_a_configuration_recorded_at_a_known_step_replaces_it_and_old_steps_get_the_oldest():
+    configs = MB.Configurations(MB.Configuration(step=-1, voters=("a", "b")))
+    configs.record(MB.Configuration(step=3, voters=("a",)))
+    configs.record(MB.Configuration(step=3, voters=("b",)))  # a state installed at step 3
+    assert [e.voters for e in configs.entries] == [("a", "b"), ("b",)]
+    configs.check_valid()
+    for step in range(4, 4 + MB.CONFIGS_KEPT):
+        configs.record(MB.Configuration(step=step, voters=("a",)))
+    oldest = configs.entries[0]
+    assert oldest.step > 3 and configs.after(0) == oldest  # older than anything kept
+    configs.entries = [oldest, oldest]
+    with pytest.raises(AssertionError):
+        configs.check_valid()
+
+
 def test_node_membership_records_changes_and_says_what_the_detector_watches():
     initial = MB.Configuration(step=-1, voters=("a", "b", "c"))
     node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))
@@ -103,11 +133,33 @@ def test_a_state_installed_outside_its_configuration_leaves_the_detector_watchin
     without = MB.Configuration(step=7, voters=("b", "c"))
     assert node.restart_at(without, from_peer=True) == ("a",)
     assert node.configs.latest() == without and not node.is_member()
+    assert node.current == without and node.starts_as_joiner()
+    node.configs.entries = []
+    with pytest.raises(AssertionError):
+        node.check_valid()  # the configurations' own invariants are checked too
+    node.configs.record(without)
+    node.core.voters = ("c", "b")
+    with pytest.raises(AssertionError):
+        node.check_valid()  # ... and the core's
+    node.core.voters = ("b", "c")
     with_it = MB.Configuration(step=9, voters=("b", "c"), learners=("a",))
     assert node.restart_at(with_it, from_peer=True) == ("a", "b", "c")
     # From its own disk (a checkpoint): nothing recorded.
     assert node.restart_at(initial, from_peer=False) == ("a", "b", "c")
     assert node.configs.latest() == with_it
+
+
+def test_a_confirmed_removal_is_recorded_once_and_makes_the_next_process_a_joiner():
+    initial = MB.Configuration(step=-1, voters=("a", "b", "c"), learners=("d",))
+    node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))
+    assert not node.starts_as_joiner()
+    assert node.removal_confirmed(5)
+    assert node.configs.latest() == MB.Configuration(step=5, voters=("b", "c"), learners=("d",))
+    assert node.starts_as_joiner()
+    assert not node.removal_confirmed(7)  # already out
+    learner = MB.NodeMembership(node="d", incarnation=1, configs=MB.Configurations(initial))
+    assert not learner.removal_confirmed(-1)  # not newer than what it knows
+    assert learner.removal_confirmed(2) and learner.configs.latest().learners == ()
 
 
 def test_node_membership_counts_rejected_joins():

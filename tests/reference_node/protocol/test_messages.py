@@ -31,6 +31,7 @@ EXAMPLES = [
     M.StateRequest(sender="n9", incarnation=3),
     M.StateOffer(sender="n1", step=4, param_fp="cd", nbytes=100),
     M.AggregateRequest(sender="n1", step=4, value_fp="ab12"),
+    M.LeaveConfirmed(sender="n1", step=9),
 ]
 
 

@@ -408,6 +408,34 @@ def test_the_next_deadline_is_what_tick_will_act_on():
     assert joiner.tick(1.0, voters=(), join_voters=("n0",), fetching=True) == []
 
 
+def test_a_member_names_the_step_that_removed_a_peer_and_only_then():
+    from swarmshake.reference_node.protocol import membership as mb
+
+    initial = mb.Configuration(step=-1, voters=("a", "b", "c"))
+    configs = mb.Configurations(initial)
+    assert nc.removal_step(configs, "c") is None  # a member
+    assert nc.removal_step(configs, "z") is None  # a stranger
+    configs.record(mb.Configuration(step=4, voters=("a", "b")))
+    configs.record(mb.Configuration(step=6, voters=("a", "b"), learners=("d",)))
+    assert nc.removal_step(configs, "c") == 4  # the step of the first configuration without it
+    assert nc.removal_step(configs, "d") is None and nc.removal_step(configs, "z") is None
+    configs.record(mb.Configuration(step=9, voters=("a", "b")))
+    assert nc.removal_step(configs, "d") == 9 and nc.removal_step(configs, "c") == 4
+    # Back in (a join after the leave): a member again, nothing to confirm.
+    configs.record(mb.Configuration(step=12, voters=("a", "b"), learners=("c",)))
+    assert nc.removal_step(configs, "c") is None
+
+
+def test_a_leaver_stops_when_a_member_confirms_its_removal():
+    leaver = enrolment(joining=False)
+    assert leaver.removal_confirmed("n1", members=("n0", "n1")) == []  # not leaving
+    leaver.begin_leave("asked", 0.0, member=True, last_voter=False)
+    assert leaver.removal_confirmed("n9", members=("n0", "n1")) == []  # not a member's word
+    assert leaver.removal_confirmed("n1", members=("n0", "n1")) == [
+        nc.StopNode(reason="asked: removal confirmed by n1")
+    ]
+
+
 def test_a_commit_core_of_a_configuration_without_the_node_holds_it_as_a_learner():
     assert nc.commit_roles(("a", "b"), ("c",), "a") == (("a", "b"), ("c",))
     assert nc.commit_roles(("a", "b"), ("c",), "c") == (("a", "b"), ("c",))
