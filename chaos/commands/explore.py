@@ -211,8 +211,16 @@ def main(argv: list[str]) -> int:
         help="(local, docker) runs of a shrink candidate before it counts as not violating "
         "(default 3; 1 shrinks faster and may keep an entry it could drop)",
     )
+    parser.add_argument(
+        "--leaves",
+        action="store_true",
+        help="(sim) also draw churn of clean leaves: removals through committed steps and "
+        "rejoins as joiners (configuration changes)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = parser.parse_args(argv)
+    if args.leaves and args.backend != "sim":
+        raise UsageError("--leaves: the simulator's draws only (real backends explore a scenario)")
     if args.write_scenario is not None and args.backend != "sim":
         raise UsageError("--write-scenario: the real backends print their scenario already")
     if args.backend == "sim" and args.scenario is not None:
@@ -258,7 +266,9 @@ def main(argv: list[str]) -> int:
             mark = f" violates {','.join(bad)}" if bad else ""
             print(f"explore: run {count}, schedule of {schedule.size()}{mark}", file=sys.stderr)
 
-    found = explore(config, args.budget, args.seed, properties, progress=progress)
+    found = explore(
+        config, args.budget, args.seed, properties, progress=progress, leaves=args.leaves
+    )
     if found is None:
         if args.json:
             print(

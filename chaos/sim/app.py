@@ -23,9 +23,16 @@ into simulated I/O:
    integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
 
 What survives a crash is ``NodeDisk``: acceptor records (``Persist``), their vote
-floor, the bytes of accepted values, and the last checkpoint.  A restarted node runs
-the rejoin core (state from a live peer, verified by fingerprint; else the local
-checkpoint) and starts its commit core after the step it got.
+floor, the bytes of accepted values, the last checkpoint and the configurations the
+node saw committed.  A restarted node runs the rejoin core (state from a live peer,
+verified by fingerprint; else the local checkpoint) and starts its commit core after
+the step it got, under the configuration that came with it.
+
+Joins and clean leaves are the node core's ``Enrolment`` and the protocol's
+``NodeMembership``, as in the runtime's step driver: a node outside the newest
+configuration it knows asks to be added, starts its detector once a member's traffic
+shows it was, and fetches the state; a leaver asks to be removed, votes until the
+removal commits (or a member confirms it, ``LeaveConfirmed``) and stops.
 """
 
 from __future__ import annotations

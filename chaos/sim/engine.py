@@ -702,6 +702,12 @@ class Simulation:
     def _apply_detector(self, proc: NodeProcess, t: float, actions: list) -> None:
         clock = proc.clock
         for action in actions:
+            if not proc.up:
+                # Crashed mid-list (a triggered crash fires while an action of this list
+                # is logged): the rest of the list is lost (DRIVERS.md rule 2).  A heart-
+                # beat plan performed after the crash restarted the dead node's stream,
+                # and its peers never suspected it (explore, 3 nodes, seed 1: L1).
+                return
             if isinstance(action, HeartbeatPlan):
                 self._plan(proc, t, action)
                 continue

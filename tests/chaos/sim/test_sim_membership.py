@@ -97,3 +97,49 @@ def test_no_live_node_is_declared_dead_by_a_node_that_missed_its_own_removal():
         s4 = run.verdict.results["S4"]
         assert s4.status == "valid", (nodes, seed, s4.message)
         assert run.verdict.status == "valid", (nodes, seed, run.verdict)
+
+
+def test_explore_with_leaves_draws_churn_of_clean_leaves_and_without_does_not():
+    """``explore --leaves`` reaches configuration changes; the default space (what
+    CI's explorations were cleared on) has no churn."""
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    from swarmshake.chaos.sim.explore import schedules
+
+    def has_leaves(schedule: faults.FaultSchedule) -> bool:
+        return any(
+            isinstance(e.op, faults.Churn) and e.op.crash_fraction < 1 for e in schedule.entries
+        )
+
+    nodes = ["n0", "n1", "n2"]
+    found = find(schedules(nodes, leaves=True), has_leaves, settings=settings(database=None))
+    assert has_leaves(found)
+    try:
+        find(
+            schedules(nodes),
+            lambda s: any(isinstance(e.op, faults.Churn) for e in s.entries),
+            settings=settings(database=None, max_examples=300),
+        )
+    except NoSuchExample:
+        pass
+    else:
+        raise AssertionError("the default space drew a churn")
+
+
+def test_a_node_crashed_mid_list_performs_nothing_more_and_is_detected():
+    """Found when the explore strategy's new entry kind shifted what seed 1 draws (3
+    nodes, budget 200): crash n0 at 5.11 s, then n1 as it logs its proposal of step
+    2, in the middle of the detector actions that n0's death caused.  The simulator
+    performed the rest of n1's list after the crash, a heartbeat plan among them,
+    which restarted the dead node's stream: n2 heard a dead node for ever and never
+    declared it dead (L1).  A crash loses the rest of the list (DRIVERS.md rule 2)."""
+    schedule = faults.decode_schedule(
+        b"- op: {op: crash, nodes: [n0]}\n  at_s: 5.11\n"
+        b"- op: {op: crash, nodes: [n1]}\n"
+        b"  when: {node: n1, kind: propose, step_at_least: 2, delay_s: 0.0}\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
+    assert run.verdict.results["L1"].checked >= 2
