@@ -649,3 +649,28 @@ def test_results_are_built_from_named_fields_only():
         PropertyResult("S1", "valid")  # type: ignore[misc]
     with pytest.raises(TypeError):
         Verdict("valid", {}, Bounds())  # type: ignore[misc]
+
+
+def test_l1_asks_detection_of_members_by_members_only():
+    # n2 leaves (removed at step 1, logged at 2 s) and crashes at 4 s: nobody watches a
+    # node outside the configuration, so no one has to declare it dead.
+    log = _three_started().at(1.0).all_commit(0).at(2.0).config(1, ["n0", "n1"], "remove", "n2")
+    log.at(4.0).crash("n2").at(10.0).commit("n0", 2, "v2")
+    result = log.check("L1")
+    assert result.status == "valid" and result.checked == 0, result.message
+    # The same crash of a member (no removal): a miss.
+    log = _three_started().at(1.0).all_commit(0).at(4.0).crash("n2").at(10.0).commit("n0", 2, "v2")
+    assert log.check("L1").status == "invalid"
+
+
+def test_l1_does_not_ask_a_removed_observer_to_detect():
+    # n2 was removed at 2 s and runs on (a leaver that missed its removal watches no
+    # one); n1 crashes at 4 s: n0, a member, must declare it; n2 need not.
+    log = _three_started().at(1.0).all_commit(0).at(2.0).config(1, ["n0", "n1"], "remove", "n2")
+    log.at(4.0).crash("n1").at(4.5).declare("n0", "n1").at(10.0).commit("n0", 2, "v2")
+    result = log.check("L1")
+    assert result.status == "valid" and result.checked == 1, result.message
+    # Before that removal n2 was a member: a crash then is n2's to detect too.
+    log = _three_started().at(1.0).all_commit(0).at(1.5).crash("n1").at(1.8).declare("n0", "n1")
+    log.at(2.0).config(1, ["n0", "n2"], "remove", "n1").at(10.0).commit("n0", 2, "v2")
+    assert log.check("L1").status == "invalid"

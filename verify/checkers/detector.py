@@ -25,9 +25,12 @@
   node at that incarnation, is judged like any other and may not plead that it named
   an earlier incarnation (the node accepted it as current).  When X's declaration is
   missing from the history, the restart itself is judged as X's verdict at that time.
-- L1: after each crash, every node alive and inside the envelope for the whole
-  ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within ``D``, unless
-  the crashed node came back inside that window.  A miss during an envelope exit, or
+- L1: after each crash of a member, every member alive and inside the envelope for
+  the whole ``[crash, crash + D]`` logs ``declare_dead`` of the crashed node within
+  ``D``, unless the crashed node came back inside that window.  Members are the
+  voters and learners of the configuration in force at the crash (the newest one
+  some node had logged by then; without configuration changes, every node): a node
+  outside it watches no one and no one watches it.  A miss during an envelope exit, or
   a window cut by the end of the run, is ``unknown``.
 """
 
@@ -39,8 +42,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
-from swarmshake.reference_node.protocol.history import DeclareDead, History
+from swarmshake.reference_node.protocol.history import ConfigChange, DeclareDead, History
 from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
+from swarmshake.verify.checkers.safety import Membership
 from swarmshake.verify.checkers.timeline import Timeline
 
 # "declared dead by n3" (runtime) or "declared dead by n3: rejoining" (simulator).
@@ -241,6 +245,10 @@ def detection_delays_s(
     declared: dict[tuple[str, str], list[float]] = defaultdict(list)
     for event in history.of_kind(DeclareDead):
         declared[(event.node, event.peer)].append(event.t_mono)
+    # Detection is among members: a node outside the configuration in force (removed
+    # by a committed step, or not yet added) watches no one and no one watches it.
+    # Without configuration changes every node is a member, as before.
+    membership = Membership(history) if history.of_kind(ConfigChange) else None
     bound = bounds.detection_s
     delays: list[float] = []
     misses: list[tuple[str, str, float, int, str]] = []
@@ -257,8 +265,11 @@ def detection_delays_s(
         if came_back:
             continue
         run_cut = t_crash + bound > timeline.end_t
+        members = membership.members_at_time(t_crash) if membership is not None else None
+        if members is not None and crashed not in members:
+            continue  # a removed node's crash is nobody's to detect
         for observer, observer_timeline in timeline.nodes.items():
-            if observer == crashed:
+            if observer == crashed or (members is not None and observer not in members):
                 continue
             end = min(t_crash + bound, timeline.end_t)
             if not observer_timeline.alive_throughout(t_crash, end):

@@ -51,10 +51,16 @@ class Membership:
         # Each committed configuration from the first moment a node logged it: the
         # voters whose majority the liveness checks count at a time (L2's premise).
         first_logged: dict[int, tuple[float, list[str]]] = {}
+        members_logged: dict[int, tuple[float, frozenset[str]]] = {}
         for event in history.of_kind(ConfigChange):
             if event.step not in first_logged:
                 first_logged[event.step] = (event.t_mono, sorted(event.voters))
+                members_logged[event.step] = (
+                    event.t_mono,
+                    frozenset(event.voters + event.learners),
+                )
         self.by_time = sorted(first_logged.values(), key=lambda item: item[0])
+        self.members_by_time = sorted(members_logged.values(), key=lambda item: item[0])
 
     def voters_at_time(self, t: float) -> list[str]:
         """The voters of the newest configuration some node had logged by ``t``."""
@@ -64,6 +70,15 @@ class Membership:
                 break
             voters = change_voters
         return voters
+
+    def members_at_time(self, t: float) -> frozenset[str]:
+        """Voters and learners of the newest configuration some node had logged by ``t``."""
+        members = frozenset(self.initial)
+        for logged_at, change_members in self.members_by_time:
+            if logged_at > t:
+                break
+            members = change_members
+        return members
 
     def voters_at(self, step: int) -> list[str]:
         voters = self.initial
