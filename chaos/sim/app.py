@@ -939,20 +939,18 @@ class NodeApp:
         if self.rejoin is None:
             return
         if isinstance(message, StateOffer):
-            if message.voters:
-                configuration = Configuration(
-                    step=message.config_step,
-                    voters=tuple(sorted(message.voters)),
-                    learners=tuple(sorted(message.learners)),
-                )
-                if set(configuration.voters) & set(configuration.learners):
-                    self._log(FrameDrop, t, peer=sender, reason="offer_bad_configuration")
-                    return
-                if self.enrolment.joining and self.name not in configuration.members:
-                    # That source has not committed our add yet: try the next one.
-                    self._rejoin(t, rejoin.FetchFailed(source=sender, reason="not added there"))
-                    return
-                self.offered_configs[sender] = configuration
+            offered = nc.offered_configuration(
+                message.voters, message.learners, message.config_step,
+                node=self.name, joining=self.enrolment.joining,
+            )  # fmt: skip
+            if offered.refused == nc.BAD_OFFER:
+                self._log(FrameDrop, t, peer=sender, reason=offered.refused)
+                return
+            if offered.refused:
+                self._rejoin(t, rejoin.FetchFailed(source=sender, reason=offered.refused))
+                return
+            if offered.configuration is not None:
+                self.offered_configs[sender] = offered.configuration
             self._rejoin(
                 t,
                 rejoin.StateOffered(

@@ -772,6 +772,41 @@ def removal_step(configs: mb.Configurations, peer: str) -> int | None:
     return None
 
 
+# ``OfferedConfiguration.refused``: drop the offer (a malformed configuration), or
+# try the next source (it has not committed this joiner's add yet).
+BAD_OFFER = "offer_bad_configuration"
+NOT_ADDED_THERE = "not added there"
+
+
+class OfferedConfiguration(msgspec.Struct, frozen=True, kw_only=True):
+    """What a state offer's configuration means to the node that asked."""
+
+    configuration: mb.Configuration | None = None  # None: the offer named none
+    refused: str = ""  # BAD_OFFER or NOT_ADDED_THERE; "" takes the offer
+
+
+def offered_configuration(
+    voters: Iterable[str],
+    learners: Iterable[str],
+    config_step: int,
+    *,
+    node: str,
+    joining: bool,
+) -> OfferedConfiguration:
+    """The configuration a ``StateOffer`` carries (the one its state runs under), or
+    why the offer is refused: voters and learners that overlap are malformed; a
+    joiner asks a source that has not added it yet for nothing it can use."""
+    voters, learners = tuple(sorted(voters)), tuple(sorted(learners))
+    if not voters:
+        return OfferedConfiguration()  # an offer without one (genesis, an older peer)
+    if set(voters) & set(learners):
+        return OfferedConfiguration(refused=BAD_OFFER)
+    configuration = mb.Configuration(step=config_step, voters=voters, learners=learners)
+    if joining and node not in configuration.members:
+        return OfferedConfiguration(refused=NOT_ADDED_THERE)
+    return OfferedConfiguration(configuration=configuration)
+
+
 class Enrolment:
     """How a node comes into the membership (a join) and goes out (a clean leave).
 

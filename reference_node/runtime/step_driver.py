@@ -742,20 +742,18 @@ class StepDriver:
         self.node.send_message(requester, offer)
 
     def _on_offer(self, message: msgs.StateOffer) -> None:
-        if message.voters:
-            configuration = Configuration(
-                step=message.config_step,
-                voters=tuple(sorted(message.voters)),
-                learners=tuple(sorted(message.learners)),
-            )
-            if set(configuration.voters) & set(configuration.learners):
-                self.node.drops.drop("offer_bad_configuration", message.sender)
-                return
-            if self.enrolment.joining and self.name not in configuration.members:
-                # That source has not committed our add yet: try the next one.
-                self.feed_rejoin(rj.FetchFailed(source=message.sender, reason="not added there"))
-                return
-            self.offered_configs[message.sender] = configuration
+        offered = nc.offered_configuration(
+            message.voters, message.learners, message.config_step,
+            node=self.name, joining=self.enrolment.joining,
+        )  # fmt: skip
+        if offered.refused == nc.BAD_OFFER:
+            self.node.drops.drop(offered.refused, message.sender)
+            return
+        if offered.refused:
+            self.feed_rejoin(rj.FetchFailed(source=message.sender, reason=offered.refused))
+            return
+        if offered.configuration is not None:
+            self.offered_configs[message.sender] = offered.configuration
         self.feed_rejoin(
             rj.StateOffered(
                 source=message.sender,

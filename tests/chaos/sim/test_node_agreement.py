@@ -783,23 +783,6 @@ def test_the_runtime_and_the_simulator_run_the_same_node(tmp_path_factory, seque
     asyncio.run(_run(sequence, folder, (), record=True))
 
 
-# Every voter contributes, n0 (step 0's coordinator) proposes, n1 and n2 vote.
-HEALTHY_STEP = [
-    ("gradient",),
-    ("arrive", "n1", 0),
-    ("arrive", "n2", 0),
-    ("vote", "n1", True),
-    ("vote", "n2", True),
-    ("advance", 0.5),
-]
-
-
-def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
-    """A fixed sequence through a whole step: every voter contributes, n0 (step 0's
-    coordinator) proposes, n1 and n2 vote, the step commits in both."""
-    asyncio.run(_run(HEALTHY_STEP, tmp_path, ()))
-
-
 def _step(*extra: tuple) -> list[tuple]:
     """One step n0 coordinates: its gradient, n1's and n2's (and ``extra`` arrivals),
     n1's and n2's votes, half a second."""
@@ -812,6 +795,16 @@ def _step(*extra: tuple) -> list[tuple]:
         ("vote", "n2", True),
         ("advance", 0.5),
     ]
+
+
+# Every voter contributes, n0 (step 0's coordinator) proposes, n1 and n2 vote.
+HEALTHY_STEP = _step()
+
+
+def test_a_healthy_step_commits_the_same_way_in_both_shells(tmp_path):
+    """A fixed sequence through a whole step: every voter contributes, n0 (step 0's
+    coordinator) proposes, n1 and n2 vote, the step commits in both."""
+    asyncio.run(_run(HEALTHY_STEP, tmp_path, ()))
 
 
 def _config_changes(node: RuntimeNode | SimNode) -> list[tuple[str, str]]:

@@ -436,6 +436,27 @@ def test_a_leaver_stops_when_a_member_confirms_its_removal():
     ]
 
 
+def test_a_state_offer_says_which_configuration_its_state_runs_under():
+    from swarmshake.reference_node.protocol import membership as mb
+
+    taken = nc.offered_configuration(["b", "a"], ["c"], 7, node="c", joining=True)
+    assert taken == nc.OfferedConfiguration(
+        configuration=mb.Configuration(step=7, voters=("a", "b"), learners=("c",))
+    )
+    # A joiner's source that has not added it yet: try the next one.
+    assert nc.offered_configuration(["a", "b"], [], 7, node="c", joining=True).refused == (
+        nc.NOT_ADDED_THERE
+    )
+    # A member takes whatever configuration came with the state (a removal too).
+    assert nc.offered_configuration(["a", "b"], [], 7, node="c", joining=False).configuration
+    assert nc.offered_configuration(["a"], ["a"], 7, node="a", joining=False).refused == (
+        nc.BAD_OFFER
+    )
+    assert nc.offered_configuration([], [], -1, node="a", joining=True) == (
+        nc.OfferedConfiguration()
+    )
+
+
 def test_a_commit_core_of_a_configuration_without_the_node_holds_it_as_a_learner():
     assert nc.commit_roles(("a", "b"), ("c",), "a") == (("a", "b"), ("c",))
     assert nc.commit_roles(("a", "b"), ("c",), "c") == (("a", "b"), ("c",))
