@@ -183,8 +183,17 @@ REAL_RUN_OPEN: dict[str, str] = {}
     ],
 )
 def test_known_bug_is_caught_by_a_real_run(tmp_path, bug):
-    code, result, stderr = run_suite(tmp_path, scenario_path(bug), "--bug", bug)
+    (tmp_path / "1").mkdir()
+    code, result, stderr = run_suite(tmp_path / "1", scenario_path(bug), "--bug", bug)
     assert result, stderr[-3000:]
+    if result["status"] == "invalid" and BUGS[bug].breaks not in result["violated"]:
+        # The run broke the system, but the race went the other way: ack-before-apply
+        # is caught on S2 in 9 of 10 real runs and the tenth is invalid on L2 alone
+        # (BENCHMARKS.md, "Planted bugs on real nodes"; a CI check, session 14).  One
+        # more run, so CI asks what the issue asks (9 of 10), not 10 of 10.
+        (tmp_path / "2").mkdir()
+        code, result, stderr = run_suite(tmp_path / "2", scenario_path(bug), "--bug", bug)
+        assert result, stderr[-3000:]
     assert code == 1 and result["status"] == "invalid", result.get("message") or stderr[-3000:]
     assert BUGS[bug].breaks in result["violated"], result["violated"]
 
