@@ -613,18 +613,21 @@ class NodeApp:
     def begin_leave(self, t: float, reason: str) -> None:
         """A clean leave (the harness's ``leave`` command): removed through a committed
         step, voting until then (bounded by the leave timeout), then stop."""
-        commit = self.commit
-        members = commit.members if commit is not None else self.membership.current.members
-        voters = commit.voters if commit is not None else self.membership.current.voters
+        configured = self._configured()
         self._enrol(
             t,
             self.enrolment.begin_leave(
                 reason,
                 self._local(t),
-                member=self.name in members,
-                last_voter=voters == (self.name,),
+                member=self.name in configured.members,
+                last_voter=configured.voters == (self.name,),
             ),
         )
+
+    def _configured(self) -> StepCommit | Configuration:
+        """The voters and members this node acts on: its commit core's, else (no core
+        runs: rejoining, joining) its membership's configuration."""
+        return self.commit if self.commit is not None else self.membership.current
 
     def _enrol(self, t: float, actions: list) -> None:
         """Perform the enrolment core's actions, as the runtime's step driver."""
@@ -658,13 +661,11 @@ class NodeApp:
         enrolment = self.enrolment
         if enrolment.leaving is None and not enrolment.joining:
             return
-        commit = self.commit
-        voters = commit.voters if commit is not None else self.membership.current.voters
         self._enrol(
             t,
             enrolment.tick(
                 self._local(t),
-                voters=voters,
+                voters=self._configured().voters,
                 join_voters=self.membership.configs.latest().voters,
                 fetching=self.rejoin is not None,
             ),
@@ -891,7 +892,7 @@ class NodeApp:
             done.step
         )
         self.offered_configs = {}
-        from_peer = done.source not in ("checkpoint", "local", "genesis")
+        from_peer = nc.state_from_peer(done.source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
         self._enrol(t, self.enrolment.installed(member=self.name in configuration.members))
         watched = self.membership.restart_at(configuration, from_peer=from_peer)

@@ -384,11 +384,18 @@ class Simulation:
         detector = proc.detector
         if detector is None or detector.started or not proc.up:
             return
-        for stream in self.streams_to[proc.name].values():
-            stream.materialise(t, self.network)
-            stream.take_due(t)
-            stream.delivered_to = t
+        self._take_arrivals(proc.name, t)
         self.detector_event(proc, t, Started())
+
+    def _take_arrivals(self, receiver: str, t: float) -> list[tuple[float, str]]:
+        """Every heartbeat that reached ``receiver`` by ``t``, taken off its streams
+        (a detector not started yet gets none of them), as ``(arrival, sender)``."""
+        arrivals: list[tuple[float, str]] = []
+        for sender, stream in self.streams_to[receiver].items():
+            stream.materialise(t, self.network)
+            stream.delivered_to = t
+            arrivals += [(arrival, sender) for arrival, _ in stream.take_due(t)]
+        return arrivals
 
     def members_changed(self, proc: NodeProcess, t: float, members: tuple[str, ...]) -> None:
         """A committed configuration change, or one installed with a state."""
@@ -798,11 +805,7 @@ class Simulation:
         if proc.detector is None or proc.detector.started:
             return
         t = self.now
-        arrivals = []
-        for sender, stream in self.streams_to[receiver].items():
-            stream.materialise(t, self.network)
-            stream.delivered_to = t
-            arrivals += [(arrival, sender) for arrival, _ in stream.take_due(t)]
+        arrivals = self._take_arrivals(receiver, t)
         if arrivals:
             proc.app.join_evidence(t, [sender for _, sender in sorted(arrivals)])
 

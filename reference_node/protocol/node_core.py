@@ -772,6 +772,12 @@ def removal_step(configs: mb.Configurations, peer: str) -> int | None:
     return None
 
 
+def state_from_peer(source: str) -> bool:
+    """Whether a rejoin's state came from a peer (its configuration is recorded as
+    this node's newest), not from this node's own disk or the initial parameters."""
+    return source not in ("checkpoint", "local", "genesis")
+
+
 # ``OfferedConfiguration.refused``: drop the offer (a malformed configuration), or
 # try the next source (it has not committed this joiner's add yet).
 BAD_OFFER = "offer_bad_configuration"

@@ -72,10 +72,6 @@ class ConfigHistory(Configurations):
             ) from None
         return cls(data_dir, initial, entries)
 
-    def record_and_save(self, entry: Configuration) -> None:
-        self.record(entry)
-        self.save()
-
     def save(self) -> None:
         """Atomic: temp file, fsync, rename, fsync folder (a crash keeps old or new)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)

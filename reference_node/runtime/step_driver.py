@@ -686,7 +686,7 @@ class StepDriver:
         configuration = self.install_config or self.membership.configs.after(next_step - 1)
         self.install_config = None
         self.offered_configs = {}
-        from_peer = source not in ("checkpoint", "local", "genesis")
+        from_peer = nc.state_from_peer(source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
         self.enrol(self.enrolment.installed(member=self.name in configuration.members))
         self.membership.restart_at(configuration, from_peer=from_peer, tell_detector=True)

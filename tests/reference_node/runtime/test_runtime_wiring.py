@@ -65,15 +65,17 @@ def test_config_history_persists_and_answers_by_step(tmp_path):
     initial = initial_configuration(["n1", "n2", "n3", "n4"], "n4", join=True)
     assert initial == Configuration(step=-1, voters=("n1", "n2", "n3"))
     configs = ConfigHistory.load(tmp_path, initial)
-    configs.record_and_save(Configuration(step=10, voters=("n1", "n2", "n3"), learners=("n4",)))
-    configs.record_and_save(Configuration(step=14, voters=("n1", "n2", "n3", "n4")))
+    configs.record(Configuration(step=10, voters=("n1", "n2", "n3"), learners=("n4",)))
+    configs.record(Configuration(step=14, voters=("n1", "n2", "n3", "n4")))
+    configs.save()
     again = ConfigHistory.load(tmp_path, initial)
     assert again.latest().voters == ("n1", "n2", "n3", "n4")
     assert again.after(9) == initial  # a change at step c governs the steps after c
     assert again.after(10).learners == ("n4",)
     assert again.after(13).learners == ("n4",) and again.after(14).learners == ()
     # A state installed from a peer replaces everything newer than its configuration.
-    again.record_and_save(Configuration(step=12, voters=("n1", "n2")))
+    again.record(Configuration(step=12, voters=("n1", "n2")))
+    again.save()
     assert ConfigHistory.load(tmp_path, initial).latest().voters == ("n1", "n2")
     (tmp_path / "membership.json").write_text("{not json")
     with pytest.raises(MembershipFileError, match="delete it"):
