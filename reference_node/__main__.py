@@ -95,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(ControlProcess(config, config_path, overrides, forked).run())
         if code != EXIT_REJOIN:
             return code
-        print(f"node {config.node.id}: declared dead by peers; rejoining", file=sys.stderr)
+        # Declared dead by peers, or removed while running as a member (the reason
+        # was printed as the process exited): a new incarnation starts.
+        print(f"node {config.node.id}: restarting as a new incarnation", file=sys.stderr)
     print(
-        f"node {config.node.id}: declared dead {MAX_REJOINS_PER_PROCESS} times; giving up",
+        f"node {config.node.id}: restarted {MAX_REJOINS_PER_PROCESS} times; giving up",
         file=sys.stderr,
     )
     return EXIT_REJOIN

@@ -195,6 +195,7 @@ class NodeApp:
             leave_timeout_s=nc.LEAVE_TIMEOUT_S,
             config=self.config,
         )
+        self.removal_answers = nc.RemovalAnswers(self.config)
         self.enrolment_timer_at = math.inf
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
@@ -420,6 +421,7 @@ class NodeApp:
         except RemoteProtocolError as error:
             sender = getattr(getattr(event, "message", None), "sender", "")
             self._log(FrameDrop, t, peer=sender or "?", reason=error.reason)
+            self.refused(t, sender, error.reason)
             return
         self._perform(t, actions)
         self._arm_commit_timer(t)
@@ -588,6 +590,15 @@ class NodeApp:
 
     # --- membership: joins and clean leaves (node_core.Enrolment) -------------------------
 
+    def refused(self, t: float, peer: str, reason: str) -> None:
+        """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
+        from a node removed here is answered with its removal (node_core.RemovalAnswers)."""
+        if reason != "unknown-peer" or not peer:
+            return
+        step = self.removal_answers.refused(peer, self.membership.configs, self._local(t))
+        if step is not None:
+            self._send(t, peer, LeaveConfirmed(sender=self.name, step=step))
+
     def _confirm_removal(self, t: float, peer: str) -> None:
         """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""
         step = nc.removal_step(self.membership.configs, peer)
@@ -635,6 +646,8 @@ class NodeApp:
         for action in actions:
             if isinstance(action, nc.StopNode):
                 self.sim.stop(self.name, t, action.reason)
+            elif isinstance(action, nc.RestartAsJoiner):
+                self.sim.restart_node(self.name, t, action.reason)
             elif isinstance(action, nc.RequestRemoval):
                 self._membership_changed(
                     t,
@@ -715,9 +728,16 @@ class NodeApp:
                     self._confirm_removal(t, message.sender)
         elif isinstance(message, LeaveConfirmed):
             members = self.membership.configs.latest().members
+            recorded = False
             if self.enrolment.confirms_removal(message.sender, members):
-                self.membership.removal_confirmed(message.step)  # on disk before the stop
-            self._enrol(t, self.enrolment.removal_confirmed(message.sender, members))
+                # On disk before the stop or restart (its next process joins).
+                recorded = self.membership.removal_confirmed(message.step)
+            self._enrol(
+                t,
+                self.enrolment.removal_confirmed(
+                    message.sender, members, step=message.step, recorded=recorded
+                ),
+            )
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
@@ -894,7 +914,12 @@ class NodeApp:
         self.offered_configs = {}
         from_peer = nc.state_from_peer(done.source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
-        self._enrol(t, self.enrolment.installed(member=self.name in configuration.members))
+        self._enrol(
+            t,
+            self.enrolment.installed(
+                member=self.name in configuration.members, from_peer=from_peer
+            ),
+        )
         watched = self.membership.restart_at(configuration, from_peer=from_peer)
         self.sim.members_changed(self.proc, t, watched)
         if self.enrolment.joining:

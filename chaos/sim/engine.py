@@ -426,6 +426,21 @@ class Simulation:
         gen = proc.gen
         self.call_at(t, lambda: self._stop(name, gen, t, reason))
 
+    def restart_node(self, name: str, t: float, reason: str) -> None:
+        """The node ends its process for a new incarnation (node_core.RestartAsJoiner:
+        removed while it ran as a member), after the handler that decided it; as the
+        runtime's ``EXIT_REJOIN``, nothing is logged but the next process's start."""
+        proc = self.processes.get(name)
+        if proc is None:
+            return
+        gen = proc.gen
+        self.call_at(t, lambda: self._restart_if(name, gen, t))
+
+    def _restart_if(self, name: str, gen: int, t: float) -> None:
+        proc = self.processes.get(name)
+        if proc is not None and proc.gen == gen:
+            self._self_restart(name, t)
+
     def _stop(self, name: str, gen: int, t: float, reason: str) -> None:
         proc = self.processes.get(name)
         if proc is None or proc.gen != gen or not proc.up:
@@ -637,6 +652,8 @@ class Simulation:
                 # node's last words): a dropped frame, as the runtime counts it.
                 sender = getattr(getattr(event, "message", None), "sender", "?")
                 self.log(FrameDrop, proc, t, peer=sender, reason=f"rejected_{error.reason}")
+                if proc.app is not None:
+                    proc.app.refused(t, sender, error.reason)
             else:
                 self._apply_detector(proc, t, actions)
         self._schedule_look(proc, t)
@@ -694,7 +711,10 @@ class Simulation:
             run = merged[start:index]
             if run[0][1] not in detector.status:
                 # A heartbeat still in flight from a node removed from the configuration
-                # (or not yet added here): dropped, as the runtime drops it.
+                # (or not yet added here): dropped, as the runtime drops it, and a
+                # removed node is told so (the runtime's refusal of a non-member).
+                if proc.app is not None:
+                    proc.app.refused(t, run[0][1], "unknown-peer")
                 start = index
                 continue
             times = (

@@ -128,6 +128,12 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     rejoin_retry_s: float = 1.0
     join_retry_s: float = 1.0
     leave_retry_s: float = 1.0
+    # A node removed while it was away (restarted before its removal committed) still
+    # heartbeats its old peers as a member; each answers it with ``LeaveConfirmed``
+    # at most this often (``RemovalAnswers``): its heartbeats come every few tens of
+    # ms and one answer is enough, but a lost one must be repeated well inside the
+    # detector's suspicion timeout (1 s), or the stale node declares the members dead.
+    removal_answer_interval_s: float = 0.25
 
     def __post_init__(self) -> None:
         for name in (
@@ -140,6 +146,7 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "rejoin_retry_s",
             "join_retry_s",
             "leave_retry_s",
+            "removal_answer_interval_s",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
         for name in (
@@ -729,8 +736,22 @@ class StopNode(CoreAction, frozen=True, kw_only=True):
     join_failed: bool = False
 
 
+class RestartAsJoiner(CoreAction, frozen=True, kw_only=True):
+    """End this process and start a new incarnation, which asks to join: the node
+    learned it was removed while it ran as a member (``Enrolment.removal_confirmed``).
+    The shell records the removal on disk first, as for a leaver's stop."""
+
+    reason: str
+
+
 EnrolmentAction = (
-    SendJoinRequest | SendLeaveNotice | RequestRemoval | FetchStateFrom | StartDetector | StopNode
+    SendJoinRequest
+    | SendLeaveNotice
+    | RequestRemoval
+    | FetchStateFrom
+    | StartDetector
+    | StopNode
+    | RestartAsJoiner
 )
 
 
@@ -770,6 +791,43 @@ def removal_step(configs: mb.Configurations, peer: str) -> int | None:
         if peer in before.members:
             return after.step
     return None
+
+
+class RemovalAnswers:
+    """When a member answers a node it removed that still talks to it as a member.
+
+    A node whose removal committed while its process was down or fetching a state
+    (churn restarts a leaver before the removal commits) starts again as a member; it
+    never sees the removing step, and the members refuse its heartbeats, gossip and
+    commit traffic as a non-member's.  Each refusal of a removed peer's traffic may be
+    answered with ``LeaveConfirmed(step)`` (``Enrolment.removal_confirmed`` makes the
+    node restart as a joiner), at most once per ``removal_answer_interval_s`` a peer:
+    its heartbeats alone come every few tens of ms.  Pure: ``now`` comes in."""
+
+    def __init__(self, config: NodeConfig = NODE_DEFAULTS):
+        self.interval_s = config.removal_answer_interval_s
+        self.answered_at: dict[str, float] = {}
+
+    def refused(self, peer: str, configs: mb.Configurations, now: float) -> int | None:
+        """``peer``'s message was refused as a non-member's: the removal step to tell
+        it, or None (a stranger, a member, or answered less than an interval ago)."""
+        step = removal_step(configs, peer)
+        if step is None:
+            return None
+        last = self.answered_at.get(peer)
+        if last is not None and now - last < self.interval_s:
+            return None
+        if len(self.answered_at) >= mb.CONFIGS_KEPT:
+            # removal_step only names peers removed within the configurations kept, so
+            # this holds at most CONFIGS_KEPT peers; forget answers no longer limiting.
+            self.answered_at = {
+                p: at for p, at in self.answered_at.items() if now - at < self.interval_s
+            }
+        self.answered_at[peer] = now
+        return step
+
+    def check_valid(self) -> None:
+        assert len(self.answered_at) <= mb.CONFIGS_KEPT + 1
 
 
 def state_from_peer(source: str) -> bool:
@@ -848,6 +906,9 @@ class Enrolment:
         self.join_started = now
         self.next_join_request = now
         self.evidence_from: str | None = None  # a member that treats this node as one
+        # The member whose evidence started this joiner's detector (None: a member, or
+        # no evidence yet); ``removal_confirmed`` from it voids that evidence.
+        self.evidence_source: str | None = None
         self.leaving: str | None = None  # the reason of a clean leave in progress
         self.leave_started = now
         self.next_leave_notice = now
@@ -861,18 +922,27 @@ class Enrolment:
         """``peer`` sent this node heartbeats or commit traffic."""
         if not self.joining or peer not in set(members):
             return []
-        first = self.evidence_from is None
+        first = self.evidence_from is None and self.evidence_source is None
         self.evidence_from = peer
+        if first:
+            self.evidence_source = peer
         return [StartDetector()] if first else []
 
-    def installed(self, *, member: bool) -> list[EnrolmentAction]:
-        """A state was installed; ``member``: its configuration names this node.  A
-        leaver whose installed state no longer names it was removed: it stops."""
+    def installed(self, *, member: bool, from_peer: bool) -> list[EnrolmentAction]:
+        """A state was installed; ``member``: its configuration names this node;
+        ``from_peer``: a peer sent it (not this node's checkpoint).  A leaver whose
+        installed state no longer names it was removed: it stops.  A joiner is added
+        only by a peer's state: its own checkpoint names it from before its removal
+        (explore --leaves, 3 nodes, seed 5: a joiner whose fetch fell back to its
+        checkpoint took itself for a member and declared a member dead)."""
         if not member and self.leaving is not None:
             return [StopNode(reason=f"{self.removed_reason()}: removed (installed state)")]
+        if self.joining and not from_peer:
+            return []
         was_joining, self.joining = self.joining, not member
         if member:
-            self.evidence_from = None  # consumed: a later loss of membership needs new evidence
+            # Consumed: a later loss of membership needs new evidence.
+            self.evidence_from = self.evidence_source = None
         return [StartDetector()] if member and was_joining else []
 
     def begin_leave(
@@ -886,19 +956,49 @@ class Enrolment:
             self.next_leave_notice = now
         return [RequestRemoval()]
 
-    def removal_confirmed(self, peer: str, members: Iterable[str]) -> list[EnrolmentAction]:
+    def removal_confirmed(
+        self, peer: str, members: Iterable[str], *, step: int, recorded: bool
+    ) -> list[EnrolmentAction]:
         """``peer``, a member of the newest configuration this node knows, says it
-        committed this node's removal (``messages.LeaveConfirmed``): a leaver stops.
-        Anyone else ignores it (only a leave removes a node)."""
+        committed this node's removal at ``step`` (``messages.LeaveConfirmed``).  A
+        leaver stops.  A member that is not leaving missed its own removal -- a
+        leaver's process restarted before the step that removes it committed, which
+        the new process never saw -- and restarts as a joiner when the removal was
+        news to it (``recorded``: ``NodeMembership.removal_confirmed`` took it).  Left
+        running as a member, it watched peers that no longer heartbeat it and declared
+        them all dead (explore --leaves, 3 nodes, seed 3: S4).  Anything else (a
+        joiner, an older removal this node has since been re-added after) is ignored."""
         if not self.confirms_removal(peer, members):
             return []
-        return [StopNode(reason=f"{self.leaving}: removal confirmed by {peer}")]
+        if self.leaving is not None:
+            return [StopNode(reason=f"{self.leaving}: removal confirmed by {peer}")]
+        if self.joining:
+            if peer != self.evidence_source:
+                return []
+            # Its heartbeats, which started this joiner's detector, came from before it
+            # learned this node's removal: no add was committed there, and the
+            # detector watches members that will never heartbeat it (explore --leaves,
+            # 3 nodes, seed 5).  A fresh process waits for real evidence.
+            return [
+                RestartAsJoiner(
+                    reason=f"{peer} treated this joiner as a member before it learned of "
+                    f"its removal at step {step}: joining again"
+                )
+            ]
+        if not recorded:
+            return []
+        return [
+            RestartAsJoiner(
+                reason=f"removed from the configuration at step {step} (confirmed by "
+                f"{peer}) while running as a member: joining again"
+            )
+        ]
 
     def confirms_removal(self, peer: str, members: Iterable[str]) -> bool:
-        """Whether ``peer``'s ``LeaveConfirmed`` counts: this node is leaving and
-        ``peer`` is a member of the newest configuration it knows.  The shell then
-        records the removal (``NodeMembership.removal_confirmed``) before the stop."""
-        return self.leaving is not None and peer in set(members)
+        """Whether ``peer``'s ``LeaveConfirmed`` counts: ``peer`` is a member of the
+        newest configuration this node knows.  The shell then records the removal
+        (``NodeMembership.removal_confirmed``: news only to a member) before acting."""
+        return peer in set(members)
 
     def removed_reason(self) -> str:
         """Why this node stops once its removal committed."""
@@ -958,6 +1058,7 @@ class Enrolment:
     def check_valid(self) -> None:
         """Invariants its stateful tests call after every rule."""
         assert not (self.joining and self.leaving is not None), "a joiner cannot be leaving"
+        assert self.joining or self.evidence_source is None, "evidence outlived the join"
         assert self.next_join_request >= self.join_started
         assert self.next_leave_notice >= self.leave_started or self.leaving is None
 

@@ -133,10 +133,13 @@ class MembershipDriver:
         if tell_detector:
             self._members_changed(watched)
 
-    def removal_confirmed(self, step: int) -> None:
-        """A member committed this node's removal at ``step`` (it missed that step)."""
-        if self.state.removal_confirmed(step):
-            self.configs.save()
+    def removal_confirmed(self, step: int) -> bool:
+        """A member committed this node's removal at ``step`` (it missed that step);
+        returns whether that was news (then it is on disk)."""
+        if not self.state.removal_confirmed(step):
+            return False
+        self.configs.save()
+        return True
 
     def feed(self, event: object) -> list[object]:
         """Feed one event; returns the ``ConfigChanged`` actions performed."""

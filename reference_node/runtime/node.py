@@ -197,7 +197,8 @@ class ControlProcess:
         self.worker_process: WorkerProcess | None = None
         self.worker_ready: ipc.WorkerReady | None = None
         self.worker_report: ipc.WorkerReport | None = None
-        self.rejoin_reason: str | None = None  # set when peers declared this node dead
+        # Set when this process must make way for a new incarnation.
+        self.rejoin_reason: str | None = None
         self._infer_ids = itertools.count(1)
         self._infer_waiters: dict[int, asyncio.Future[ipc.InferResult]] = {}
         self.stopping = asyncio.Event()
@@ -233,6 +234,8 @@ class ControlProcess:
             self.dispatch(message)
         except RemoteProtocolError as error:
             self.drops.drop(f"rejected_{error.reason}", frame.header.sender)
+            if self.step_driver is not None:
+                self.step_driver.refused(frame.header.sender, error.reason)
 
     def dispatch(self, message: msgs.Message) -> None:
         if isinstance(message, msgs.Heartbeat | msgs.Gossip) and not self.detector_started:
@@ -274,9 +277,8 @@ class ControlProcess:
             # to a second; the restarted peer only waits its start-up grace (1 s) for
             # our heartbeats before it suspects us.
             self.links.link(action.peer).reconnect()
-        if isinstance(action, det.SelfDeclaredDead) and self.rejoin_reason is None:
-            self.rejoin_reason = f"declared dead by {action.declared_by}: rejoining"
-            self.request_stop(self.rejoin_reason)
+        if isinstance(action, det.SelfDeclaredDead):
+            self.request_restart(f"declared dead by {action.declared_by}: rejoining")
         if isinstance(action, det.Refuted):
             # A restart must come back above every incarnation this process used.
             incarnation_store.store(self.config.data_dir, action.incarnation)
@@ -531,6 +533,13 @@ class ControlProcess:
                 )
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def request_restart(self, reason: str) -> None:
+        """End this process so that a new incarnation starts (``EXIT_REJOIN``; see
+        ``__main__``): declared dead, or removed while it ran as a member."""
+        if self.rejoin_reason is None:
+            self.rejoin_reason = reason
+            self.request_stop(reason)
 
     def request_stop(self, reason: str, code: int = 0) -> None:
         if self.stopping.is_set():

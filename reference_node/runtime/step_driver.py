@@ -187,6 +187,7 @@ class StepDriver:
             join_timeout_s=self.config.node.join_timeout_s,
             leave_timeout_s=self.config.node.leave_timeout_s, config=self.decisions,
         )  # fmt: skip
+        self.removal_answers = nc.RemovalAnswers(self.decisions)
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
@@ -271,9 +272,15 @@ class StepDriver:
         if isinstance(message, msgs.LeaveConfirmed):
             # Not a step this node is behind on: the step of its own removal.
             members = self.membership.configs.latest().members
+            recorded = False
             if self.enrolment.confirms_removal(message.sender, members):
-                self.membership.removal_confirmed(message.step)  # on disk before the stop
-            self.enrol(self.enrolment.removal_confirmed(message.sender, members))
+                # On disk before the stop or restart (its next process joins).
+                recorded = self.membership.removal_confirmed(message.step)
+            self.enrol(
+                self.enrolment.removal_confirmed(
+                    message.sender, members, step=message.step, recorded=recorded
+                )
+            )
             return
         step = getattr(message, "step", None)
         if step is not None:
@@ -400,9 +407,9 @@ class StepDriver:
         try:
             actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         except RemoteProtocolError as error:
-            self.node.drops.drop(
-                f"commit_{error.reason}", getattr(getattr(event, "message", None), "sender", "")
-            )
+            sender = getattr(getattr(event, "message", None), "sender", "")
+            self.node.drops.drop(f"commit_{error.reason}", sender)
+            self.refused(sender, error.reason)
             return
         self.perform(actions)
 
@@ -688,7 +695,9 @@ class StepDriver:
         self.offered_configs = {}
         from_peer = nc.state_from_peer(source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
-        self.enrol(self.enrolment.installed(member=self.name in configuration.members))
+        self.enrol(
+            self.enrolment.installed(member=self.name in configuration.members, from_peer=from_peer)
+        )
         self.membership.restart_at(configuration, from_peer=from_peer, tell_detector=True)
         self.param_fp = param_fp
         self.step = next_step
@@ -765,6 +774,15 @@ class StepDriver:
 
     # -- membership ---------------------------------------------------------------------------------
 
+    def refused(self, peer: str, reason: str) -> None:
+        """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
+        from a node removed here is answered with its removal (node_core.RemovalAnswers)."""
+        if reason != "unknown-peer" or not peer:
+            return
+        step = self.removal_answers.refused(peer, self.membership.configs, self.node.clock.now())
+        if step is not None:
+            self.node.send_message(peer, msgs.LeaveConfirmed(sender=self.name, step=step))
+
     def _confirm_removal(self, peer: str) -> None:
         """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""
         step = nc.removal_step(self.membership.configs, peer)
@@ -799,6 +817,8 @@ class StepDriver:
                 case nc.StopNode():
                     code = EXIT_JOIN_FAILED if action.join_failed else 0
                     self.node.request_stop(action.reason, code=code)
+                case nc.RestartAsJoiner():
+                    self.node.request_restart(action.reason)
                 case nc.RequestRemoval():
                     self.membership.feed(mb.LeaveRequested(peer=self.name, incarnation=incarnation))
                 case nc.StartDetector():

@@ -236,6 +236,9 @@ class RuntimeNode:
     def request_stop(self, reason: str, code: int = 0) -> None:
         self.stopped = reason
 
+    def request_restart(self, reason: str) -> None:
+        self.stopped = f"restart: {reason}"
+
     def start_detector(self) -> None:
         self.detector_starts += 1
 
@@ -496,6 +499,9 @@ class SimNode:
     def stop(self, name: str, t: float, reason: str) -> None:
         self.stopped = reason
 
+    def restart_node(self, name: str, t: float, reason: str) -> None:
+        self.stopped = f"restart: {reason}"
+
     # the harness
     def _fire_due(self, until: float) -> None:
         held: list = []
@@ -595,7 +601,8 @@ JOIN = st.tuples(st.just("join_request"), st.sampled_from((OUTSIDER, *NODES[1:])
 LEAVE_NOTICE = st.tuples(st.just("leave_notice"), st.sampled_from((OUTSIDER, *NODES[1:])))
 OUTSIDER_ARRIVES = st.tuples(st.just("arrive"), st.just(OUTSIDER), st.just(0))
 LEAVE = st.tuples(st.just("leave"))
-# A member says it committed n0's removal (n0 stops if it is leaving).
+# A member says it committed n0's removal (n0 stops if it is leaving, restarts as a
+# joiner if it is a member that never saw that step).
 LEAVE_CONFIRMED = st.tuples(st.just("leave_confirmed"), st.sampled_from(NODES[1:]))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
@@ -844,8 +851,8 @@ def test_a_clean_leave_removes_and_stops_the_node_and_it_comes_back_as_a_joiner(
 
 def test_a_peers_leave_notice_removes_it_the_same_way_in_both_shells(tmp_path):
     """n2 asks to leave: step 0's value removes it; n0 tells n2 its removal committed
-    (at the commit, and again in answer to a later notice, which n2 sends when it
-    missed the step)."""
+    (at the commit, in answer to n2's vote that arrives after it -- a non-member's,
+    refused -- and to a later notice, which n2 sends when it missed the step)."""
     sequence = [("leave_notice", "n2"), *_step(), ("leave_notice", "n2")]
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert _config_changes(sim) == [("remove", "n2")]
@@ -853,15 +860,40 @@ def test_a_peers_leave_notice_removes_it_the_same_way_in_both_shells(tmp_path):
     confirmed = [
         (p, m.step) for p, m in sim.membership_sends() if isinstance(m, msgs.LeaveConfirmed)
     ]
-    assert confirmed == [("n2", 0), ("n2", 0)]
+    assert confirmed == [("n2", 0)] * 3
 
 
 def test_a_leaver_told_its_removal_committed_stops_the_same_way_in_both_shells(tmp_path):
-    """n0 leaves but misses the step that removes it: a member's word stops it; the
-    same word to a node that is not leaving changes nothing."""
-    sequence = [("leave_confirmed", "n1"), *_step()[:1], ("leave",), ("leave_confirmed", "n2")]
+    """n0 leaves but misses the step that removes it: a member's word stops it."""
+    sequence = [*_step()[:1], ("leave",), ("leave_confirmed", "n2")]
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert sim.stopped == runtime.stopped == "asked to leave: removal confirmed by n2"
+
+
+def test_a_member_told_it_was_removed_restarts_as_a_joiner_in_both_shells(tmp_path):
+    """n0 is not leaving but a member says n0's removal committed at a step n0 never
+    saw (its process restarted before the step): it records the removal, restarts, and
+    the new process asks to join instead of watching peers that no longer heartbeat it."""
+    sequence = [("leave_confirmed", "n1"), ("restart",), ("advance", 1.5)]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert sim.app.enrolment.joining and runtime.driver.enrolment.joining
+    assert "JoinRequest" in [type(m).__name__ for _, m in sim.membership_sends()]
+    assert runtime.driver.membership.configs.latest() == sim.app.membership.configs.latest()
+    assert ME not in sim.app.membership.configs.latest().members
+
+
+def test_a_non_members_commit_traffic_is_answered_with_its_removal_in_both_shells(tmp_path):
+    """n2 left (step 0 removed it) and, restarted before it saw that step, still votes
+    as a member: n0 refuses its messages and tells it its removal, once per interval."""
+    again = [("vote", "n2", True), ("vote", "n2", True)]
+    sequence = [("leave_notice", "n2"), *_step(), *again, ("advance", 0.3), *again]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    confirmed = [
+        (p, m.step) for p, m in sim.membership_sends() if isinstance(m, msgs.LeaveConfirmed)
+    ]
+    # At the commit, to the step's late vote from n2, then to one of each pair of
+    # refused votes (each pair 0.3 s or more after the last answer).
+    assert confirmed == [("n2", 0)] * 4
 
 
 def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp_path):

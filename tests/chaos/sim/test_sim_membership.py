@@ -143,3 +143,48 @@ def test_a_node_crashed_mid_list_performs_nothing_more_and_is_detected():
     run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
     assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.results["L1"].checked >= 2
+
+
+def _churn(**op: float) -> faults.FaultSchedule:
+    at_s, heal_after_s = op.pop("at_s"), op.pop("heal_after_s")
+    fields = ", ".join(f"{k}: {v}" for k, v in op.items())
+    return faults.decode_schedule(
+        (
+            f"- op: {{op: churn, {fields}, nodes: ['*']}}\n"
+            f"  at_s: {at_s}\n  heal_after_s: {heal_after_s}\n"
+        ).encode(),
+        source="test",
+    )
+
+
+def test_a_leaver_restarted_before_its_removal_commits_joins_again():
+    """explore --leaves, 3 nodes, seed 3 (shrunk to one churn): churn restarts the
+    leaver n1 1 s after its leave, before the step removing it commits; the new
+    process starts as a member, installs a state from before that step and never sees
+    it.  It watched n0 and n2, which no longer heartbeat it, and declared both dead
+    (S4).  Now the members' answer to its refused traffic (``LeaveConfirmed``, the
+    node core's ``RemovalAnswers``) makes it restart as a joiner, and it is added."""
+    schedule = _churn(
+        events_per_min=6.0, down_s=1.0, crash_fraction=0.0, at_s=1.28, heal_after_s=2.0
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=3), schedule, None)
+    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
+    assert run.verdict.status == "valid", run.verdict
+    adds = [e for e in run.history.events if isinstance(e, ConfigChange) and e.change == "add"]
+    assert any(e.peer == "n1" for e in adds), "the removed node never joined again"
+
+
+def test_a_joiner_that_heard_a_stale_member_is_not_a_member_by_its_own_checkpoint():
+    """explore --leaves, 3 nodes, seed 5 (shrunk to one churn): n1 leaves and is
+    removed; n2, crashed before that step, restarts as a member that still holds n1 as
+    one and heartbeats it, which n1, a joiner, takes for its add.  Its fetch from n2
+    failed and fell back to its own checkpoint, whose configuration (from before its
+    removal) named it, so it took itself for a member and declared n2 dead (S4).  A
+    joiner is now added only by a peer's state, and a member's word that it was
+    removed voids the evidence that member gave."""
+    schedule = _churn(
+        events_per_min=22.0, down_s=1.3, crash_fraction=0.5, at_s=0.86, heal_after_s=14.12
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=5), schedule, None)
+    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
+    assert run.verdict.status == "valid", run.verdict

@@ -352,7 +352,19 @@ def test_a_joiner_asks_every_join_retry_then_fetches_from_the_member_that_added_
     assert core.tick(1.2, **tick) == [nc.FetchStateFrom(peer="n0")]
     assert core.tick(1.3, **{**tick, "fetching": True}) == []
     assert not core.takes_requests
-    assert core.installed(member=True) == [nc.StartDetector()] and core.takes_requests
+    assert core.installed(member=True, from_peer=True) == [nc.StartDetector()]
+    assert core.takes_requests
+
+
+def test_a_joiners_own_checkpoint_does_not_make_it_a_member():
+    """A joiner's checkpoint names it from before its removal: installing it (its fetch
+    fell back to the checkpoint) leaves it a joiner; only a peer's state adds it."""
+    core = enrolment(joining=True)
+    core.evidence("n1", members=("n0", "n1"))
+    assert core.installed(member=True, from_peer=False) == [] and core.joining
+    assert core.installed(member=False, from_peer=True) == [] and core.joining
+    assert core.installed(member=True, from_peer=True) == [nc.StartDetector()]
+    assert not core.joining and core.evidence_source is None
 
 
 def test_a_joiner_gives_up_after_its_timeout_even_while_fetching():
@@ -382,7 +394,7 @@ def test_nothing_to_leave_stops_at_once_and_a_removed_leaver_stops_on_install():
     ]
     leaver = enrolment(joining=False)
     leaver.begin_leave("asked", 0.0, member=True, last_voter=False)
-    (stop,) = leaver.installed(member=False)
+    (stop,) = leaver.installed(member=False, from_peer=True)
     assert isinstance(stop, nc.StopNode) and stop.reason.startswith("asked")
 
 
@@ -428,12 +440,51 @@ def test_a_member_names_the_step_that_removed_a_peer_and_only_then():
 
 def test_a_leaver_stops_when_a_member_confirms_its_removal():
     leaver = enrolment(joining=False)
-    assert leaver.removal_confirmed("n1", members=("n0", "n1")) == []  # not leaving
+    confirmed = {"step": 4, "recorded": True}
     leaver.begin_leave("asked", 0.0, member=True, last_voter=False)
-    assert leaver.removal_confirmed("n9", members=("n0", "n1")) == []  # not a member's word
-    assert leaver.removal_confirmed("n1", members=("n0", "n1")) == [
+    assert leaver.removal_confirmed("n9", members=("n0", "n1"), **confirmed) == []  # no member
+    assert leaver.removal_confirmed("n1", members=("n0", "n1"), **confirmed) == [
         nc.StopNode(reason="asked: removal confirmed by n1")
     ]
+
+
+def test_a_member_that_missed_its_own_removal_restarts_as_a_joiner():
+    """Restarted before the step that removed it committed, a node runs as a member;
+    a member's word that it was removed (news to it: ``recorded``) restarts it as a
+    joiner.  An old removal it was re-added after (not news) changes nothing."""
+    member = enrolment(joining=False)
+    members = ("n0", "n1")
+    assert member.removal_confirmed("n1", members, step=4, recorded=False) == []
+    assert member.removal_confirmed("n9", members, step=4, recorded=True) == []
+    (restart,) = member.removal_confirmed("n1", members, step=4, recorded=True)
+    assert isinstance(restart, nc.RestartAsJoiner) and "at step 4" in restart.reason
+
+
+def test_a_joiner_whose_evidence_came_from_a_stale_member_restarts():
+    """A member that had not learned the joiner's removal heartbeated it (evidence, so
+    its detector started); once that member learns the removal and says so, the
+    evidence is void: the joiner restarts.  Another member's word is no such news."""
+    joiner = enrolment(joining=True)
+    members = ("n0", "n1", "n2")
+    assert joiner.removal_confirmed("n1", members, step=4, recorded=False) == []  # no evidence
+    joiner.evidence("n2", members)
+    assert joiner.removal_confirmed("n1", members, step=4, recorded=False) == []
+    (restart,) = joiner.removal_confirmed("n2", members, step=4, recorded=False)
+    assert isinstance(restart, nc.RestartAsJoiner) and "n2" in restart.reason
+
+
+def test_a_removed_peer_is_answered_at_most_once_an_interval():
+    from swarmshake.reference_node.protocol import membership as mb
+
+    configs = mb.Configurations(mb.Configuration(step=-1, voters=("a", "b", "c")))
+    answers = nc.RemovalAnswers(nc.NodeConfig(removal_answer_interval_s=0.5))
+    assert answers.refused("c", configs, 0.0) is None  # still a member
+    configs.record(mb.Configuration(step=3, voters=("a", "b")))
+    assert answers.refused("z", configs, 0.0) is None  # a stranger
+    assert answers.refused("c", configs, 1.0) == 3
+    assert answers.refused("c", configs, 1.4) is None
+    assert answers.refused("c", configs, 1.5) == 3
+    answers.check_valid()
 
 
 def test_a_state_offer_says_which_configuration_its_state_runs_under():
@@ -495,9 +546,9 @@ class EnrolmentMachine(RuleBasedStateMachine):
         self.core.evidence(peer, members=("n0", "me"))
         self.evidence = self.evidence or (self.core.joining and peer == "n0")
 
-    @rule(member=st.booleans())
-    def install(self, member):
-        self.core.installed(member=member)
+    @rule(member=st.booleans(), from_peer=st.booleans())
+    def install(self, member, from_peer):
+        self.core.installed(member=member, from_peer=from_peer)
         self.evidence = self.evidence and self.core.joining
 
     @rule()
