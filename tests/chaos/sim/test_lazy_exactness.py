@@ -145,3 +145,28 @@ def test_an_arrival_while_the_clock_is_held_is_stamped_with_the_held_reading():
     assert clock.map(6.7) == pytest.approx(6.7)
     assert clock.true_time(6.5) == 6.0
     assert clock.true_time(6.6) == pytest.approx(6.6)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_silence_its_peers_were_excused_for_does_not_slow_the_next_detection(lazy):
+    """n0 is cut one way (it hears, nobody hears it) for 2.35 s: its peers declare it
+    dead and stop heartbeating it, and n0's watches excuse their silence.  The 2 s gap
+    that silence left was kept in n0's windows and raised its threshold to 1.2 s, so
+    when n3 crashed 2 s after the heal, n0 confirmed it only after D, and only in one
+    of the two delivery modes, by 2 ms of jitter (explore --leaves, 4 nodes, seed 2,
+    shrunk; the churn it drew was one crash).  An excused gap is no jitter sample."""
+    schedule = faults.decode_schedule(
+        b"- op: {op: pause, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.05\n"
+        b"- op: {op: latency, src: [n0], dst: ['*'], delay_ms: 10, jitter_ms: 0}\n"
+        b"  at_s: 0.5\n  heal_after_s: 0.5\n"
+        b"- op: {op: crash, nodes: [n3]}\n  at_s: 7.073\n  heal_after_s: 2.01\n"
+        b"- op: {op: partition, grouping: isolate, nodes: [n0], direction: one_way}\n"
+        b"  at_s: 2.7\n  heal_after_s: 2.35\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=4, duration_s=12, seed=2, lazy=lazy), schedule, None)
+    l1 = run.verdict.results["L1"]
+    assert l1.status == "valid", l1.message
+    dead = [e for e in run.history.events if isinstance(e, DeclareDead) and e.peer == "n3"]
+    assert {e.node for e in dead} == {"n0", "n1", "n2"}
+    assert max(e.t_mono for e in dead) - 7.073 < 0.5  # the floor's pace, not 1.2 s + 1 s
