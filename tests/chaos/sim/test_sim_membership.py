@@ -188,3 +188,27 @@ def test_a_joiner_that_heard_a_stale_member_is_not_a_member_by_its_own_checkpoin
     run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=5), schedule, None)
     assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_step_laggard_learns_the_decision_across_a_removal():
+    """explore --leaves, 3 nodes, seed 4, shrunk: n0's leave is committed at step 3
+    while n2, after a bridge partition, still runs step 3.  The removal shifted the
+    voters' indices, and n1 (leading step 4) and n2 (retrying step 3) dropped each
+    other's ballots as forged: no commit for 33 s (L2).  A ballot of another step is
+    now buffered or answered, not checked against this step's configuration.  (This
+    schedule fails on 26ecf0c; before b928448 its timing differed and it passed, though
+    the commit core had the defect: test_commit's forgeries test fails there.)"""
+    schedule = faults.decode_schedule(
+        b"- op: {op: partition, grouping: bridge}\n  at_s: 2.7\n  heal_after_s: 2.35\n"
+        b"- op: {op: blackhole, src: [n2], dst: [n0], direction: one_way}\n"
+        b"  when: {node: n2, kind: commit, step_at_least: 4}\n"
+        b"- op: {op: crash, nodes: [n1]}\n"
+        b"  when: {node: n1, kind: accept, step_at_least: 5, delay_s: 0.01}\n"
+        b"  heal_after_s: 0.1\n"
+        b"- op: {op: churn, events_per_min: 4.0, down_s: 1.0, crash_fraction: 0.0, nodes: ['*']}\n"
+        b"  at_s: 3.47\n  heal_after_s: 2.0\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=4), schedule, None)
+    assert run.verdict.results["L2"].status == "valid", run.verdict.results["L2"].message
+    assert run.verdict.status == "valid", run.verdict

@@ -16,6 +16,7 @@ from swarmshake.reference_node.protocol.messages import (
     AcceptRequest,
     Decided,
     DecisionRequest,
+    Nack,
     Prepare,
     StepValue,
 )
@@ -415,6 +416,27 @@ def test_a_node_one_step_behind_still_learns_the_decision():
     prepare = Prepare(sender="c", step=0, ballot=(1, 2))
     [reply] = net.cores["a"].handle(C.MessageReceived(message=prepare), net.now)
     assert isinstance(reply.message, Decided) and reply.message.value == step_value(0, NAMES)
+
+
+def test_ballots_of_another_steps_configuration_are_not_taken_for_forgeries():
+    """A ballot carries its proposer's index in its own step's configuration.  After a
+    removal at step 3 ("a" out: "b" 1 -> 0, "c" 2 -> 1), the leader of step 4 and the
+    laggard still at step 3 once dropped each other's requests as forged, and the
+    laggard never learned step 3 (explore --leaves, 3 nodes, seed 4: no commit for
+    33 s).  An earlier step's request is answered, a later one's makes it ask."""
+    leader = C.StepCommit(node="b", voters=("b", "c"), first_step=4)
+    old_prepare = Prepare(sender="c", step=3, ballot=(1, 2))  # index 2 of (a, b, c)
+    [reply] = leader.handle(C.MessageReceived(message=old_prepare), 0.0)
+    assert reply.to == ("c",) and isinstance(reply.message, Nack)  # started past it: behind
+    laggard = C.StepCommit(node="c", voters=NAMES, first_step=3)
+    new_prepare = Prepare(sender="b", step=4, ballot=(1, 0))  # index 0 of (b, c)
+    actions = laggard.handle(C.MessageReceived(message=new_prepare), 0.0)
+    asks = [a for a in actions if isinstance(a, C.Send) and isinstance(a.message, DecisionRequest)]
+    assert [a.to for a in asks] == [("b",)]
+    # At its own step a ballot must still carry the sender's index.
+    with pytest.raises(RemoteProtocolError) as error:
+        laggard.handle(C.MessageReceived(message=Prepare(sender="b", step=3, ballot=(1, 0))), 0.0)
+    assert error.value.reason == "forged-ballot"
 
 
 @pytest.mark.parametrize("gap", [1, 10])
