@@ -737,10 +737,16 @@ class _Watch:
         self.quiet_until = max(self.quiet_until, until)
 
     def sampled(self, gap_us: int, arrival: float, floor_us: int) -> bool:
-        """Whether the gap ending at ``arrival`` belongs in the window (a pure function
-        of the arrival and the excuses, so the order of a batch and of the excuse does
-        not change it)."""
-        return gap_us <= floor_us or not self.quiet_from <= arrival <= self.quiet_until
+        """Whether the gap ending at ``arrival`` belongs in the window: not when it is
+        longer than the floor and overlaps an excused silence (the peer stopped about
+        when the excuse began and resumed whenever its claim was answered: after a
+        one-way cut, only at the heal, past the excuse's end).  A pure function of
+        the arrival and the excuses, so the order of a batch and of the excuse does
+        not change it."""
+        if gap_us <= floor_us:
+            return True
+        began = arrival - gap_us / _US_PER_S
+        return not (began <= self.quiet_until and arrival >= self.quiet_from)
 
     def snapshot(self) -> tuple:
         return (
