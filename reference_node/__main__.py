@@ -65,8 +65,9 @@ def parse_args(argv: list[str]) -> tuple[Path, dict[str, object]]:
     return args.config, overrides
 
 
-# A node declared dead restarts its control process with a new incarnation; one that
-# keeps being declared dead is not going to converge, and stops.
+# A node declared dead (or told it was removed while it ran as a member) restarts its
+# control process with a new incarnation; one that keeps having to is not going to
+# converge, and stops.
 MAX_REJOINS_PER_PROCESS = 20
 
 
