@@ -96,8 +96,11 @@ class DetectorDriver:
                 host_now - previous[1]
             )
         self._last_arrival[message.sender] = (message.incarnation, host_now)
-        if message.sender not in self.core.targets:
-            return  # we do not watch this peer (monitor ring); its heartbeat is spare
+        if message.sender not in self.core.targets and message.sender in self.core.status:
+            return  # a member we do not watch (monitor ring); its heartbeat is spare
+        # A non-member's goes to the core, which refuses it (unknown-peer): the control
+        # process answers a removed node with its removal (node_core.RemovalAnswers), as
+        # the simulator does for the heartbeats it drops.
         event = det.HeartbeatsArrived(
             peer=message.sender, incarnation=message.incarnation, arrival_times=(self.clock.now(),)
         )

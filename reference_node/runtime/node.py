@@ -28,6 +28,7 @@ from swarmshake.reference_node.config import NodeConfig
 from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import messages as msgs
+from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import incarnation as incarnation_store
 from swarmshake.reference_node.runtime import ipc
@@ -131,6 +132,7 @@ class ControlProcess:
             bugs=config.bug_set,
         )
         self.detector_started = False
+        self.removal_answers = nc.RemovalAnswers(config.step.node)
         self.stop_code = 0
         self.run_key = config.run_key(config_path.parent)
         self.book = AddressBook(dict(config.peers))
@@ -234,8 +236,17 @@ class ControlProcess:
             self.dispatch(message)
         except RemoteProtocolError as error:
             self.drops.drop(f"rejected_{error.reason}", frame.header.sender)
-            if self.step_driver is not None:
-                self.step_driver.refused(frame.header.sender, error.reason)
+            self.refused(frame.header.sender, error.reason)
+
+    def refused(self, peer: str, reason: str) -> None:
+        """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
+        from a node removed here is answered with its removal (node_core.RemovalAnswers;
+        here, not in the step driver, so that it works before the worker is ready)."""
+        if reason != "unknown-peer" or not peer:
+            return
+        step = self.removal_answers.refused(peer, self.membership.configs, self.clock.now())
+        if step is not None:
+            self.send_message(peer, msgs.LeaveConfirmed(sender=self.node, step=step))
 
     def dispatch(self, message: msgs.Message) -> None:
         if isinstance(message, msgs.Heartbeat | msgs.Gossip) and not self.detector_started:

@@ -187,7 +187,6 @@ class StepDriver:
             join_timeout_s=self.config.node.join_timeout_s,
             leave_timeout_s=self.config.node.leave_timeout_s, config=self.decisions,
         )  # fmt: skip
-        self.removal_answers = nc.RemovalAnswers(self.decisions)
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
@@ -409,7 +408,7 @@ class StepDriver:
         except RemoteProtocolError as error:
             sender = getattr(getattr(event, "message", None), "sender", "")
             self.node.drops.drop(f"commit_{error.reason}", sender)
-            self.refused(sender, error.reason)
+            self.node.refused(sender, error.reason)
             return
         self.perform(actions)
 
@@ -773,15 +772,6 @@ class StepDriver:
         )
 
     # -- membership ---------------------------------------------------------------------------------
-
-    def refused(self, peer: str, reason: str) -> None:
-        """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
-        from a node removed here is answered with its removal (node_core.RemovalAnswers)."""
-        if reason != "unknown-peer" or not peer:
-            return
-        step = self.removal_answers.refused(peer, self.membership.configs, self.node.clock.now())
-        if step is not None:
-            self.node.send_message(peer, msgs.LeaveConfirmed(sender=self.name, step=step))
 
     def _confirm_removal(self, peer: str) -> None:
         """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""

@@ -55,6 +55,7 @@ from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.events import EventLog
 from swarmshake.reference_node.runtime.membership_driver import ConfigHistory, MembershipDriver
+from swarmshake.reference_node.runtime.node import ControlProcess
 from swarmshake.reference_node.runtime.step_driver import StepDriver
 
 NODES = ("n0", "n1", "n2")
@@ -170,6 +171,7 @@ class RuntimeNode:
         self.alive: tuple[str, ...] = tuple(sorted({*configs.latest().members, ME}))
         self.detector = SimpleNamespace(core=SimpleNamespace(alive_view=lambda: self.alive))
         self.drops = SimpleNamespace(drop=lambda reason, peer: None)
+        self.removal_answers = nc.RemovalAnswers(self.config.step.node)  # as ControlProcess
         self.worker_ready = ipc.WorkerReady(
             step=ready_step,
             param_fp=training.fingerprint(params),
@@ -238,6 +240,9 @@ class RuntimeNode:
 
     def request_restart(self, reason: str) -> None:
         self.stopped = f"restart: {reason}"
+
+    # The control process's own code, on this surface (it answers removed peers).
+    refused = ControlProcess.refused
 
     def start_detector(self) -> None:
         self.detector_starts += 1

@@ -188,3 +188,44 @@ def test_defaults_are_valid(tmp_path):
     config = from_dict(raw_config(tmp_path))
     assert isinstance(config, NodeConfig)
     assert config.step.checkpoint_replicas == -1 and not config.node.join
+
+
+def test_a_removed_peers_heartbeats_are_answered_with_its_removal(tmp_path):
+    """n3 left at step 4 but, restarted before it saw that step, heartbeats n1 as a
+    member: n1's detector refuses the heartbeat (a non-member's) and the control
+    process answers with ``LeaveConfirmed(4)``, at most once per
+    ``removal_answer_interval_s`` -- before any worker exists (no step driver yet)."""
+    from swarmshake.reference_node.protocol import messages as msgs
+    from swarmshake.reference_node.runtime.frames import Channel, Frame, FrameHeader
+    from swarmshake.reference_node.runtime.node import ControlProcess
+
+    config = from_dict(raw_config(tmp_path))
+    initial = initial_configuration(["n1", "n2", "n3"], "n1", join=False)
+    history_ = ConfigHistory.load(config.data_dir, initial)
+    history_.record(Configuration(step=4, voters=("n1", "n2")))
+    history_.save()
+
+    def heartbeat(seq: int) -> Frame:
+        payload = msgs.encode_message(msgs.Heartbeat(sender="n3", incarnation=2, seq=seq))
+        header = FrameHeader(Channel.CONTROL, "n3", 2, seq, len(payload))
+        return Frame(header=header, payload=payload)
+
+    async def scenario() -> list:
+        control = ControlProcess(config, tmp_path / "node.toml", {})
+        sent: list = []  # the links record (no sockets here): every frame sent, decoded
+
+        def send_nowait(peer: str, payload: bytes, **_: object) -> None:
+            sent.append((peer, msgs.decode_message(bytes(payload))))
+
+        control.links.send_nowait = send_nowait
+        control.start_detector()
+        assert control.step_driver is None
+        for seq in range(3):  # within one interval: one answer
+            control.on_control_frame(heartbeat(seq))
+        control.events.close()
+        return sent
+
+    sent = asyncio.run(scenario())
+    answers = [(p, m) for p, m in sent if isinstance(m, msgs.LeaveConfirmed)]
+    assert answers == [("n3", msgs.LeaveConfirmed(sender="n1", step=4))]
+    assert all(p != "n3" for p, m in sent if not isinstance(m, msgs.LeaveConfirmed))
