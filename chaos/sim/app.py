@@ -593,9 +593,7 @@ class NodeApp:
     def refused(self, t: float, peer: str, reason: str) -> None:
         """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
         from a node removed here is answered with its removal (node_core.RemovalAnswers)."""
-        if reason != "unknown-peer" or not peer:
-            return
-        step = self.removal_answers.refused(peer, self.membership.configs, self._local(t))
+        step = self.removal_answers.refused(peer, reason, self.membership.configs, self._local(t))
         if step is not None:
             self._send(t, peer, LeaveConfirmed(sender=self.name, step=step))
 

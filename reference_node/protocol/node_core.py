@@ -808,9 +808,12 @@ class RemovalAnswers:
         self.interval_s = config.removal_answer_interval_s
         self.answered_at: dict[str, float] = {}
 
-    def refused(self, peer: str, configs: mb.Configurations, now: float) -> int | None:
-        """``peer``'s message was refused as a non-member's: the removal step to tell
-        it, or None (a stranger, a member, or answered less than an interval ago)."""
+    def refused(self, peer: str, reason: str, configs: mb.Configurations, now: float) -> int | None:
+        """``peer``'s message was refused (``RemoteProtocolError.reason``): the removal
+        step to tell it, or None (not refused as a non-member's, a stranger, a member,
+        or answered less than an interval ago)."""
+        if reason != "unknown-peer" or not peer:
+            return None
         step = removal_step(configs, peer)
         if step is None:
             return None

@@ -242,9 +242,7 @@ class ControlProcess:
         """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
         from a node removed here is answered with its removal (node_core.RemovalAnswers;
         here, not in the step driver, so that it works before the worker is ready)."""
-        if reason != "unknown-peer" or not peer:
-            return
-        step = self.removal_answers.refused(peer, self.membership.configs, self.clock.now())
+        step = self.removal_answers.refused(peer, reason, self.membership.configs, self.clock.now())
         if step is not None:
             self.send_message(peer, msgs.LeaveConfirmed(sender=self.node, step=step))
 

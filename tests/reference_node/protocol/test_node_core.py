@@ -478,12 +478,12 @@ def test_a_removed_peer_is_answered_at_most_once_an_interval():
 
     configs = mb.Configurations(mb.Configuration(step=-1, voters=("a", "b", "c")))
     answers = nc.RemovalAnswers(nc.NodeConfig(removal_answer_interval_s=0.5))
-    assert answers.refused("c", configs, 0.0) is None  # still a member
+    assert answers.refused("c", "unknown-peer", configs, 0.0) is None  # still a member
     configs.record(mb.Configuration(step=3, voters=("a", "b")))
-    assert answers.refused("z", configs, 0.0) is None  # a stranger
-    assert answers.refused("c", configs, 1.0) == 3
-    assert answers.refused("c", configs, 1.4) is None
-    assert answers.refused("c", configs, 1.5) == 3
+    assert answers.refused("z", "unknown-peer", configs, 0.0) is None  # a stranger
+    assert answers.refused("c", "unknown-peer", configs, 1.0) == 3
+    assert answers.refused("c", "unknown-peer", configs, 1.4) is None
+    assert answers.refused("c", "unknown-peer", configs, 1.5) == 3
     answers.check_valid()
 
 
