@@ -177,6 +177,9 @@ class NodeApp:
         self.bugs = sim.bugs
         self.commit: StepCommit | None = None
         self.rejoin: rejoin.Rejoin | None = None
+        # Whether the step runs or the state is fetched (the node core's StateFetch):
+        # here the commit core is dropped while it is fetched (``commit`` is None).
+        self.fetch = nc.StateFetch(settings.node)
         self.leader = nc.StepLeader(node=self.name, config=self.config)
         if disk.configs is None:
             disk.configs = Configurations(initial_configuration(sim.names, self.name, join=False))
@@ -707,7 +710,7 @@ class NodeApp:
         if type(message) is Contribution:  # the most frequent message by far
             self._contribution(t, message)
         elif isinstance(message, _COMMIT_MESSAGES):
-            step = message.step
+            step = message.step  # node_core.running_step, without the call (hot path)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
             if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):
@@ -739,15 +742,12 @@ class NodeApp:
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
-            if message.step > self.peer_steps.get(sender, -1):  # as the runtime counts it
-                self.peer_steps[sender] = message.step
             contributors = self.held.get(message.step, {}).get(message.value_fp)
             if contributors is None:
                 self._send(t, sender, NoAggregate(message.step, message.value_fp))
             else:
                 reply = AggregateBytes(message.step, message.value_fp, contributors)
                 self._send(t, sender, reply, "bulk", self.settings.aggregate_nbytes)
-            self._rejoin_if_behind(t)
         elif isinstance(message, NoAggregate):
             self._fetch_next(t, (message.step, message.value_fp), sender)
         elif isinstance(message, StateRequest):
@@ -824,6 +824,7 @@ class NodeApp:
         own_step = self.commit.step if self.commit is not None else self.leader.step
         if self.commit is not None and self.param_step >= 0:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
+        self.fetch.begun()
         self.commit = None
         self.applying = None
         conf = self.membership.current
@@ -884,10 +885,11 @@ class NodeApp:
                 # mid-transfer).  If no one can ever serve, strict mode stalls by
                 # design and the history shows no rejoin_done.
                 self.rejoin = None
-                if self.enrolment.joining:
-                    self._arm_enrolment_timer(t)  # it asks to be added again
+                retry_at = self.fetch.failed(self._local(t), joining=self.enrolment.joining)
+                if retry_at is None:
+                    self._arm_enrolment_timer(t)  # a joiner asks to be added again
                 else:
-                    self._timer(t + self.config.rejoin_retry_s, ("rejoin_begin",))
+                    self._timer(max(self._true(retry_at), t), ("rejoin_begin",))
         deadline = self.rejoin.next_deadline() if self.rejoin is not None else None
         if deadline is not None:
             at = max(self._true(deadline), t)
@@ -902,6 +904,7 @@ class NodeApp:
             )
         self.param_step = done.step
         self.rejoin = None
+        self.fetch.installed()
         self.peer_steps = {}
         self._prune_aggregates(done.step)
         # The configuration the state runs under: the one its source offered with it,
@@ -933,29 +936,26 @@ class NodeApp:
                     self._commit(t, HoldsAggregate(step=step, value_fp=value_fp))
 
     def _serve_state(self, t: float, requester: str) -> None:
-        if self.enrolment.joining:
-            return  # not a member: its state is nobody's committed state
-        if self._at_genesis():
-            # Nothing committed here: say so at once (DRIVERS.md, as the runtime does)
-            # rather than leave the requester waiting out its offer timeout.
-            offer = StateOffer(
-                sender=self.name, step=GENESIS_STEP, param_fp=training.INITIAL_FP, nbytes=0
-            )
-            self._send(t, requester, offer)
-            return
-        if self.commit is None:
-            return  # mid-rejoin: the requester times out and moves on
-        nbytes = self.settings.state_nbytes
-        configuration = self.membership.configs.after(self.param_step)
-        offer = StateOffer(
-            sender=self.name,
-            step=self.param_step,
-            param_fp=training.fingerprint(self.params),
-            nbytes=nbytes,
-            voters=list(configuration.voters),
-            learners=list(configuration.learners),
-            config_step=configuration.step,
+        serve = nc.state_to_serve(
+            joining=self.enrolment.joining,
+            at_genesis=self._at_genesis(),
+            fetching=not self.fetch.steps,
         )
+        configs = self.membership.configs
+        if serve == nc.SERVE_GENESIS:
+            offer = nc.state_offer(
+                self.name, step=GENESIS_STEP, param_fp=training.INITIAL_FP, nbytes=0,
+                configs=configs,
+            )  # fmt: skip
+            self._send(t, requester, offer)  # no bytes follow
+            return
+        if serve is None:
+            return
+        nbytes = self.settings.state_nbytes
+        offer = nc.state_offer(
+            self.name, step=self.param_step, param_fp=training.fingerprint(self.params),
+            nbytes=nbytes, configs=configs,
+        )  # fmt: skip
         self._send(t, requester, offer)
         self._send(t, requester, StateBytes(self.param_step, self.params, nbytes), "bulk", nbytes)
 
@@ -1027,8 +1027,13 @@ class NodeApp:
             if entry is not None and entry[1] == payload[2]:
                 self._fetch(t, payload[1])
         elif kind == "rejoin_begin":
-            if self.commit is None and self.rejoin is None:  # not already back or rejoining
-                self._start_rejoin(t)
+            retry_at = self.fetch.retry_at  # node-clock time (node_core.StateFetch)
+            if self.rejoin is None and retry_at is not None:
+                at = self._true(retry_at)
+                if at > t:
+                    self._timer(at, ("rejoin_begin",))  # its clock moved: not due yet
+                else:
+                    self._start_rejoin(t)
         elif kind == "enrolment_tick":
             if t >= self.enrolment_timer_at:
                 self.enrolment_timer_at = math.inf

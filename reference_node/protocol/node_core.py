@@ -30,6 +30,9 @@ no clock, no randomness, no I/O.  The pieces:
 - ``Checkpointing`` (with ``CheckpointConfig``): when the node checkpoints, the
   checkpoint-policy core fed the same inputs in both shells (every commit, every
   peer it declares dead and its own restart, the measured cost of each write).
+- ``StateFetch``: whether the node runs its step or fetches the cluster's state
+  (the step is suspended meanwhile), and when a failed fetch is tried again.
+- ``state_to_serve``: what a node answers a peer's state request with.
 - ``Enrolment``: a joiner's way in (requests, the member whose traffic shows it was
   added, its timeout) and a clean leave's way out (notices, the stop), for both shells.
 - ``next_incarnation`` / ``is_first_start``: a start's incarnation (the first is
@@ -63,7 +66,7 @@ from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import LocalProtocolError
-from swarmshake.reference_node.protocol.messages import ConfigChangeRequest, StepValue
+from swarmshake.reference_node.protocol.messages import ConfigChangeRequest, StateOffer, StepValue
 from swarmshake.reference_node.protocol.structs import (
     Clock,
     CoreAction,
@@ -586,12 +589,27 @@ def peer_ahead(
     node's (the commit core's ``state_transfer_gap_steps``): catching up step by step
     would lag, one state transfer brings the node level.  The furthest ahead (ties:
     the greatest name) is the evidence for ``rejoin_sources``.  The commit core says
-    the same of its own messages (``Behind``); this covers every other message that
-    carries a step (an aggregate request) and a step the node reaches after an apply
-    while a peer it heard from is already further on."""
+    the same of a message it is handed (``Behind``); this covers the messages it
+    buffers or is not handed (a node fetching the state) and a step the node reaches
+    after an apply while a peer it heard from is already further on.  ``peer_steps``:
+    the highest ``running_step`` of each peer's messages."""
     alive_set = set(alive)
     ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= own_step + gap_steps]
     return max(ahead)[1] if ahead else None
+
+
+def running_step(message: object) -> int | None:
+    """The step a peer's message shows it runs, for ``peer_ahead`` (None: none).
+
+    Only the commit protocol's messages say so (a peer sends those of the step it
+    runs).  A ``StateOffer`` carries a committed state, not the step its sender runs,
+    and one arriving after the fetch that asked for it ended is no evidence of being
+    behind; a ``LeaveConfirmed`` names the step of a removal.  Aggregate requests
+    travel between workers in the runtime and never reach the step's decisions.
+    (Issue 12: the runtime counted offers, the simulator aggregate requests.)"""
+    if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
+        return message.step  # type: ignore[attr-defined]
+    return None
 
 
 def rejoins_at_start(*, first_start: bool, joining: bool) -> bool:
@@ -683,6 +701,59 @@ def rejoin_sources(
     if ahead:
         return ahead
     return (evidence,) if evidence != node else live
+
+
+class StateFetch:
+    """Whether the node runs its step or fetches the cluster's state, and when a failed
+    fetch is tried again.
+
+    While a rejoin runs, and until a failed one is retried, the node's step is
+    *suspended*: its commit core (the one of the step it fell behind at) takes no
+    message, tick, view or proposal, and the actions of its last batch after the
+    ``Behind`` that began the fetch are dropped.  The state it installs restarts the
+    core at the installed step; until then a round of the abandoned step is noise to
+    peers that are past it, and a proposal there could only duel them.  (Issue 12: the
+    runtime's step driver kept feeding its old core during a rejoin -- a view change
+    made it propose step 0 while it fetched step 2's state -- and retried a failed
+    rejoin at its next poll, the simulator after ``rejoin_retry_s``; the agreement
+    test's ``ahead`` and ``state`` draws found both.)
+
+    A failed fetch (no source answered and nothing local is usable) is retried
+    ``rejoin_retry_s`` later; a joiner's is not: its enrolment asks to join again
+    (``Enrolment.tick``).  Times are the node's clock."""
+
+    def __init__(self, config: NodeConfig = NODE_DEFAULTS):
+        self._config = config
+        self.fetching = False
+        self.retry_at: float | None = None
+
+    @property
+    def steps(self) -> bool:
+        """Whether the node's commit core runs (not while fetching or waiting to retry)."""
+        return not self.fetching and self.retry_at is None
+
+    def begun(self) -> None:
+        self.fetching = True
+        self.retry_at = None
+
+    def failed(self, now: float, *, joining: bool) -> float | None:
+        """The fetch failed: when to begin the next one (None: the joiner's enrolment
+        decides)."""
+        self.fetching = False
+        self.retry_at = None if joining else now + self._config.rejoin_retry_s
+        return self.retry_at
+
+    def retry_due(self, now: float) -> bool:
+        """Whether a failed fetch's retry is due now (the caller begins it)."""
+        return self.retry_at is not None and now >= self.retry_at
+
+    def installed(self) -> None:
+        """A state was installed: the step runs again."""
+        self.fetching = False
+        self.retry_at = None
+
+    def check_valid(self) -> None:
+        assert not (self.fetching and self.retry_at is not None), "fetching and waiting at once"
 
 
 def replica_peers(
@@ -831,6 +902,46 @@ class RemovalAnswers:
 
     def check_valid(self) -> None:
         assert len(self.answered_at) <= mb.CONFIGS_KEPT + 1
+
+
+# ``state_to_serve``: what a node answers a peer's ``StateRequest`` with.
+SERVE_GENESIS = "genesis"  # StateOffer(step=GENESIS_STEP, initial fingerprint), no bytes
+SERVE_STATE = "state"  # its last applied step's state: the offer, then the bytes
+
+
+def state_to_serve(*, joining: bool, at_genesis: bool, fetching: bool) -> str | None:
+    """What a node answers a ``StateRequest`` with (None: nothing; the requester's
+    offer timeout moves it on).  A joiner holds nobody's committed state.  A node that
+    has committed nothing says so at once, even while it fetches itself (DRIVERS.md:
+    every node restarted together after a partition starts from genesis).  A node
+    fetching the state (``StateFetch.steps`` false) stays silent otherwise: the state
+    it holds is being replaced, and it fell behind, so it would hand the requester a
+    state the requester must fetch again (issue 12: the runtime served it, the
+    simulator did not)."""
+    if joining:
+        return None
+    if at_genesis:
+        return SERVE_GENESIS
+    return None if fetching else SERVE_STATE
+
+
+def state_offer(
+    node: str, *, step: int, param_fp: str, nbytes: int, configs: mb.Configurations
+) -> StateOffer:
+    """The offer of this node's state of ``step`` (``GENESIS_STEP``: the initial
+    parameters, no bytes follow), with the configuration that state runs under: a
+    joiner is added only by a state whose configuration names it, and a member's
+    restart runs under the configuration of the state it installed."""
+    configuration = configs.after(step)
+    return StateOffer(
+        sender=node,
+        step=step,
+        param_fp=param_fp,
+        nbytes=nbytes,
+        voters=list(configuration.voters),
+        learners=list(configuration.learners),
+        config_step=configuration.step,
+    )
 
 
 def state_from_peer(source: str) -> bool:
@@ -1056,6 +1167,13 @@ class Enrolment:
             due.append(self.join_started + self.join_timeout_s)
             if not fetching:
                 due.append(self.next_join_request)
+            if not fetching and self.evidence_from is not None:
+                # A member's evidence waits for the fetch under way to end: once it has
+                # (failed), the next fetch is due at once.  Any past time says so; the
+                # runtime's loop polls at every input anyway, the simulator arms its
+                # timer by this (the agreement test's ``state`` draws: a joiner's
+                # refused offer, then one shell fetched again at once, one a second on).
+                due.append(self.join_started)
         return min(due, default=None)
 
     def check_valid(self) -> None:

@@ -22,6 +22,7 @@ Pure file and byte handling here; the worker owns the sockets.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -68,9 +69,24 @@ def verify_bytes(data: bytes | bytearray, max_payload_bytes: int) -> checkpoint.
     return assembler.header
 
 
-def pushed_chunks(path: Path, step: int, param_fp: str) -> Iterator[BulkChunk]:
-    """An origin's fresh checkpoint file, as the chunks it pushes to a holder."""
-    return split("replica", step, param_fp, checkpoint.file_chunks(path))
+def pushed_chunks(
+    path: Path, step: int, param_fp: str, on_error: Callable[[OSError], None] = lambda _: None
+) -> Iterator[BulkChunk]:
+    """An origin's fresh checkpoint file, as the chunks it pushes to a holder.
+
+    The file is read when the push's turn comes; if it cannot be read by then (pruned
+    by a newer checkpoint, or its folder gone: a failing disk) the push ends there and
+    ``on_error`` says why.  A holder verifies every replica it assembles (a cut one
+    fails and is skipped), so a push cut short costs only this replica, never the worker (suites/disk.yaml's test once lost n1's
+    worker to this NotADirectoryError)."""
+
+    def pieces() -> Iterator[bytes]:
+        try:
+            yield from checkpoint.file_chunks(path)
+        except OSError as error:
+            on_error(error)
+
+    return split("replica", step, param_fp, pieces())
 
 
 def served_chunks(handle: BinaryIO, step: int) -> Iterator[BulkChunk]:
@@ -335,7 +351,12 @@ class ReplicaService:
         for peer in peers:
             if peer == worker.node:
                 continue
-            worker.group.create_task(worker.send_blob(peer, pushed_chunks(path, step, param_fp)))
+            chunks = pushed_chunks(path, step, param_fp, functools.partial(self._unreadable, path))
+            worker.group.create_task(worker.send_blob(peer, chunks))
+
+    def _unreadable(self, path: Path, error: OSError) -> None:
+        reason = f"replica push: {error.strerror or error!r}"[:200]
+        self.worker.log(history.CheckpointSkip, path=str(path), reason=reason)
 
     # -- the holder ------------------------------------------------------------------------------
 

@@ -232,6 +232,8 @@ class StepDriver:
         self.pending_apply: tuple[int, str] | None = None
         self.applying = False
         self.rejoin: rj.Rejoin | None = None
+        # Whether the step runs or the state is fetched (the node core's StateFetch).
+        self.fetch = nc.StateFetch(self.decisions)
         self.rejoin_started = 0.0
         self.rejoin_durations: list[float] = []
         self.started_at = node.clock.now()
@@ -281,7 +283,7 @@ class StepDriver:
                 )
             )
             return
-        step = getattr(message, "step", None)
+        step = nc.running_step(message)
         if step is not None:
             self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
         if isinstance(message, msgs.StateRequest):
@@ -309,7 +311,7 @@ class StepDriver:
             if self.enrolment.joining:
                 self.on_join_evidence(message.sender)
                 return
-            if self.rejoin is not None:
+            if not self.fetch.steps:
                 return  # our core restarts at the installed step; older traffic is moot
             self.feed(cm.MessageReceived(message=message))
         self.wake()
@@ -342,7 +344,7 @@ class StepDriver:
     def on_worker(self, message: object) -> None:
         match message:
             case ipc.Contributed():
-                if message.step == self.step:
+                if message.step == self.step and self.fetch.steps:
                     self.contributed_at = self.node.clock.now()
                     self.arrived.setdefault(message.step, set()).add(self.name)
                     self.lead(nc.OwnContribution(step=message.step))
@@ -386,7 +388,9 @@ class StepDriver:
             case ipc.StateFailed():
                 self.errors["state_failed"] = self.errors.get("state_failed", 0) + 1
                 if self.rejoin is not None and self.rejoin.phase in ("done", "checkpoint"):
-                    self.rejoin = None  # install or checkpoint load failed: start over later
+                    # The install or the checkpoint load failed: start over later.
+                    self.rejoin = None
+                    self.fetch.failed(self.node.clock.now(), joining=self.enrolment.joining)
                 elif message.source != "checkpoint":
                     self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
             case ipc.CheckpointFailed():
@@ -403,6 +407,8 @@ class StepDriver:
     # -- the core ------------------------------------------------------------------------------
 
     def feed(self, event: object) -> None:
+        if not self.fetch.steps:
+            return  # suspended while the state is fetched (node_core.StateFetch)
         try:
             actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         except RemoteProtocolError as error:
@@ -442,6 +448,8 @@ class StepDriver:
                 )
                 return
             self._perform_one(action)
+            if not self.fetch.steps:
+                return  # a Behind began a fetch: the rest of the batch is dropped
 
     def _persisted(self, done: concurrent.futures.Future, rest: list, generation: int) -> None:
         self._persisting = False
@@ -521,7 +529,11 @@ class StepDriver:
         self._remember_held(message.step, message.agg_fp)
         contributors = tuple(message.contributors)
         if contributors:  # the answer to a BuildAggregate
-            if self.building == (message.step, contributors) and not self.proposed:
+            if (
+                self.building == (message.step, contributors)
+                and not self.proposed
+                and self.fetch.steps
+            ):
                 self.building = None
                 if self.core.step == message.step:
                     self.proposed = True
@@ -603,6 +615,12 @@ class StepDriver:
         """Run the rejoin core: ``peer`` showed we are behind (None: this node starts)."""
         if self.rejoin is not None:
             return
+        # The step is suspended (node_core.StateFetch): what the old core still had
+        # queued behind a persist, and an apply under way, are moot.
+        self.fetch.begun()
+        self._generation += 1
+        self._deferred.clear()
+        self.pending_apply = None
         self.offered_configs = {}
         self.install_config = None
         start = nc.rejoin_start(
@@ -668,7 +686,8 @@ class StepDriver:
                         )
                 case rj.RejoinFailed():
                     self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
-                    self.rejoin = None  # retried when peers are still ahead
+                    self.rejoin = None
+                    self.fetch.failed(self.node.clock.now(), joining=self.enrolment.joining)
         self.wake()
 
     def _config_of(self, done: rj.RejoinDone) -> Configuration:
@@ -688,6 +707,7 @@ class StepDriver:
         self._generation += 1
         self._deferred.clear()
         self.rejoin = None
+        self.fetch.installed()
         self.rejoin_durations.append(self.node.clock.now() - self.rejoin_started)
         configuration = self.install_config or self.membership.configs.after(next_step - 1)
         self.install_config = None
@@ -704,6 +724,10 @@ class StepDriver:
         self.core = self._new_core(next_step, configuration)
         self.pending_apply = None
         self.applying = False
+        # The installed parameters start the step afresh: a gradient asked for before
+        # (a checkpoint fallback lands on the step the node was at) came from the
+        # parameters the install replaced.
+        self.requested_contribution = next_step - 1
         self.peer_steps = {}
         self.leader.handle(nc.ViewChanged(alive=self._alive()), self.node.clock.now())
         self.feed(cm.ViewUpdated(alive=self._alive()))
@@ -727,25 +751,19 @@ class StepDriver:
     # -- state offers ------------------------------------------------------------------------------
 
     def _serve_state(self, requester: str) -> None:
-        if self.enrolment.joining:
-            return  # not a member: its state is nobody's committed state
-        if self.at_genesis():
-            # Nothing committed here: say so at once (DRIVERS.md) rather than leave the
-            # requester waiting out its offer timeout; no bytes follow.
-            self._offer(requester, msgs.GENESIS_STEP, self.genesis_fp, 0)
-            return
-        self.node.to_worker(ipc.ServeState(requester=requester))
+        serve = nc.state_to_serve(
+            joining=self.enrolment.joining,
+            at_genesis=self.at_genesis(),
+            fetching=not self.fetch.steps,
+        )
+        if serve == nc.SERVE_GENESIS:
+            self._offer(requester, msgs.GENESIS_STEP, self.genesis_fp, 0)  # no bytes follow
+        elif serve == nc.SERVE_STATE:
+            self.node.to_worker(ipc.ServeState(requester=requester))
 
     def _offer(self, requester: str, step: int, param_fp: str, nbytes: int) -> None:
-        configuration = self.membership.configs.after(step)
-        offer = msgs.StateOffer(
-            sender=self.name,
-            step=step,
-            param_fp=param_fp,
-            nbytes=nbytes,
-            voters=list(configuration.voters),
-            learners=list(configuration.learners),
-            config_step=configuration.step,
+        offer = nc.state_offer(
+            self.name, step=step, param_fp=param_fp, nbytes=nbytes, configs=self.membership.configs
         )
         self.node.send_message(requester, offer)
 
@@ -913,6 +931,11 @@ class StepDriver:
                 self._advance_to(self.step)
         if self.rejoin is not None:
             return self.rejoin.next_deadline()
+        if self.fetch.retry_at is not None:
+            if not self.fetch.retry_due(now):
+                return self.fetch.retry_at
+            self._start_rejoin(None)
+            return None
         peer = self._behind_peers()
         if peer is not None and self.pending_apply is None:
             self._start_rejoin(peer)
@@ -954,7 +977,7 @@ class StepDriver:
         for action in self.leader.handle(event, self.node.clock.now()):  # type: ignore[arg-type]
             match action:
                 case nc.BuildProposal():
-                    if action.step == self.step and not self.proposed:
+                    if action.step == self.step and not self.proposed and self.fetch.steps:
                         self.building = (action.step, action.contributors)
                         self.node.to_worker(
                             ipc.BuildAggregate(
@@ -962,7 +985,7 @@ class StepDriver:
                             )
                         )
                 case nc.ProposeStored():
-                    if action.step == self.core.step and not self.proposed:
+                    if action.step == self.core.step and not self.proposed and self.fetch.steps:
                         self.proposed = True
                         self.values[(action.step, action.value.agg_fp)] = action.value
                         self.feed(cm.ProposeValue(step=action.step, value=action.value))
@@ -981,7 +1004,7 @@ class StepDriver:
         core's and the rejoin core's timers, then the leader's and the step's); returns
         the next node-clock time something is due (None: only an input wakes it)."""
         while True:
-            deadline = self.core.next_deadline()
+            deadline = self.core.next_deadline() if self.fetch.steps else None
             if deadline is not None and deadline <= now:
                 self.feed(cm.Tick())
                 continue
@@ -1021,6 +1044,9 @@ class StepDriver:
             "phase": self.core.phase,
             "leader_rank": self.leader.rank(),
             "rejoining": self.rejoin.phase if self.rejoin else "",
+            "rejoin_retry_in_s": None
+            if self.fetch.retry_at is None
+            else self.fetch.retry_at - self.node.clock.now(),
             "rejoin_durations_s": [round(d, 3) for d in self.rejoin_durations[-10:]],
             "step_time_s_mean_recent": sum(recent) / len(recent) if recent else 0.0,
             "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,

@@ -372,6 +372,10 @@ class Worker:
         if message.step != self.replica.step:
             return  # the control process moved on (a commit raced the request)
         step = message.step
+        # A state installed while the gradient is computed replaces the parameters it
+        # came from, even at the same step (a rejoin that fell back to the checkpoint
+        # of the step before): the control process asks for the step's gradient again.
+        replica = self.replica
         self.expected_contributors[step] = frozenset(message.to) | {self.node}
         prefetched, self.next_gradient = self.next_gradient, None
         if (
@@ -383,8 +387,8 @@ class Worker:
             result, self.last_step_s = await prefetched.task
         else:
             result, self.last_step_s = await self.run_compute(self._timed_contribution)
-        if step != self.replica.step:
-            return  # a state was installed meanwhile
+        if self.replica is not replica or step != replica.step:
+            return  # a state was installed, or the step applied, meanwhile
         if self.wire_replica is not self.replica:
             self.wire.reset()  # a state was installed: the residual was of other parameters
             self.wire_replica = self.replica
@@ -392,8 +396,8 @@ class Worker:
             payload, own = self.wire.encode(result.gradient)
         else:
             payload, own = await self.run_compute(self.wire.encode, result.gradient)
-            if step != self.replica.step:
-                return  # a state was installed meanwhile
+            if self.replica is not replica or step != replica.step:
+                return  # a state was installed, or the step applied, meanwhile
         self.log(history.TrainStep, step=step, loss=result.loss, samples=result.samples)
         # Our own contribution as every receiver decodes it (the same bits: S1).
         self.contributions.setdefault(step, {})[self.node] = own

@@ -186,7 +186,8 @@ class RuntimeNode:
             stored_aggregates=sorted(self.stored_aggregates),
         )
         self.replies: list[object] = []  # worker answers, delivered after each input
-        self.contribute_requested = -1
+        self.contribute_requested = -1  # the step of the worker's last Contribute ...
+        self.gradient_delivered = False  # ... and whether its gradient was reported
         self.params = params
         self.applied_step = ready_step - 1  # the last committed step the parameters hold
         self.stopped = ""
@@ -251,6 +252,7 @@ class RuntimeNode:
         match message:
             case ipc.Contribute():
                 self.contribute_requested = message.step
+                self.gradient_delivered = False
             case ipc.BuildAggregate():
                 value = training.aggregate(TRAINING_SEED, message.step, message.contributors)
                 self.stored_aggregates.add((message.step, training.fingerprint(value)))
@@ -282,9 +284,28 @@ class RuntimeNode:
                     ipc.CheckpointFailed(step=step + 1, reason=DISK_FULL_REASON, errno=28)
                 )
             case ipc.WriteCheckpoint():
-                # The worker writes the state of the last committed step and logs it.
+                # The worker writes the state of the last committed step, logs it and
+                # reports it (the rejoin's fallback is this file).
                 self.checkpoints.append(self.driver.core.step - 1)
                 self.checkpoint_params[self.applied_step] = self.params
+                self.replies.append(
+                    ipc.CheckpointDone(
+                        step=self.applied_step + 1,
+                        path=str(self.folder / f"checkpoint-{self.applied_step}"),
+                        param_fp=training.fingerprint(self.params),
+                    )
+                )
+            case ipc.ServeState() if self.applied_step >= 0:
+                # The worker offers the state of its last applied step, then streams
+                # it (with nothing applied it offers nothing: the worker's rule).
+                self.replies.append(
+                    ipc.StateServing(
+                        requester=message.requester,
+                        step=self.applied_step,
+                        param_fp=training.fingerprint(self.params),
+                        nbytes=STATE_NBYTES,
+                    )
+                )
             case ipc.LoadCheckpointFile():
                 # The rejoin's fallback: the worker reads back its newest checkpoint
                 # (the file the control process named) and stages it.
@@ -357,7 +378,8 @@ class RuntimeNode:
 
     async def gradient(self) -> None:
         step = self.driver.step
-        if self.contribute_requested == step and self.driver.contributed_at is None:
+        if self.gradient_pending():
+            self.gradient_delivered = True
             self.driver.on_worker(ipc.Contributed(step=step, loss=0.0, samples=1))
             await self.settle()
 
@@ -411,12 +433,15 @@ class RuntimeNode:
         return [e for e in map(_normal_event, events) if e is not None]
 
     def step(self) -> int:
-        # A joiner runs no step: its commit core is a placeholder (the simulator's
-        # shell builds none until the node is added).
-        return -1 if self.driver.enrolment.joining else self.driver.step
+        # A joiner runs no step, nor does a node fetching the state: its commit core is
+        # a placeholder (the simulator's shell builds none until the node is added or
+        # the state installed).
+        driver = self.driver
+        return -1 if driver.enrolment.joining or not driver.fetch.steps else driver.step
 
     def gradient_pending(self) -> bool:
-        return self.contribute_requested == self.driver.step and self.driver.contributed_at is None
+        step = self.step()
+        return step >= 0 and self.contribute_requested == step and not self.gradient_delivered
 
 
 # --- the simulator's shell, with an in-memory sim --------------------------------------------
@@ -609,6 +634,13 @@ LEAVE = st.tuples(st.just("leave"))
 # A member says it committed n0's removal (n0 stops if it is leaving, restarts as a
 # joiner if it is a member that never saw that step).
 LEAVE_CONFIRMED = st.tuples(st.just("leave_confirmed"), st.sampled_from(NODES[1:]))
+# A peer's Prepare shows it two or more steps ahead: n0 is behind and fetches the state (the
+# node core decides when and from whom); the source it asks answers, or stays silent
+# (time passes: the next source, the checkpoint, a failed rejoin and its retry).
+AHEAD = st.tuples(st.just("ahead"), st.sampled_from(NODES[1:]), st.integers(2, 4))
+STATE = st.tuples(st.just("state"))
+# A peer asks n0 for its state (it restarted, or fell behind).
+STATE_REQUEST = st.tuples(st.just("state_request"), st.sampled_from(NODES[1:]))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -633,6 +665,10 @@ EVENTS = st.one_of(
     OUTSIDER_ARRIVES,
     LEAVE,
     LEAVE_CONFIRMED,
+    AHEAD,
+    STATE,
+    STATE,
+    STATE_REQUEST,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -667,6 +703,26 @@ def _votes(node: RuntimeNode | SimNode, peer: str, accept_too: bool) -> list[Any
     return answers
 
 
+def _state_requests(node: RuntimeNode | SimNode) -> list[str]:
+    """The peers ``node`` asked for their state, in order."""
+    return [peer for peer, message in node.sent if isinstance(message, msgs.StateRequest)]
+
+
+def _state_offers(node: RuntimeNode | SimNode) -> list[tuple[str, msgs.StateOffer]]:
+    """The state offers ``node`` sent (the bytes that follow are the worker's)."""
+    return [(peer, m) for peer, m in node.sent if isinstance(m, msgs.StateOffer)]
+
+
+def _cluster_state(own: tuple[int, tuple], cluster_step: int) -> tuple[int, tuple]:
+    """The state a peer holds: ``own`` (n0's step and parameters), advanced by every
+    voter's aggregate of the steps up to ``cluster_step`` that n0 has not applied."""
+    step, params = own
+    for missed in range(step + 1, cluster_step + 1):
+        params = training.apply(params, training.aggregate(TRAINING_SEED, missed, NODES))
+        step = missed
+    return step, params
+
+
 async def _run(
     sequence: list[tuple],
     folder: Path,
@@ -682,6 +738,8 @@ async def _run(
     epoch = 0
     restarts: set[str] = set()
     membership: set[str] = set()
+    cluster_step = msgs.GENESIS_STEP  # the newest step a peer showed committed ("ahead")
+    answered = 0  # the state requests answered so far
     for index, drawn in enumerate(sequence):
         kind = drawn[0]
         if runtime.stopped and kind != "restart":
@@ -718,6 +776,7 @@ async def _run(
                 await node.restart()
             source = runtime.state_request_to()
             assert source == sim.state_request_to(), index
+            answered = len(_state_requests(runtime))
             if source is None:
                 # Not a member by what its disk says (it left, and its removal came
                 # back with the state): it asks to join instead, in both shells.
@@ -741,6 +800,30 @@ async def _run(
             for node in nodes:
                 await node.message(msgs.LeaveConfirmed(sender=drawn[1], step=runtime.step() + 1))
             membership.add(kind)
+        elif kind == "ahead":
+            # A peer's round for a step two or more past n0's: its state holds the step
+            # before.
+            target = max(runtime.step(), 0) + drawn[2]
+            cluster_step = max(cluster_step, target - 1)
+            prepare = msgs.Prepare(sender=drawn[1], step=target, ballot=(1, NODES.index(drawn[1])))
+            for node in nodes:
+                await node.message(prepare)
+            restarts.add("behind a peer")
+        elif kind == "state":
+            requests = _state_requests(runtime)
+            if len(requests) > answered:
+                # The source last asked answers with the cluster's newest state: n0's
+                # own, or (a peer was ahead) n0's advanced by the steps it missed.
+                answered = len(requests)
+                step, params = _cluster_state(runtime.state(), cluster_step)
+                configuration = runtime.driver.membership.configs.latest()
+                for node in nodes:
+                    await node.state_from(requests[-1], step, params, configuration)
+                restarts.add("state answered")
+        elif kind == "state_request":
+            request = msgs.StateRequest(sender=drawn[1], incarnation=2)
+            for node in nodes:
+                await node.message(request)
         elif kind == "vote":
             answers = _votes(runtime, drawn[1], drawn[2])
             assert answers == _votes(sim, drawn[1], drawn[2]), index
@@ -755,6 +838,8 @@ async def _run(
         assert runtime.checkpoint_failures == sim.checkpoint_failures, where
         assert runtime.writes_failed() == sim.writes_failed(), where
         assert runtime.membership_sends() == sim.membership_sends(), where
+        assert _state_requests(runtime) == _state_requests(sim), where
+        assert _state_offers(runtime) == _state_offers(sim), where
         assert runtime.detector_members == sim.detector_members, where
         assert runtime.detector_starts == sim.detector_starts, where
         assert runtime.stopped == sim.stopped, where
@@ -905,3 +990,81 @@ def test_a_checkpoint_write_on_a_full_disk_fails_the_same_way_in_both_shells(tmp
     """Step 0's commit asks for a checkpoint (every 10 steps) while n0's disk is full:
     both shells count the failure at the same step, and neither stops the node."""
     asyncio.run(_run([("disk", True), *HEALTHY_STEP], tmp_path, (), expect_failures=[0]))
+
+
+def test_a_node_behind_whose_fetch_fails_retries_the_same_way_in_both_shells(tmp_path):
+    """n0 commits step 0 (its checkpoint write fails: a full disk) and begins step 1;
+    n1's round for step 3 shows it behind.  n1 stays silent: with no checkpoint and
+    past genesis, the fetch fails, and the node tries again ``rejoin_retry_s`` later
+    (every live member may serve then), until a source answers with step 2's state.
+    Meanwhile its commit core of step 1 is suspended in both shells: a view change
+    that leaves n0 alone makes no proposal, and no round of step 1 goes out."""
+    sequence = [
+        ("disk", True),
+        *HEALTHY_STEP,
+        ("gradient",),
+        ("arrive", "n1", 0),
+        ("ahead", "n1", 2),
+        ("view", ("n0",)),
+        ("advance", 1.5),
+        ("view", ("n0", "n1", "n2")),
+        ("advance", 0.7),
+        ("state",),
+    ]
+    # n1 asked at 0.5 s; the fetch failed at 1.5 s and is begun again at 2.5 s: at
+    # 2.0 s (n1 alive again, and ahead) neither shell has asked again.
+    runtime, sim = asyncio.run(_run(sequence[:-2], tmp_path / "2.0s", ()))
+    assert _state_requests(runtime) == _state_requests(sim) == ["n1"]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path / "2.7s", ()))
+    assert _state_requests(sim) == ["n1", "n2"]
+    assert runtime.driver.errors["rejoin_failed"] == 1
+    assert runtime.step() == sim.step() == 3
+    # Step 1's round never went out: n0 proposed step 0 only.
+    assert {m.step for _, m in sim.commit_sends()} == {0}
+
+
+def test_a_node_that_falls_back_to_its_checkpoint_computes_its_gradient_again(tmp_path):
+    """n0 commits step 0 (checkpointed) and contributes to step 1; n1's round for step
+    3 shows it behind, n1 stays silent, and the fetch falls back to the checkpoint of
+    step 0: n0 runs step 1 again on the installed parameters, so its gradient of step
+    1 is computed again in both shells (the one from before the fetch came from the
+    parameters the install replaced)."""
+    sequence = [*HEALTHY_STEP, ("gradient",), ("ahead", "n1", 2), ("advance", 1.5), ("gradient",)]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert runtime.step() == sim.step() == 1
+    assert [e[0] for e in sim.history()].count("rejoin_done") == 0  # (ignored kind)
+    sends = [m for _, m in sim.sent if isinstance(m, Contribution) and m.step == 1]
+    assert len(sends) == 4  # to n1 and n2, before the fetch and after it
+
+
+def test_state_requests_are_served_the_same_way_in_both_shells(tmp_path):
+    """At genesis n0 answers a state request with the genesis offer; after step 0 with
+    its state of step 0; while it fetches the state itself (n1 showed it behind), not
+    at all."""
+    sequence = [
+        ("state_request", "n2"),
+        *HEALTHY_STEP,
+        ("state_request", "n2"),
+        ("ahead", "n1", 2),
+        ("state_request", "n2"),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert [m.step for _, m in _state_offers(sim)] == [msgs.GENESIS_STEP, 0]
+
+
+def test_a_late_state_offer_is_no_evidence_of_being_behind(tmp_path):
+    """n0 commits step 0, and falls back to its checkpoint of step 0 when n1, which
+    showed it behind (its round of step 5), stays silent; n1's offer of step 4 then
+    arrives after the fetch ended.  An offer carries a committed state, not the step its sender runs: neither
+    shell takes it for evidence and fetches again (the runtime did)."""
+    sequence = [
+        *HEALTHY_STEP,
+        ("gradient",),
+        ("ahead", "n1", 4),
+        ("advance", 1.5),
+        ("state",),
+        ("advance", 0.5),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert _state_requests(sim) == ["n1"]
+    assert runtime.step() == sim.step() == 1

@@ -584,3 +584,48 @@ def test_a_restart_and_every_declared_death_are_failures_the_young_daly_policy_c
     )
     with pytest.raises(LocalProtocolError, match="fixed or young-daly"):
         nc.CheckpointConfig(policy="sometimes")
+
+
+def test_a_fetch_suspends_the_step_and_a_failed_one_is_retried_after_the_interval():
+    fetch = nc.StateFetch(nc.NodeConfig(rejoin_retry_s=2.0))
+    assert fetch.steps
+    fetch.begun()
+    assert not fetch.steps and fetch.retry_at is None
+    assert fetch.failed(10.0, joining=False) == 12.0
+    fetch.check_valid()
+    assert not fetch.steps  # still suspended until the retry's fetch installs a state
+    assert not fetch.retry_due(11.9) and fetch.retry_due(12.0)
+    fetch.begun()
+    assert fetch.retry_at is None
+    fetch.installed()
+    assert fetch.steps
+
+
+def test_a_joiners_failed_fetch_is_left_to_its_enrolment():
+    fetch = nc.StateFetch()
+    fetch.begun()
+    assert fetch.failed(5.0, joining=True) is None
+    assert fetch.steps and not fetch.retry_due(1e9)
+
+
+def test_a_joiners_pending_evidence_is_due_once_its_fetch_ended():
+    enrolment = nc.Enrolment(joining=True, now=0.0, join_timeout_s=60.0, leave_timeout_s=30.0)
+    enrolment.tick(0.0, voters=(), join_voters=("n1",), fetching=False)  # asks to join
+    enrolment.evidence("n1", ("n1", "n2"))
+    # While a fetch runs the evidence waits; once it ended the next fetch is due at once.
+    assert enrolment.next_deadline(fetching=True) == 60.0
+    assert enrolment.next_deadline(fetching=False) <= 0.5
+    assert enrolment.tick(0.5, voters=(), join_voters=("n1",), fetching=False) == [
+        nc.FetchStateFrom(peer="n1")
+    ]
+
+
+def test_only_commit_messages_show_the_step_their_sender_runs():
+    from swarmshake.reference_node.protocol import messages as msgs
+
+    assert nc.running_step(msgs.Prepare(sender="n1", step=7, ballot=(1, 1))) == 7
+    assert (
+        nc.running_step(msgs.StateOffer(sender="n1", step=9, param_fp="ab" * 16, nbytes=1)) is None
+    )
+    assert nc.running_step(msgs.LeaveConfirmed(sender="n1", step=4)) is None
+    assert nc.running_step(msgs.AggregateRequest(sender="n1", step=9, value_fp="ab" * 16)) is None

@@ -220,3 +220,18 @@ def test_a_lost_request_or_answer_costs_one_retry_not_the_whole_wait(tmp_path):
     assert elapsed_s < 2 * RESTORE_ASK_AGAIN_S < RESTORE_WAIT_S
     chosen, _ = choose_replica(answers.by_peer, "n1", MAX_PAYLOAD_BYTES)
     assert chosen is not None and chosen[:2] == (645, "n3")
+
+
+def test_a_push_of_a_checkpoint_that_vanished_ends_without_an_error(tmp_path):
+    """The checkpoint folder replaced by a file before the push's turn came (a failing
+    disk): the push sends nothing and says why, and the worker lives on."""
+    path = tmp_path / "checkpoints" / "ckpt-000000000003.swck"
+    path.parent.mkdir()
+    path.write_bytes(b"x" * 10)
+    errors: list[OSError] = []
+    chunks = pushed_chunks(path, 3, "fp", errors.append)
+    path.unlink()
+    path.parent.rmdir()
+    path.parent.write_bytes(b"not a folder")
+    assert list(chunks) == []
+    assert len(errors) == 1 and isinstance(errors[0], NotADirectoryError)
