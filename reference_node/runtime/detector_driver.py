@@ -96,11 +96,14 @@ class DetectorDriver:
                 host_now - previous[1]
             )
         self._last_arrival[message.sender] = (message.incarnation, host_now)
-        if message.sender not in self.core.targets and message.sender in self.core.status:
-            return  # a member we do not watch (monitor ring); its heartbeat is spare
-        # A non-member's goes to the core, which refuses it (unknown-peer): the control
-        # process answers a removed node with its removal (node_core.RemovalAnswers), as
-        # the simulator does for the heartbeats it drops.
+        # Every heartbeat goes to the core, as the simulator hands them over: one from a
+        # peer held dead is answered with its death (it was cut off: it restarts), one
+        # from a newer incarnation brings the restarted peer back, one from a member
+        # this node does not watch teaches nothing (the core ignores it), and a
+        # non-member's is refused (unknown-peer), which the control process answers
+        # with its removal (node_core.RemovalAnswers).  Filtering here was a decision in
+        # the shell: until issue 12's agreement work found it, the runtime dropped a
+        # dead peer's heartbeats and never told a cut-off node it was dead.
         event = det.HeartbeatsArrived(
             peer=message.sender, incarnation=message.incarnation, arrival_times=(self.clock.now(),)
         )

@@ -229,3 +229,51 @@ def test_a_removed_peers_heartbeats_are_answered_with_its_removal(tmp_path):
     answers = [(p, m) for p, m in sent if isinstance(m, msgs.LeaveConfirmed)]
     assert answers == [("n3", msgs.LeaveConfirmed(sender="n1", step=4))]
     assert all(p != "n3" for p, m in sent if not isinstance(m, msgs.LeaveConfirmed))
+
+
+def test_a_dead_peers_heartbeats_reach_the_detector_core_which_tells_it(tmp_path):
+    """b was declared dead here (cut off: its heartbeats stopped) and heartbeats again
+    at the same incarnation: the detector core answers it with its death, rate-limited,
+    so it restarts.  The driver used to drop every heartbeat from a peer it does not
+    watch before the core saw it (a dead peer is watched no more), while the simulator
+    hands them to the core: the runtime never told a cut-off node it was dead."""
+    from swarmshake.reference_node.protocol.messages import Gossip, Heartbeat
+    from swarmshake.reference_node.runtime.clock import NodeClock
+    from swarmshake.reference_node.runtime.detector_driver import DetectorDriver
+    from swarmshake.reference_node.runtime.events import EventLog
+
+    config = det.DetectorConfig(
+        heartbeat_interval_s=0.01,
+        suspicion_floor_s=0.05,
+        startup_grace_s=0.05,
+        suspicion_timeout_s=0.2,
+    )
+    host = [0.0]
+    core = det.FailureDetector(node="a", members=("a", "b", "c"), seed=1, config=config)
+    sent: list = []
+    driver = DetectorDriver(
+        core,
+        clock=NodeClock(host=lambda: host[0]),
+        events=EventLog(tmp_path / "a.jsonl", "a", 1),
+        send=lambda peer, message: sent.append((peer, message)),
+        send_heartbeat=lambda peer, message: None,
+    )
+
+    def run_until(until: float, senders: tuple[str, ...]) -> None:
+        while host[0] < until:
+            host[0] = round(host[0] + 0.01, 6)
+            for sender in senders:
+                driver.on_heartbeat(Heartbeat(sender=sender, incarnation=0, seq=1))
+            deadline = core.next_deadline()
+            if deadline is not None and deadline <= driver.clock.now():
+                driver.apply(core.handle(det.Tick(), driver.clock.now()))
+
+    driver.start()
+    run_until(0.2, ("b", "c"))
+    run_until(2.0, ("c",))  # b is cut off
+    assert core.status["b"] == "dead"
+    sent.clear()
+    run_until(2.2, ("b", "c"))  # b's heartbeats come through again
+    told_b = [m for peer, m in sent if peer == "b" and isinstance(m, Gossip)]
+    assert told_b and any(item.subject == "b" for m in told_b for item in m.items)
+    assert len(told_b) <= 0.2 / config.dead_notice_gap_s + 1  # rate-limited
