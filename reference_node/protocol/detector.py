@@ -326,6 +326,9 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     # this node's readers run again.  Capped so a node that is slow for good still
     # detects within a bound.
     stall_grace_max_s: float = 0.5
+    # A stall shorter than this is scheduling noise, not a stall: ignored.  (A loaded
+    # 2-core machine wakes an asyncio loop 10-30 ms late routinely.)
+    stall_min_s: float = 0.04
 
     def __post_init__(self) -> None:
         for name in (
@@ -341,6 +344,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "dead_notice_gap_s",
             "verdict_settle_s",
             "stall_grace_max_s",
+            "stall_min_s",
         ):
             check_positive(getattr(self, name), f"DetectorConfig.{name}")
         for name in (
@@ -808,6 +812,9 @@ class FailureDetector:
         self._eager_dead = "eager-dead" in bugs
         self._no_refute = "no-refute" in bugs
         self._clock = Clock()
+        # After a LocalStall no timer fires on a Tick before this (node time): the
+        # peers' heartbeats come once they and this node's readers run again.
+        self._judging_from = -math.inf
         self.started = False
         self._started_at = math.inf  # this node's clock at Started()
         self.left = False
@@ -871,9 +878,10 @@ class FailureDetector:
         self, now: float | None = None, *, watches: bool = True, only: str | None = None
     ) -> float | None:
         """The earliest pending timer (it may be <= ``now``: tick now), or ``None``;
-        ``watches``/``only`` select timers as ``Tick`` does."""
+        ``watches``/``only`` select timers as ``Tick`` does.  No earlier than the end of
+        a stall's hold (``LocalStall``): a Tick before it fires nothing."""
         timer = self._earliest_timer(watches=watches, only=only)
-        return None if timer is None else timer[0]
+        return None if timer is None else max(timer[0], self._judging_from)
 
     def pending_timer(self) -> tuple[float, str, str] | None:
         """The earliest timer as (time, kind, subject); kind is ``watch``,
@@ -883,7 +891,7 @@ class FailureDetector:
         timer = self._earliest_timer()
         if timer is None:
             return None
-        return (timer[0], _TIMER_KINDS[timer[1]], timer[2])
+        return (max(timer[0], self._judging_from), _TIMER_KINDS[timer[1]], timer[2])
 
     def lazy_watch_allowed(self, peer: str, incarnation: int) -> bool:
         """May a driver hold ``peer``'s heartbeats (at ``incarnation``) back and deliver
@@ -1098,6 +1106,7 @@ class FailureDetector:
             self._gossip_cursor,
             self._monitors,
             tuple(sorted(self._announced_watchers)),
+            self._judging_from,
             self._clock.last,
         )
 
@@ -1396,6 +1405,8 @@ class FailureDetector:
             actions.append(SendGossip(to=(peer,), message=self._gossip(chunk), at=at))
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
+        if now < self._judging_from:
+            return  # held after this node's own stall (_on_local_stall)
         self._fire_due(
             now,
             actions,
@@ -1888,12 +1899,22 @@ class FailureDetector:
         self._gossip_if_due(at, actions)
 
     def _on_local_stall(self, event: LocalStall, now: float, actions: list) -> None:
-        """Every watch waits ``min(stalled_s, stall_grace_max_s)`` from ``now`` before it
-        may time out (the bound every later arrival re-arms against, as for a claimer's
+        """A stall of at least ``stall_min_s``: every watch waits ``min(stalled_s,
+        stall_grace_max_s)`` from ``now`` before it may time out, and no timer fires on a
+        Tick until then (the bound every later arrival re-arms against, as for a claimer's
         excused silence).  Suspicions already held stay as they are: they were formed
         on evidence from before the stall.  A peer that really died is declared at
         most the grace later."""
+        if event.stalled_s < self.config.stall_min_s:
+            return  # scheduling noise, not a stall
         until = now + min(event.stalled_s, self.config.stall_grace_max_s)
+        # Nothing fires on a Tick until then either (suspicion timeouts, notices,
+        # gossip rounds): judging waits while arrivals keep coming in; an arrival still
+        # fires its own peer's timers due before it, as one by one.  (The runtime's
+        # driver used to hold its Tick loop itself, and the simulator did not: a
+        # suspicion formed before a pause was confirmed at once in the simulator, up to
+        # the grace later in the real node.)
+        self._judging_from = max(self._judging_from, until)
         now_us = round(now * _US_PER_S)
         for watch in self._watches.values():
             watch.excuse(now, until)

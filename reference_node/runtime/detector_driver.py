@@ -31,15 +31,6 @@ IDLE_RECHECK_S = 1.0
 # Event-loop iterations given to pending socket reads before a timer fires: one to
 # poll the sockets, one for the reader task to parse, one for its handler.
 PENDING_IO_YIELDS = 3
-# Lifeguard's local-health idea: after this node's own loop stalled for d seconds,
-# detector timers wait up to d more (capped: DetectorConfig.stall_grace_max_s)
-# before firing, and the core is told (LocalStall) so the arrivals read after the
-# stall do not fire the watches that fell due meanwhile.  On a starved host every
-# process stalls together; the peers' heartbeats come once *they* run again, which
-# is after our wake.  Judging them at once blamed them for the machine's stall (the
-# smoke suite under load: false deaths right after loop_stall events).
-# A late wake shorter than this is scheduling noise, not a stall.
-STALL_MIN_S = 0.04
 
 
 class DetectorDriver:
@@ -71,8 +62,7 @@ class DetectorDriver:
         self._last_arrival: dict[str, tuple[int, float]] = {}
         self.send_lag_max_s = 0.0
         self.heartbeats_sent = 0
-        self._hold_timers_until = float("-inf")  # node time; see local_stall
-        self.stall_holds = 0
+        self.stall_holds = 0  # stalls reported to the core
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -121,16 +111,15 @@ class DetectorDriver:
 
     def local_stall(self, stalled_s: float) -> None:
         """This node's loop did not run for ``stalled_s`` (the watchdog saw it wake
-        late): the core's watches wait it out (``LocalStall``) and the driver holds the
-        other detector timers for as long, both capped (``stall_grace_max_s``)."""
-        if stalled_s < STALL_MIN_S:
-            return
+        late): the core decides what that excuses (``LocalStall``: Lifeguard's local
+        health; on a starved host every process stalls together, and the peers'
+        heartbeats come once *they* run again, after our wake).  Every report goes to
+        the core, which ignores scheduling noise (``stall_min_s``), as the simulator
+        reports a pause."""
+        if stalled_s < self.core.config.stall_min_s:
+            return  # the core ignores it too; no need to wake the loops
         self.stall_holds += 1
-        now = self.clock.now()
-        self.apply(self.core.handle(det.LocalStall(stalled_s=stalled_s), now))
-        until = now + min(stalled_s, self.core.config.stall_grace_max_s)
-        self._hold_timers_until = max(self._hold_timers_until, until)
-        self._wake.set()
+        self.apply(self.core.handle(det.LocalStall(stalled_s=stalled_s), self.clock.now()))
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -199,10 +188,6 @@ class DetectorDriver:
                     await asyncio.sleep(0)
                 deadline = self.core.next_deadline()
                 now = self.clock.now()
-                if now < self._hold_timers_until:
-                    # Arrivals keep flowing meanwhile (other tasks); only judging waits.
-                    await asyncio.sleep(self.clock.host_delay_s(self._hold_timers_until - now))
-                    continue
                 if deadline is not None and deadline <= now:
                     self.apply(self.core.handle(det.Tick(), now))
                 continue

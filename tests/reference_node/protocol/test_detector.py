@@ -442,6 +442,41 @@ def test_a_peer_silent_after_the_stall_is_still_detected_within_the_grace():
         D.LocalStall(stalled_s=-1.0)
 
 
+def test_after_a_stall_no_timer_fires_on_a_tick_until_the_grace_ends():
+    """c went silent at 1 s and is suspected; a stalls for 0.3 s just before its next
+    timer (a gossip round about c): a Tick inside the grace fires nothing, the next
+    deadline is the grace's end, and the held timer fires then.  (The runtime's driver
+    held its Tick loop itself; the simulator did not.)"""
+    a = D.FailureDetector(node="a", members=("a", "b", "c"), seed=1)
+    a.handle(D.Started(), 0.0)
+    beats = tuple(0.05 * i for i in range(1, 21))
+    for peer in ("b", "c"):
+        a.handle(D.HeartbeatsArrived(peer=peer, incarnation=0, arrival_times=beats), 1.0)
+    t = 1.0
+    while a.status["c"] != "suspect":
+        t = round(t + 0.05, 6)
+        a.handle(D.HeartbeatsArrived(peer="b", incarnation=0, arrival_times=(t,)), t)
+        a.handle(D.Tick(), t)
+    confirm_at = a.next_deadline()
+    assert confirm_at is not None
+    stall_at = max(t, confirm_at - 0.1)
+    a.handle(D.LocalStall(stalled_s=0.3), stall_at)
+    grace_end = stall_at + 0.3
+    assert a.next_deadline() == pytest.approx(grace_end)
+    assert a.handle(D.Tick(), confirm_at + 0.05) == []
+    held = a.handle(D.Tick(), grace_end)
+    assert any(isinstance(x, D.SendGossip) for x in held), held
+
+
+def test_a_stall_shorter_than_the_minimum_is_scheduling_noise():
+    a = D.FailureDetector(node="a", members=("a", "b", "c"), seed=1)
+    a.handle(D.Started(), 0.0)
+    a.handle(D.HeartbeatsArrived(peer="b", incarnation=0, arrival_times=(0.05, 0.1)), 0.1)
+    before = a.snapshot()
+    assert a.handle(D.LocalStall(stalled_s=a.config.stall_min_s / 2), 0.12) == []
+    assert a.snapshot()[:-1] == before[:-1]  # all but the clock's last reading
+
+
 def _relayed_about(actions: list, subject: str) -> list[tuple[int, str]]:
     """(incarnation, status) of every gossip item that says ``subject`` is alive."""
     return [
