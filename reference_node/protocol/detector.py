@@ -918,9 +918,12 @@ class FailureDetector:
         )
 
     def deadline_for(self, peer: str) -> float | None:
-        """When this node's watch of ``peer`` times out unless a heartbeat arrives."""
+        """When this node's watch of ``peer`` times out unless a heartbeat arrives: no
+        earlier than the end of a stall's hold, when a Tick may fire it."""
         watch = self._watches.get(peer)
-        return None if watch is None else watch.deadline
+        if watch is None or watch.deadline is None:
+            return None
+        return max(watch.deadline, self._judging_from)
 
     @property
     def monitors(self) -> tuple[str, ...]:

@@ -332,6 +332,10 @@ class StepDriver:
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
+                if self.rejoin is not None and self.rejoin.source == action.peer:
+                    # The state source died mid-transfer: ask the next one now, not
+                    # after the offer or fetch timeout (as the simulator does).
+                    self.feed_rejoin(rj.FetchFailed(source=action.peer, reason="declared dead"))
                 self.checkpoints.failure(now)  # Young-Daly's input: the observed failures
                 self.membership.feed(
                     mb.PeerDeclaredDead(peer=action.peer, incarnation=action.peer_incarnation)

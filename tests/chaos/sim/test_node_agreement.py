@@ -397,6 +397,12 @@ class RuntimeNode:
         self.driver.on_message(message)
         await self.settle()
 
+    async def declared_dead(self, peer: str) -> None:
+        now = self.clock.now()
+        verdict = det.DeclaredDead(peer=peer, peer_incarnation=0, suspicions=2, reason="", at=now)
+        self.driver.on_detector_action(verdict)
+        await self.settle()
+
     async def set_disk_full(self, full: bool) -> None:
         self.disk_full = full
 
@@ -571,6 +577,10 @@ class SimNode:
         self.app.receive(self.t, message.sender, message)
         self._fire_due(self.t)
 
+    async def declared_dead(self, peer: str) -> None:
+        self.app.peer_dead(self.t, peer)
+        self._fire_due(self.t)
+
     async def leave(self) -> None:
         self.app.begin_leave(self.t, "asked to leave")
         self._fire_due(self.t)
@@ -641,6 +651,8 @@ AHEAD = st.tuples(st.just("ahead"), st.sampled_from(NODES[1:]), st.integers(2, 4
 STATE = st.tuples(st.just("state"))
 # A peer asks n0 for its state (it restarted, or fell behind).
 STATE_REQUEST = st.tuples(st.just("state_request"), st.sampled_from(NODES[1:]))
+# n0's detector declares a peer dead (its view change is drawn apart: "view").
+DECLARED_DEAD = st.tuples(st.just("declared_dead"), st.sampled_from(NODES[1:]))
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -669,6 +681,7 @@ EVENTS = st.one_of(
     STATE,
     STATE,
     STATE_REQUEST,
+    DECLARED_DEAD,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -820,6 +833,9 @@ async def _run(
                 for node in nodes:
                     await node.state_from(requests[-1], step, params, configuration)
                 restarts.add("state answered")
+        elif kind == "declared_dead":
+            for node in nodes:
+                await node.declared_dead(drawn[1])
         elif kind == "state_request":
             request = msgs.StateRequest(sender=drawn[1], incarnation=2)
             for node in nodes:
@@ -1068,3 +1084,13 @@ def test_a_late_state_offer_is_no_evidence_of_being_behind(tmp_path):
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert _state_requests(sim) == ["n1"]
     assert runtime.step() == sim.step() == 1
+
+
+def test_a_fetch_whose_source_is_declared_dead_moves_on_at_once_in_both_shells(tmp_path):
+    """n1 showed n0 behind and is the only source n0 asks; n0's detector then declares
+    n1 dead: both shells give up on n1 at once and fall back to the checkpoint of step
+    0 (the runtime waited out the offer timeout)."""
+    sequence = [*HEALTHY_STEP, ("ahead", "n1", 2), ("view", ("n0", "n2")), ("declared_dead", "n1")]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert _state_requests(sim) == ["n1"]
+    assert runtime.step() == sim.step() == 1  # back on step 0's checkpoint, at once

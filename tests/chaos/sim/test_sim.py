@@ -173,3 +173,24 @@ def test_ten_nodes_run_far_faster_than_real_time():
     run = run_simulation(SimConfig(nodes=10, duration_s=300, seed=1))
     assert run.result.status == "valid"
     assert run.result.sim_seconds / run.result.wall_seconds > 100  # measured ~950x; CI is noisy
+
+
+def test_a_pauses_hold_on_judging_never_stalls_the_simulator():
+    """After a pause the detector core fires nothing on a Tick until the stall's grace
+    ends; the simulator's look at a watch deadline inside the grace ticked, nothing
+    fired, and it looked again at the same instant for ever (explore, 4 nodes, seed 0,
+    found when the hold moved from the runtime's driver into the core).  Every timer
+    the core reports (``next_deadline``, ``pending_timer``, ``deadline_for``) now says
+    the grace's end."""
+    schedule = faults.FaultSchedule(
+        entries=[
+            faults.ScheduleEntry(op=faults.Pause(nodes=["n1"]), at_s=0.5, heal_after_s=1.0),
+            faults.ScheduleEntry(
+                op=faults.Latency(src=["n0"], dst=["*"], delay_ms=130.0, jitter_ms=130.0),
+                at_s=1.02,
+                heal_after_s=0.78,
+            ),
+        ]
+    )
+    result = run_simulation(SimConfig(nodes=4, duration_s=10, seed=0), schedule).result
+    assert result.status == "valid"
