@@ -333,6 +333,10 @@ class NodeApp:
 
     def _begin_step(self, t: float) -> None:
         commit = self.commit
+        if commit is None:
+            # A fetch began meanwhile: a committed removal changed the view, and the
+            # view showed a peer ahead (explore --leaves, 3 nodes, seed 1).
+            return
         if self.name not in commit.members:
             return  # removed: the node is stopping (the runtime's step loop too)
         step = commit.step
@@ -834,6 +838,7 @@ class NodeApp:
             self.name,
             alive=self.alive_view,
             members=sorted(voters + learners),
+            newest_members=self.membership.configs.latest().members,
             peer_steps=self.peer_steps,
             own_step=own_step,
             evidence=evidence,

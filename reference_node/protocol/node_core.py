@@ -647,6 +647,7 @@ def rejoin_start(
     at_genesis: bool,
     genesis_param_fp: str,
     joining: bool = False,
+    newest_members: Iterable[str] = (),
 ) -> RejoinStart:
     """How a rejoin starts: ``evidence`` is the peer whose message showed this node is
     behind (None: the process is starting).
@@ -658,7 +659,16 @@ def rejoin_start(
     nothing (``at_genesis``), and never for a joiner, which was added at a committed
     step: then a peer's genesis offer ends the rejoin at once, and when every peer
     restarted together (a partition that every live node was declared dead in) the
-    initial state is the one state they can start from."""
+    initial state is the one state they can start from.
+
+    ``members``: those of the configuration the node runs under (its state's);
+    ``newest_members``: those of the newest configuration it recorded, which a
+    restart from an older checkpoint knows of too.  Either may hold the state: a
+    restarted node whose checkpoint predates a peer's add asked only the members its
+    checkpoint named, found none alive, fell back to that checkpoint, and ran under
+    its old configuration, refusing the newer member, which declared it dead
+    (explore --leaves, 3 nodes, seed 1: S4)."""
+    members = tuple(dict.fromkeys((*members, *newest_members)))
     if evidence is not None:
         heard = peer_steps.get(evidence, -1)
     else:

@@ -631,6 +631,7 @@ class StepDriver:
             self.name,
             alive=self._alive(),
             members=self.core.members,
+            newest_members=self.membership.configs.latest().members,
             peer_steps=self.peer_steps,
             own_step=self.step,
             evidence=peer,

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from swarmshake.chaos import faults
 from swarmshake.chaos.sim.run import SimConfig, run_simulation
-from swarmshake.reference_node.protocol.history import ConfigChange, Fault, Start, Stop
+from swarmshake.reference_node.protocol.history import (
+    ConfigChange,
+    Fault,
+    RejoinBegin,
+    Start,
+    Stop,
+)
 
 
 def _leave_churn(events_per_min: float, down_s: float, until_s: float) -> faults.FaultSchedule:
@@ -211,4 +217,37 @@ def test_a_step_laggard_learns_the_decision_across_a_removal():
     )
     run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=4), schedule, None)
     assert run.verdict.results["L2"].status == "valid", run.verdict.results["L2"].message
+    assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_restart_from_an_old_checkpoint_asks_the_newest_members_too():
+    """explore --leaves, 3 nodes, seed 1, shrunk (churn of clean leaves and restarts).
+    Two defects, both in code older than this session:
+    - the simulator crashed (AttributeError, the explorer's "internal error"): n0
+      applied the step committing a peer's removal, the new view showed a peer ahead,
+      and the rejoin began inside the commit's handling, which then began the next step
+      on a commit core that was gone;
+    - S4: n0, restarted with a checkpoint from before n2 was added again, asked only
+      the members its checkpoint named (none alive), fell back to that checkpoint, ran
+      under its old configuration refusing n2's heartbeats, and n2 declared it dead.
+      A rejoin now also asks the live members of the newest configuration it knows."""
+    crash = faults.ScheduleEntry(op=faults.Crash(nodes=["n0"]), at_s=0.5)
+    schedule = faults.FaultSchedule(
+        entries=[
+            crash,
+            crash,
+            faults.ScheduleEntry(op=faults.Crash(nodes=["n0"]), at_s=0.5, heal_after_s=0.1),
+            faults.ScheduleEntry(
+                op=faults.Churn(
+                    events_per_min=19.0, min_alive=0.51, down_s=1.0, crash_fraction=0.0,
+                    nodes=["*"],
+                ),
+                at_s=0.5,
+                heal_after_s=9.44,
+            ),
+        ]
+    )  # fmt: skip
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
+    assert any(isinstance(e, RejoinBegin) and e.node == "n0" for e in run.history.events)
+    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.status == "valid", run.verdict

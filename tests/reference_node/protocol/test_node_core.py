@@ -629,3 +629,20 @@ def test_only_commit_messages_show_the_step_their_sender_runs():
     )
     assert nc.running_step(msgs.LeaveConfirmed(sender="n1", step=4)) is None
     assert nc.running_step(msgs.AggregateRequest(sender="n1", step=9, value_fp="ab" * 16)) is None
+
+
+def test_a_restart_asks_the_live_members_of_the_newest_configuration_it_knows():
+    """Its checkpoint's configuration named n0 and n1 (n1 left since, n2 joined): the
+    members of the newest configuration it recorded may serve too."""
+    start = nc.rejoin_start(
+        "n0",
+        alive=("n0", "n2"),
+        members=("n0", "n1"),
+        newest_members=("n0", "n2"),
+        peer_steps={},
+        own_step=1,
+        evidence=None,
+        at_genesis=False,
+        genesis_param_fp="",
+    )
+    assert start.sources == ("n2",)
