@@ -176,6 +176,7 @@ class NodeApp:
         self.first = first
         self.bugs = sim.bugs
         self.commit: StepCommit | None = None
+        self.commit_generation = 0  # bumped with every new commit core (gradient timers)
         self.rejoin: rejoin.Rejoin | None = None
         # Whether the step runs or the state is fetched (the node core's StateFetch):
         # here the commit core is dropped while it is fetched (``commit`` is None).
@@ -287,6 +288,7 @@ class NodeApp:
         records = tuple(r for s, r in sorted(self.disk.records.items()) if s >= first_step)
         conf = configuration or self.membership.configs.after(first_step - 1)
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
+        self.commit_generation += 1  # a gradient timer of the core it replaces is moot
         self.commit = StepCommit(
             node=self.name,
             voters=voters,
@@ -352,7 +354,11 @@ class NodeApp:
             ),
         )
         if self.leader.contributes():
-            self._timer(t + self.settings.compute_s / self.proc.cpu_fraction, ("computed", step))
+            # Tagged with the commit core it is for: one started before a state was
+            # installed (even at the same step) comes from the parameters the install
+            # replaced and is dropped, as the runtime's worker drops it.
+            done_at = t + self.settings.compute_s / self.proc.cpu_fraction
+            self._timer(done_at, ("computed", step, self.commit_generation))
 
     def _lead(self, t: float, event: Any) -> None:
         leader = self.leader
@@ -1013,7 +1019,8 @@ class NodeApp:
     def timer(self, t: float, payload: tuple) -> None:
         kind = payload[0]
         if kind == "computed":
-            self._computed(t, payload[1])
+            if self.commit is not None and payload[2] == self.commit_generation:
+                self._computed(t, payload[1])
         elif kind == "lead_tick":
             if t >= self.lead_timer_at:
                 self.lead_timer_at = math.inf

@@ -558,7 +558,7 @@ class SimNode:
     async def gradient(self) -> None:
         step = self.step()
         for item in list(self.timers):
-            if item[2] == ("computed", step):
+            if item[2][:2] == ("computed", step) and self._current(item[2]):
                 self.timers.remove(item)
                 heapq.heapify(self.timers)
                 self.app.timer(self.t, item[2])
@@ -620,7 +620,14 @@ class SimNode:
         return self.app.commit.step if self.app.commit is not None else -1
 
     def gradient_pending(self) -> bool:
-        return any(item[2] == ("computed", self.step()) for item in self.timers)
+        return any(
+            item[2][:2] == ("computed", self.step()) and self._current(item[2])
+            for item in self.timers
+        )
+
+    def _current(self, payload: tuple) -> bool:
+        """A gradient timer of the commit core running now (not of a replaced one)."""
+        return self.app.commit is not None and payload[2] == self.app.commit_generation
 
 
 # --- the drawn sequences -----------------------------------------------------------------------
@@ -885,7 +892,7 @@ async def _run(
 
 
 @settings(
-    max_examples=100,
+    max_examples=200,  # ~6 s: the draws now reach rejoins, state service and verdicts
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmshake.reference_node.protocol import node_core
+from swarmshake.reference_node.protocol import detector, node_core
 
 ROOT = Path(__file__).resolve().parents[3]
 SHELLS = (
@@ -24,6 +24,8 @@ SHELLS = (
 KNOBS = set(node_core.NodeConfig.__struct_fields__) | {
     f"checkpoint_{name}" for name in node_core.CheckpointConfig.__struct_fields__
 }
+# ... and the detector core's (the runtime's driver once had its own STALL_MIN_S).
+KNOBS |= set(detector.DetectorConfig.__struct_fields__)
 # Names the shells used before the node core owned them (each one a past drift).
 RETIRED = {
     "records_kept",
@@ -79,7 +81,8 @@ def test_a_shell_declares_none_of_the_node_cores_knobs(path):
         for name, line in _declared_numbers(_tree(path))
         if name.lower() in KNOBS | RETIRED
     ]
-    assert not clashes, f"defined in protocol/node_core.NodeConfig, not here: {clashes}"
+    where = "the cores' configs (NodeConfig, CheckpointConfig, DetectorConfig)"
+    assert not clashes, f"defined in {where}, not here: {clashes}"
 
 
 def _called(tree: ast.Module) -> list[tuple[str, int]]:
