@@ -289,6 +289,10 @@ class NodeApp:
         conf = configuration or self.membership.configs.after(first_step - 1)
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         self.commit_generation += 1  # a gradient timer of the core it replaces is moot
+        # A pull is retried while its step is the node's or later (NodeConfig's
+        # fetch_timeout_s); after an install the steps below are over, as the runtime's
+        # _advance_to drops them.
+        self.fetches = {k: v for k, v in self.fetches.items() if k[0] >= first_step}
         self.commit = StepCommit(
             node=self.name,
             voters=voters,
@@ -415,6 +419,11 @@ class NodeApp:
             config_change=nc.change_to_propose(self.membership.core.change_for_next_step(), commit),
         )
         self._propose_value(t, action.step, value)
+        # Then the bytes are held, as the runtime's worker reports every aggregate it
+        # builds (AggregateHeld): a step decided meanwhile with this very value (a
+        # peer's Decided over the same contributors) applies now, not after a pull.
+        self.fetches.pop((action.step, value_fp), None)
+        self._holds(t, (action.step, value_fp))
 
     def _propose_value(self, t: float, step: int, value: StepValue) -> None:
         commit = self.commit
@@ -543,8 +552,7 @@ class NodeApp:
         whether it now holds it (the fingerprint must match: same inputs, same bits)."""
         step, value_fp = key
         contributors = self.values.get(key)
-        got = self.leader.arrived.get(step, ())
-        if contributors is None or not all(c in got for c in contributors):
+        if not nc.rebuilds_now(contributors, self.leader.arrived.get(step, ())):
             return False
         if training.fingerprint(training.aggregate(self.sim.seed, step, contributors)) != value_fp:
             return False
@@ -811,7 +819,8 @@ class NodeApp:
             return
         entry[1] = attempt + 1
         self._send(t, source, AggregateRequest(sender=self.name, step=key[0], value_fp=key[1]))
-        self._timer(t + self.config.fetch_timeout_s, ("fetch_timeout", key, attempt + 1))
+        retry_at = self._true(nc.pull_retry_at(self._local(t), self.config))
+        self._timer(max(retry_at, t), ("fetch_timeout", key, attempt + 1))
 
     def _fetch_next(self, t: float, key: tuple[int, str], source: str) -> None:
         entry = self.fetches.get(key)

@@ -20,7 +20,8 @@ no clock, no randomness, no I/O.  The pieces:
   (the ``no-vote-floor`` bug lives here: records pruned, floor never raised);
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
 - ``plan_aggregate``: rebuild an aggregate from held contributions, or fetch it,
-  and from whom.
+  and from whom; ``rebuilds_now``: whether a waiting pull becomes a rebuild;
+  ``pull_retry_at``: when an unanswered pull moves on (``fetch_source``: to whom).
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
 - ``rejoins_at_start``: whether a started process fetches the cluster's state before
@@ -546,8 +547,25 @@ def plan_aggregate(
     others = tuple(s for s in action.sources if s != node)
     live = set(alive)
     ordered = tuple(s for s in others if s in live) + tuple(s for s in others if s not in live)
-    rebuild = contributors is not None and set(contributors) <= set(arrived)
-    return AggregatePlan(rebuild=rebuild, sources=ordered)
+    return AggregatePlan(rebuild=rebuilds_now(contributors, arrived), sources=ordered)
+
+
+def rebuilds_now(contributors: Iterable[str] | None, arrived: Iterable[str]) -> bool:
+    """Whether a value's aggregate can be rebuilt from the gradients this node holds
+    (``contributors``: the value's, None if unknown).  Asked when a pull is planned
+    and again at every contribution that arrives while one waits: the value may come
+    before the last of its gradients, and a rebuild then beats the pull (the runtime
+    asked only when planning and waited out the pull; the simulator asked again)."""
+    return contributors is not None and set(contributors) <= set(arrived)
+
+
+def pull_retry_at(sent_at: float, config: NodeConfig = NODE_DEFAULTS) -> float:
+    """When a pull sent at ``sent_at`` (node clock) with no answer goes to the next
+    source: ``fetch_timeout_s`` later, to the instant.  (The runtime retried only
+    strictly after it, at its next poll -- up to half a second late -- and the
+    simulator on its true clock, at the instant: clock-skew faults and the agreement
+    test's time draws told them apart.)"""
+    return sent_at + config.fetch_timeout_s
 
 
 def fetch_source(

@@ -222,6 +222,7 @@ class StepDriver:
         # Per-step bookkeeping for the current step (reset when the step advances).
         self.contributed_at: float | None = None
         self.requested_contribution = -1
+        self.gradient_asked = -1  # the step of the worker's last Contribute since an install
         self.arrived: dict[int, set[str]] = {}
         self.proposed = False
         self.building = None
@@ -263,6 +264,15 @@ class StepDriver:
             bugs=self.config.bug_set,
             vote_floor=self.store.pruned_through(),
         )
+
+    @property
+    def steps_run(self) -> bool:
+        """Whether the commit core runs: not while the state is fetched or a failed
+        fetch waits for its retry (node_core.StateFetch), and not for a joiner, whose
+        core is a placeholder (DRIVERS.md: a joiner runs no step; its leftover core,
+        built from its checkpoint's configuration, once ran rounds of a step as a voter
+        it no longer was -- the agreement test's peer_prepare draws found it)."""
+        return self.fetch.steps and not self.enrolment.joining
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -311,7 +321,7 @@ class StepDriver:
             if self.enrolment.joining:
                 self.on_join_evidence(message.sender)
                 return
-            if not self.fetch.steps:
+            if not self.steps_run:
                 return  # our core restarts at the installed step; older traffic is moot
             self.feed(cm.MessageReceived(message=message))
         self.wake()
@@ -348,13 +358,17 @@ class StepDriver:
     def on_worker(self, message: object) -> None:
         match message:
             case ipc.Contributed():
-                if message.step == self.step and self.fetch.steps:
+                # A gradient asked for before the last install is moot: the install
+                # starts the step afresh (it asks again, or re-proposes a stored value).
+                current = self.gradient_asked == message.step
+                if message.step == self.step and self.steps_run and current:
                     self.contributed_at = self.node.clock.now()
                     self.arrived.setdefault(message.step, set()).add(self.name)
                     self.lead(nc.OwnContribution(step=message.step))
             case ipc.ContributionArrived():
                 self.arrived.setdefault(message.step, set()).add(message.sender)
                 self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
+                self._rebuild_waiting_pulls(message.step)
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the
                     # committed state of the step before, i.e. it has caught up.
@@ -411,7 +425,7 @@ class StepDriver:
     # -- the core ------------------------------------------------------------------------------
 
     def feed(self, event: object) -> None:
-        if not self.fetch.steps:
+        if not self.steps_run:
             return  # suspended while the state is fetched (node_core.StateFetch)
         try:
             actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
@@ -452,7 +466,7 @@ class StepDriver:
                 )
                 return
             self._perform_one(action)
-            if not self.fetch.steps:
+            if not self.steps_run:
                 return  # a Behind began a fetch: the rest of the batch is dropped
 
     def _persisted(self, done: concurrent.futures.Future, rest: list, generation: int) -> None:
@@ -511,14 +525,28 @@ class StepDriver:
         if plan.rebuild:
             # Rebuild from the contributions we hold (same inputs, same bits); fetch
             # over the network only if the fingerprint differs.
-            contributors = tuple(sorted(value.contributors))
-            self.rebuilds.setdefault((action.step, contributors), set()).add(action.value_fp)
             self.fetching[key] = (plan.sources, 0, self.node.clock.now())
-            self.node.to_worker(
-                ipc.BuildAggregate(step=action.step, contributors=list(contributors))
-            )
+            self._rebuild(key, tuple(sorted(value.contributors)))
             return
         self._fetch_from(key, plan.sources, 0)
+
+    def _rebuild(self, key: tuple[int, str], contributors: tuple[str, ...]) -> None:
+        """Build the aggregate ``key`` names from the contributions held (same inputs,
+        same bits); its pull goes on only if the fingerprint differs."""
+        self.rebuilds.setdefault((key[0], contributors), set()).add(key[1])
+        self.node.to_worker(ipc.BuildAggregate(step=key[0], contributors=list(contributors)))
+
+    def _rebuild_waiting_pulls(self, step: int) -> None:
+        """A contribution of ``step`` arrived: a value of that step whose bytes a pull
+        waits for may now be rebuilt (node_core.rebuilds_now)."""
+        arrived = self.arrived.get(step, ())
+        for key in [k for k in self.fetching if k[0] == step]:
+            value = self.values.get(key)
+            if value is None or not nc.rebuilds_now(value.contributors, arrived):
+                continue
+            contributors = tuple(sorted(value.contributors))
+            if key[1] not in self.rebuilds.get((step, contributors), ()):
+                self._rebuild(key, contributors)
 
     def _fetch_from(self, key: tuple[int, str], sources: tuple[str, ...], index: int) -> None:
         source = nc.fetch_source(self.name, sources, index, self._alive())
@@ -536,7 +564,7 @@ class StepDriver:
             if (
                 self.building == (message.step, contributors)
                 and not self.proposed
-                and self.fetch.steps
+                and self.steps_run
             ):
                 self.building = None
                 if self.core.step == message.step:
@@ -733,6 +761,7 @@ class StepDriver:
         # (a checkpoint fallback lands on the step the node was at) came from the
         # parameters the install replaced.
         self.requested_contribution = next_step - 1
+        self.gradient_asked = -1
         self.peer_steps = {}
         self.leader.handle(nc.ViewChanged(alive=self._alive()), self.node.clock.now())
         self.feed(cm.ViewUpdated(alive=self._alive()))
@@ -956,6 +985,7 @@ class StepDriver:
             self.requested_contribution = step  # re-proposing a stored value: no gradient
         if self.requested_contribution < step:
             self.requested_contribution = step
+            self.gradient_asked = step
             others = [m for m in self.core.members if m != self.name]
             self.node.to_worker(ipc.Contribute(step=step, to=others))
             return None
@@ -982,7 +1012,7 @@ class StepDriver:
         for action in self.leader.handle(event, self.node.clock.now()):  # type: ignore[arg-type]
             match action:
                 case nc.BuildProposal():
-                    if action.step == self.step and not self.proposed and self.fetch.steps:
+                    if action.step == self.step and not self.proposed and self.steps_run:
                         self.building = (action.step, action.contributors)
                         self.node.to_worker(
                             ipc.BuildAggregate(
@@ -990,7 +1020,7 @@ class StepDriver:
                             )
                         )
                 case nc.ProposeStored():
-                    if action.step == self.core.step and not self.proposed and self.fetch.steps:
+                    if action.step == self.core.step and not self.proposed and self.steps_run:
                         self.proposed = True
                         self.values[(action.step, action.value.agg_fp)] = action.value
                         self.feed(cm.ProposeValue(step=action.step, value=action.value))
@@ -999,17 +1029,23 @@ class StepDriver:
     def _alive(self) -> tuple[str, ...]:
         return tuple(self.node.detector.core.alive_view())
 
-    def _retry_stale_fetches(self, now: float) -> None:
+    def _retry_stale_fetches(self, now: float) -> float | None:
+        """Move every unanswered pull that is due on to its next source; returns when
+        the next one is due (node_core.pull_retry_at)."""
         for key, (sources, index, since) in list(self.fetching.items()):
-            if now - since > self.decisions.fetch_timeout_s:
+            if now >= nc.pull_retry_at(since, self.decisions):
                 self._fetch_from(key, sources, index)
+        return min(
+            (nc.pull_retry_at(since, self.decisions) for _, _, since in self.fetching.values()),
+            default=None,
+        )
 
     def poll(self, now: float) -> float | None:
         """One pass of the loop at node-clock time ``now``: fire what is due (the commit
         core's and the rejoin core's timers, then the leader's and the step's); returns
         the next node-clock time something is due (None: only an input wakes it)."""
         while True:
-            deadline = self.core.next_deadline() if self.fetch.steps else None
+            deadline = self.core.next_deadline() if self.steps_run else None
             if deadline is not None and deadline <= now:
                 self.feed(cm.Tick())
                 continue
@@ -1021,8 +1057,8 @@ class StepDriver:
         due = self._maybe_progress(now)
         self.loop_iterations += 1
         self.last_due = due
-        self._retry_stale_fetches(now)
-        return min((t for t in (deadline, due) if t is not None), default=None)
+        pulls_due = self._retry_stale_fetches(now)
+        return min((t for t in (deadline, due, pulls_due) if t is not None), default=None)
 
     async def run(self, group: asyncio.TaskGroup) -> None:
         del group  # every task this driver needs is this one loop

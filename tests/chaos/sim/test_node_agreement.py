@@ -37,8 +37,10 @@ from hypothesis import strategies as st
 from swarmshake.chaos.sim import training
 from swarmshake.chaos.sim.app import (
     DISK_FULL_REASON,
+    AggregateBytes,
     AppSettings,
     Contribution,
+    NoAggregate,
     NodeApp,
     NodeDisk,
     StateBytes,
@@ -136,6 +138,8 @@ class RuntimeNode:
         self.disk_full = False  # the disk outlives the process
         self.node = ME
         self.sent: list[tuple[str, Any]] = []
+        # Aggregate pulls that went to the network: (source, step, fingerprint).
+        self.fetch_requests: list[tuple[str, int, str]] = []
         self.clock = NodeClock(host=lambda: self.host_s)
         # The worker's disk: its checkpoints (step -> parameters) and the aggregates it
         # holds (aggregate_store.py: every aggregate the worker held, synced first).
@@ -263,6 +267,15 @@ class RuntimeNode:
                         contributors=list(message.contributors),
                     )
                 )
+            case ipc.ApplyCommitted() if (
+                message.step,
+                message.agg_fp,
+            ) not in self.stored_aggregates:
+                # The worker does not hold the bytes (a pull still under way): it says so.
+                missing = ipc.AggregateMissing(
+                    step=message.step, missing=[], agg_fp=message.agg_fp, reason="not held"
+                )
+                self.replies.append(missing)
             case ipc.ApplyCommitted():
                 value = self.driver.values[(message.step, message.agg_fp)]
                 update = training.aggregate(TRAINING_SEED, message.step, value.contributors)
@@ -295,6 +308,13 @@ class RuntimeNode:
                         param_fp=training.fingerprint(self.params),
                     )
                 )
+            case ipc.FetchAggregate() if (message.step, message.agg_fp) in self.stored_aggregates:
+                # The worker holds it already (it rebuilt it meanwhile): held at once.
+                self.replies.append(
+                    ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[])
+                )
+            case ipc.FetchAggregate():
+                self.fetch_requests.append((message.source, message.step, message.agg_fp))
             case ipc.ServeState() if self.applied_step >= 0:
                 # The worker offers the state of its last applied step, then streams
                 # it (with nothing applied it offers nothing: the worker's rule).
@@ -397,6 +417,19 @@ class RuntimeNode:
         self.driver.on_message(message)
         await self.settle()
 
+    async def aggregate_answer(
+        self, source: str, step: int, agg_fp: str, contributors: tuple[str, ...], held: bool
+    ) -> None:
+        """``source``'s worker answers this worker's pull: the bytes (held by both from
+        now on), or a refusal (it does not hold them)."""
+        if held:
+            self.stored_aggregates.add((step, agg_fp))
+            self.driver.on_worker(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=[]))
+        else:
+            missing = ipc.AggregateMissing(step=step, missing=[], agg_fp=agg_fp, reason="refused")
+            self.driver.on_worker(missing)
+        await self.settle()
+
     async def declared_dead(self, peer: str) -> None:
         now = self.clock.now()
         verdict = det.DeclaredDead(peer=peer, peer_incarnation=0, suspicions=2, reason="", at=now)
@@ -447,7 +480,12 @@ class RuntimeNode:
 
     def gradient_pending(self) -> bool:
         step = self.step()
-        return step >= 0 and self.contribute_requested == step and not self.gradient_delivered
+        return (
+            step >= 0
+            and self.contribute_requested == step
+            and not self.gradient_delivered
+            and self.driver.gradient_asked == step  # else the driver drops it
+        )
 
 
 # --- the simulator's shell, with an in-memory sim --------------------------------------------
@@ -581,6 +619,23 @@ class SimNode:
         self.app.peer_dead(self.t, peer)
         self._fire_due(self.t)
 
+    async def aggregate_answer(
+        self, source: str, step: int, agg_fp: str, contributors: tuple[str, ...], held: bool
+    ) -> None:
+        if held:
+            self.app.receive(self.t, source, AggregateBytes(step, agg_fp, contributors))
+        else:
+            self.app.receive(self.t, source, NoAggregate(step, agg_fp))
+        self._fire_due(self.t)
+
+    @property
+    def fetch_requests(self) -> list[tuple[str, int, str]]:
+        return [
+            (peer, m.step, m.value_fp)
+            for peer, m in self.sent
+            if isinstance(m, msgs.AggregateRequest)
+        ]
+
     async def leave(self) -> None:
         self.app.begin_leave(self.t, "asked to leave")
         self._fire_due(self.t)
@@ -660,6 +715,15 @@ STATE = st.tuples(st.just("state"))
 STATE_REQUEST = st.tuples(st.just("state_request"), st.sampled_from(NODES[1:]))
 # n0's detector declares a peer dead (its view change is drawn apart: "view").
 DECLARED_DEAD = st.tuples(st.just("declared_dead"), st.sampled_from(NODES[1:]))
+# Another leader's round at n0's step: its prepare, its accept request or its decision
+# for a value over the drawn contributors (n0 then rebuilds the aggregate from the
+# contributions it holds, or pulls it); the peer last asked for the bytes sends them
+# or refuses.
+CONTRIBUTORS = st.sets(st.sampled_from(NODES), min_size=2).map(lambda c: tuple(sorted(c)))
+PEER_PREPARE = st.tuples(st.just("peer_prepare"), st.sampled_from(NODES[1:]))
+PEER_ACCEPT = st.tuples(st.just("peer_accept"), st.sampled_from(NODES[1:]), CONTRIBUTORS)
+PEER_DECIDED = st.tuples(st.just("peer_decided"), st.sampled_from(NODES[1:]), CONTRIBUTORS)
+AGGREGATE_ANSWER = st.tuples(st.just("aggregate_answer"), st.booleans())
 # Weighted towards what moves a step (a gradient, this step's arrivals, votes), so
 # most sequences commit steps; time, view changes and stray arrivals perturb them.
 EVENTS = st.one_of(
@@ -689,6 +753,12 @@ EVENTS = st.one_of(
     STATE,
     STATE_REQUEST,
     DECLARED_DEAD,
+    PEER_PREPARE,
+    PEER_ACCEPT,
+    PEER_ACCEPT,
+    PEER_DECIDED,
+    AGGREGATE_ANSWER,
+    AGGREGATE_ANSWER,
     st.tuples(
         st.just("view"),
         st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -721,6 +791,16 @@ def _votes(node: RuntimeNode | SimNode, peer: str, accept_too: bool) -> list[Any
             )
             break
     return answers
+
+
+# Another leader's ballot rounds: above n0's own (which start at 0), rising by event.
+PEER_ROUND = 10
+
+
+def _value_of(step: int, contributors: tuple[str, ...]) -> msgs.StepValue:
+    """The value a correct leader proposes over ``contributors`` at ``step``."""
+    aggregate = training.aggregate(TRAINING_SEED, step, contributors)
+    return msgs.StepValue(agg_fp=training.fingerprint(aggregate), contributors=list(contributors))
 
 
 def _state_requests(node: RuntimeNode | SimNode) -> list[str]:
@@ -760,6 +840,9 @@ async def _run(
     membership: set[str] = set()
     cluster_step = msgs.GENESIS_STEP  # the newest step a peer showed committed ("ahead")
     answered = 0  # the state requests answered so far
+    values: dict[str, msgs.StepValue] = {}  # the values other leaders proposed, by fp
+    step_values: dict[int, msgs.StepValue] = {}  # ... and by step
+    pulled = 0  # the aggregate pulls answered so far
     for index, drawn in enumerate(sequence):
         kind = drawn[0]
         if runtime.stopped and kind != "restart":
@@ -840,6 +923,36 @@ async def _run(
                 for node in nodes:
                     await node.state_from(requests[-1], step, params, configuration)
                 restarts.add("state answered")
+        elif kind in ("peer_prepare", "peer_accept", "peer_decided"):
+            step = max(runtime.step(), 0)
+            ballot = (PEER_ROUND + index, NODES.index(drawn[1]))
+            if kind == "peer_prepare":
+                message = msgs.Prepare(sender=drawn[1], step=step, ballot=ballot)
+            else:
+                # One foreign value a step (the first drawn): with two waiting for bytes,
+                # the runtime's worker answers the rebuilds and the apply in its queue's
+                # order, the simulator's at once (a known difference of the simulated
+                # worker: the runtime may still accept the other value, moot once the
+                # step is decided; both are safe).
+                value = step_values.setdefault(step, _value_of(step, drawn[2]))
+                values[value.agg_fp] = value
+                message = (
+                    msgs.AcceptRequest(sender=drawn[1], step=step, ballot=ballot, value=value)
+                    if kind == "peer_accept"
+                    else msgs.Decided(sender=drawn[1], step=step, value=value)
+                )
+            for node in nodes:
+                await node.message(message)
+            membership.add(f"acceptor: {kind}")
+        elif kind == "aggregate_answer":
+            pulls = runtime.fetch_requests
+            if len(pulls) > pulled and pulls[-1][2] in values:
+                pulled = len(pulls)
+                source, step, agg_fp = pulls[-1]
+                contributors = tuple(values[agg_fp].contributors)
+                for node in nodes:
+                    await node.aggregate_answer(source, step, agg_fp, contributors, drawn[1])
+                membership.add(f"acceptor: pull answered {drawn[1]}")
         elif kind == "declared_dead":
             for node in nodes:
                 await node.declared_dead(drawn[1])
@@ -863,6 +976,7 @@ async def _run(
         assert runtime.membership_sends() == sim.membership_sends(), where
         assert _state_requests(runtime) == _state_requests(sim), where
         assert _state_offers(runtime) == _state_offers(sim), where
+        assert runtime.fetch_requests == sim.fetch_requests, where
         assert runtime.detector_members == sim.detector_members, where
         assert runtime.detector_starts == sim.detector_starts, where
         assert runtime.stopped == sim.stopped, where
