@@ -60,6 +60,19 @@ class Broker:
             time.sleep(0.02)
         raise RuntimeError(f"mosquitto did not listen on {self.port}")
 
+    def node_mqtt(self, topic_prefix: str = "swarmshake/test", **extra: object) -> dict:
+        """The ``[mqtt]`` section of a node (LocalCluster's ``mqtt=``) for this broker;
+        a one-second keepalive so a lost broker is noticed within a test's time."""
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "username": self.user,
+            "password": self.password,
+            "topic_prefix": topic_prefix,
+            "keepalive_s": 1,
+            **extra,
+        }
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()

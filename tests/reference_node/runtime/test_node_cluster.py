@@ -65,16 +65,7 @@ def cluster_with_broker(tmp_path, broker):
         tmp_path / "run",
         NODES,
         training=TRAINING,
-        mqtt={
-            "host": "127.0.0.1",
-            "port": broker.port,
-            "username": broker.user,
-            "password": broker.password,
-            "topic_prefix": "swarmshake/test",
-            "keepalive_s": 1,
-            "backoff_initial_s": 0.1,
-            "backoff_max_s": 0.5,
-        },
+        mqtt=broker.node_mqtt("swarmshake/test", backoff_initial_s=0.1, backoff_max_s=0.5),
     )
     cluster.start_all()
     try:

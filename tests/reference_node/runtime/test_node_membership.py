@@ -64,14 +64,7 @@ def test_join_as_learner_promote_then_clean_leave(tmp_path, broker):
         tmp_path / "run",
         ["n1", "n2", "n3", "n4"],
         training=TRAINING,
-        mqtt={
-            "host": "127.0.0.1",
-            "port": broker.port,
-            "username": broker.user,
-            "password": broker.password,
-            "topic_prefix": PREFIX,
-            "keepalive_s": 1,
-        },
+        mqtt=broker.node_mqtt(PREFIX),
     )
     # n1-n3 form the configured cluster; n4 knows their addresses and asks to join.
     for node in ("n1", "n2", "n3"):

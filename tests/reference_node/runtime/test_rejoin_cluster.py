@@ -82,14 +82,7 @@ def test_a_rejoin_whose_source_dies_fails_over_when_the_source_is_declared_dead(
         tmp_path / "run",
         NODES,
         training=TRAINING,
-        mqtt={
-            "host": "127.0.0.1",
-            "port": broker.port,
-            "username": broker.user,
-            "password": broker.password,
-            "topic_prefix": prefix,
-            "keepalive_s": 1,
-        },
+        mqtt=broker.node_mqtt(prefix),
     )
     commands = Commands(cluster, broker, prefix)
     peers = ["n1", "n2", "n3"]

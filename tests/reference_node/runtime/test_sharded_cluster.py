@@ -120,14 +120,7 @@ def test_steps_go_on_when_one_contributors_shards_cannot_reach_an_owner(tmp_path
         tmp_path / "run",
         NODES,
         training=TRAINING,
-        mqtt={
-            "host": "127.0.0.1",
-            "port": broker.port,
-            "username": broker.user,
-            "password": broker.password,
-            "topic_prefix": "swarmshake/test",
-            "keepalive_s": 1,
-        },
+        mqtt=broker.node_mqtt("swarmshake/test"),
     )
     cluster.start_all()
     try:
