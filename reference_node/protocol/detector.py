@@ -197,8 +197,8 @@ suspects many peers doubts itself first), every verdict now carries its provenan
    healthy nodes of four are no majority alone): the claimer is heard again, the
    cut it judged across is over, and a restart would only throw the subject's
    state away.  Between two nodes that both lack a quorum the mutual-death rule
-   below still picks one.  A refuter also excuses the claimer's silence for the
-   start-up grace: the claimer sent it no heartbeats while it held it dead, and a
+   below still picks one.  A refuter also excuses the claimer's silence for
+   ``silence_excuse_s``: the claimer sent it no heartbeats while it held it dead, and a
    watch that timed out before they resumed made the refuter (often the
    claimer's only other monitor) declare a live claimer dead, a cascade of lone
    suspicions after a pause or a cut.
@@ -329,6 +329,15 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     # A stall shorter than this is scheduling noise, not a stall: ignored.  (A loaded
     # 2-core machine wakes an asyncio loop 10-30 ms late routinely.)
     stall_min_s: float = 0.04
+    # How long a claimer's silence is excused (``_excuse_silence``): it resumes its
+    # heartbeats one delay after this node's alive item reaches it, plus its heartbeat
+    # phase, plus one delay back (~0.2 s in the envelope); 1 s covers a lost alive
+    # item's retries (0.1, 0.2, 0.4 s).  Its own knob, not ``startup_grace_s``: a
+    # cluster whose processes start seconds apart needs a long start-up grace (the
+    # real-node tests use 20 s), and the excuse, which does not end when the claimer's
+    # heartbeats resume, then kept a restarted node from confirming any crash for the
+    # whole grace (test_rejoin_cluster.py, session 17).
+    silence_excuse_s: float = 1.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -345,6 +354,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "verdict_settle_s",
             "stall_grace_max_s",
             "stall_min_s",
+            "silence_excuse_s",
         ):
             check_positive(getattr(self, name), f"DetectorConfig.{name}")
         for name in (
@@ -1935,12 +1945,13 @@ class FailureDetector:
         node is no evidence until it has taken the refutation in: nobody heartbeats a
         node it holds dead, and it resumes one delay after the alive item reaches it,
         plus its heartbeat phase, plus one delay back.  Its watch here is excused for
-        the start-up grace (the same wait as for a stream that has not begun).
+        ``silence_excuse_s`` (1 s, the default start-up grace: the same wait as for a
+        stream that has not begun).
         Without it, the watch timed out in that window and the refuter, the claimer's
         only other monitor, declared a live claimer dead (explore, no bug, seeds 3 and
         4 at 3 nodes: one node crashed, the survivors' lone suspicions of each other
         after a pause or a cut cascaded into declarations of live peers).  Detection
-        of a claimer that really crashes is delayed by at most the grace; a watch
+        of a claimer that really crashes is delayed by at most the excuse; a watch
         already timed out (this node suspects the claimer itself) is left alone.  The
         gap the silence leaves is kept out of the watch's window (``_Watch.sampled``):
         kept, a 2 s silence while a one-way cut held the refutation back raised the
@@ -1949,7 +1960,7 @@ class FailureDetector:
         watch = self._watches.get(claimer)
         if watch is None or watch.deadline is None:
             return
-        watch.excuse(at, at + self.config.startup_grace_s)
+        watch.excuse(at, at + self.config.silence_excuse_s)
         watch.arm(watch.deadline)
 
     def _needed(self, subject: str) -> int:

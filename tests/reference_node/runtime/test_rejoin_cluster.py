@@ -20,6 +20,7 @@ import aiomqtt
 import pytest
 
 from swarmshake.reference_node.protocol import history
+from swarmshake.reference_node.protocol.detector import DetectorConfig
 from swarmshake.reference_node.protocol.rejoin import RejoinConfig
 from swarmshake.reference_node.runtime.launcher import LocalCluster
 from swarmshake.reference_node.runtime.mqtt_messages import HoldBulk, harness_key, sign
@@ -31,13 +32,13 @@ TRAINING = {"hidden": [64, 64]}  # CI-sized: the state is ~7 K parameters
 # timed out: the first fetch deadline is 5 s after the request, a declaration comes
 # ~0.2-0.5 s after the kill, and this much slack covers a loaded CI machine.
 FAIL_OVER_AFTER_DECLARE_S_MAX = 1.0
-# The restarted n4's start-up grace.  LocalCluster gives every node 20 s (nodes that
-# start together on a small machine come up seconds apart), but a restarted node
-# excuses the silence of each peer that held it dead for its start-up grace
-# (detector._excuse_silence), and that excuse does not end when the peer's heartbeats
-# resume: with 20 s, n4 would not confirm the source's death for up to 20 s and
-# would wait out the fetch deadline instead.  n4 restarts alone, so 2 s is plenty.
-RESTART_GRACE_S = 2.0
+# A restarted node excuses the silence of every peer that held it dead for
+# ``silence_excuse_s`` (detector._excuse_silence: they resume their heartbeats once
+# they learn its new incarnation), and that excuse does not end when the heartbeats
+# resume.  The source is killed after it, so that n4's own watch can time out.  (The
+# excuse used to last the start-up grace, 20 s in LocalCluster: n4 then never
+# confirmed the source's death and waited out the fetch deadline; session 17.)
+EXCUSE_S = DetectorConfig().silence_excuse_s
 
 
 def steps(cluster: LocalCluster, nodes: list[str]) -> dict[str, int]:
@@ -108,12 +109,6 @@ def test_a_rejoin_whose_source_dies_fails_over_when_the_source_is_declared_dead(
             what="every peer holds its bulk frames to n4",
         )
         cluster.kill("n4", signal.SIGKILL)
-        config = cluster.config_path("n4")
-        text = config.read_text()
-        assert "startup_grace_s = 20.0" in text, text
-        config.write_text(
-            text.replace("startup_grace_s = 20.0", f"startup_grace_s = {RESTART_GRACE_S}")
-        )
         cluster.start("n4")
         restarted_at = time.monotonic()
 
@@ -131,8 +126,7 @@ def test_a_rejoin_whose_source_dies_fails_over_when_the_source_is_declared_dead(
         for peer in peers:
             if peer != source:
                 commands.hold_bulk(peer, [])  # released: the next source can serve
-        # Past n4's grace, so that its own watch of the source can time out.
-        time.sleep(max(0.0, restarted_at + RESTART_GRACE_S + 0.5 - time.monotonic()))
+        time.sleep(max(0.0, restarted_at + EXCUSE_S + 0.5 - time.monotonic()))
         assert not any(
             isinstance(e, history.RejoinDone) and e.incarnation >= 2 for e in events(cluster, "n4")
         ), "n4 got a state through the hold"
