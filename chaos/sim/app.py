@@ -444,6 +444,8 @@ class NodeApp:
             sender = getattr(getattr(event, "message", None), "sender", "")
             self._log(FrameDrop, t, peer=sender or "?", reason=error.reason)
             self.refused(t, sender, error.reason)
+            # Its step counts all the same (the runtime checks on every wake).
+            self._rejoin_if_behind(t)
             return
         self._perform(t, actions)
         self._arm_commit_timer(t)
@@ -456,7 +458,11 @@ class NodeApp:
         if commit is None or self.rejoin is not None or self.applying is not None:
             return
         peer = nc.peer_ahead(
-            commit.step, self.peer_steps, self.alive_view, commit.config.state_transfer_gap_steps
+            commit.step,
+            self.peer_steps,
+            self.alive_view,
+            commit.config.state_transfer_gap_steps,
+            commit.members,
         )
         if peer is not None:
             self._start_rejoin(t, evidence=peer)
@@ -531,9 +537,12 @@ class NodeApp:
         self.held.setdefault(step, {})[value_fp] = contributors
         self.disk.aggregates[(step, value_fp)] = contributors
 
-    def _prune_aggregates(self, applied_step: int) -> None:
+    def _prune_aggregates(self, applied_step: int, *, memory: bool = True) -> None:
         """Drop the aggregate bytes the node core does not keep (``aggregates_to_keep``):
-        from the disk, and from memory outside the window, as the runtime's worker."""
+        from the disk, and (``memory``) from memory outside the window, as the
+        runtime's worker does after an apply.  An installed state prunes the disk only,
+        as the worker's ``install_staged``: the bytes it holds in memory stay until its
+        next apply (a checkpoint fallback below them may still re-propose them)."""
         accepted = {
             step: record.accepted_value.agg_fp
             for step, record in self.disk.records.items()
@@ -544,6 +553,8 @@ class NodeApp:
         aggregates = self.disk.aggregates
         for key in [k for k in aggregates if k[0] < kept.from_step and k not in pinned]:
             del aggregates[key]
+        if not memory:
+            return
         for step in [s for s in self.held if s < kept.from_step]:
             del self.held[step]
 
@@ -926,7 +937,7 @@ class NodeApp:
         self.rejoin = None
         self.fetch.installed()
         self.peer_steps = {}
-        self._prune_aggregates(done.step)
+        self._prune_aggregates(done.step, memory=False)
         # The configuration the state runs under: the one its source offered with it,
         # else (checkpoint, genesis) the one this node recorded for its step.
         configuration = self.offered_configs.get(done.source) or self.membership.configs.after(
@@ -1025,6 +1036,24 @@ class NodeApp:
 
     # --- timers -------------------------------------------------------------------------
 
+    def _due_before_pulls(self, t: float) -> None:
+        """What the runtime's loop does before it moves unanswered pulls on, at one
+        instant (``StepDriver.poll``): the commit core's timer, the rejoin core's, then
+        the step's leader.  A pull's timeout due at the same instant as one of those
+        waits for them, whichever timer was armed first.  (Agreement test: a leader's
+        proposal due at a pull's timeout built the very value pulled, so the runtime
+        asked nobody and the simulator asked the next source.)"""
+        if self.commit is not None and t >= self.commit_timer_at:
+            self.commit_timer_at = math.inf
+            self._commit(t, CommitTick())
+        if self.rejoin is not None and t >= self.rejoin_timer_at:
+            self.rejoin_timer_at = math.inf
+            self._rejoin(t, rejoin.Tick())
+        if t >= self.lead_timer_at:
+            self.lead_timer_at = math.inf
+            self.lead_deadline_armed = None
+            self._lead(t, nc.Tick())
+
     def timer(self, t: float, payload: tuple) -> None:
         kind = payload[0]
         if kind == "computed":
@@ -1046,7 +1075,9 @@ class NodeApp:
         elif kind == "fetch_timeout":
             entry = self.fetches.get(payload[1])
             if entry is not None and entry[1] == payload[2]:
-                self._fetch(t, payload[1])
+                self._due_before_pulls(t)
+                if self.fetches.get(payload[1]) is entry:
+                    self._fetch(t, payload[1])
         elif kind == "rejoin_begin":
             retry_at = self.fetch.retry_at  # node-clock time (node_core.StateFetch)
             if self.rejoin is None and retry_at is not None:

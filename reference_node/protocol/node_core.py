@@ -601,17 +601,27 @@ def change_to_propose(
 
 
 def peer_ahead(
-    own_step: int, peer_steps: Mapping[str, int], alive: Iterable[str], gap_steps: int
+    own_step: int,
+    peer_steps: Mapping[str, int],
+    alive: Iterable[str],
+    gap_steps: int,
+    members: Iterable[str],
 ) -> str | None:
-    """A live peer whose messages carried a step at least ``gap_steps`` past this
+    """A live member whose messages carried a step at least ``gap_steps`` past this
     node's (the commit core's ``state_transfer_gap_steps``): catching up step by step
     would lag, one state transfer brings the node level.  The furthest ahead (ties:
     the greatest name) is the evidence for ``rejoin_sources``.  The commit core says
     the same of a message it is handed (``Behind``); this covers the messages it
     buffers or is not handed (a node fetching the state) and a step the node reaches
     after an apply while a peer it heard from is already further on.  ``peer_steps``:
-    the highest ``running_step`` of each peer's messages."""
-    alive_set = set(alive)
+    the highest ``running_step`` of each peer's messages.
+
+    Only members of the node's configuration count, as only theirs reach the commit
+    core: a peer removed here is still in the detector's view for a while, and its
+    claim of a later step is either stale or (it was added back) shown by the
+    members that added it too.  (Issue 12, session 17: the runtime checked after a
+    removed peer's refused message and rejoined from it, the simulator did not.)"""
+    alive_set = set(alive).intersection(members)
     ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= own_step + gap_steps]
     return max(ahead)[1] if ahead else None
 

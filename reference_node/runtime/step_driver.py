@@ -632,6 +632,9 @@ class StepDriver:
         if self.pending_apply != (message.step, message.agg_fp):
             return
         self.pending_apply = None
+        # The worker dropped from memory what the window no longer keeps (the pinned
+        # bytes stay on its disk only, for a restart): this node no longer holds them.
+        self._forget_held_below(self._aggregates_kept(message.step).from_step)
         self.param_fp = message.param_fp
         self.feed(cm.Applied(step=message.step, param_fp=message.param_fp))
         self._advance_to(self.core.step)
@@ -767,6 +770,14 @@ class StepDriver:
         self.feed(cm.ViewUpdated(alive=self._alive()))
         self._announce_held()
         self._advance_to(next_step)
+
+    def _forget_held_below(self, step: int) -> None:
+        """As the worker's memory after an apply (``ApplyCommitted.keep_from_step``).
+        Remembered longer, a checkpoint fallback below the window re-proposed a value
+        whose bytes only the disk kept, as if held (issue 12, session 17: found by the
+        agreement test; the simulator forgot them)."""
+        for held_step in [s for s in self.held_aggregates if s < step]:
+            del self.held_aggregates[held_step]
 
     def _remember_held(self, step: int, agg_fp: str) -> None:
         self.held_aggregates.setdefault(step, set()).add(agg_fp)
@@ -933,6 +944,7 @@ class StepDriver:
             self.peer_steps,
             self.node.detector.core.alive_view(),
             self.core.config.state_transfer_gap_steps,
+            self.core.members,
         )
 
     def _maybe_progress(self, now: float) -> float | None:

@@ -234,11 +234,14 @@ def test_rejoin_sources_are_the_peers_known_to_be_ahead():
 
 def test_a_live_peer_two_steps_ahead_is_the_rejoin_evidence():
     gap = cm.CommitConfig().state_transfer_gap_steps
-    assert nc.peer_ahead(5, {"n0": 6, "n2": 6}, VOTERS, gap) is None  # one ahead: normal
-    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, VOTERS, gap) == "n2"  # the furthest
-    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, ("n0", "n1"), gap) == "n0"  # live only
-    assert nc.peer_ahead(5, {"n0": 7, "n2": 7}, VOTERS, gap) == "n2"  # ties: by name
-    assert nc.peer_ahead(5, {"n2": 9}, ("n1",), gap) is None
+    assert nc.peer_ahead(5, {"n0": 6, "n2": 6}, VOTERS, gap, VOTERS) is None  # one ahead
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, VOTERS, gap, VOTERS) == "n2"  # the furthest
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, ("n0", "n1"), gap, VOTERS) == "n0"  # live
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 7}, VOTERS, gap, VOTERS) == "n2"  # ties: by name
+    assert nc.peer_ahead(5, {"n2": 9}, ("n1",), gap, VOTERS) is None
+    # A peer removed here, still in the detector's view: its claim is no evidence.
+    assert nc.peer_ahead(5, {"n0": 7, "n2": 9}, VOTERS, gap, ("n0", "n1")) == "n0"
+    assert nc.peer_ahead(5, {"n2": 9}, VOTERS, gap, ("n0", "n1")) is None
 
 
 def test_a_restart_rejoins_first_and_a_first_start_begins_at_once():
