@@ -1042,17 +1042,10 @@ class NodeApp:
         the step's leader.  A pull's timeout due at the same instant as one of those
         waits for them, whichever timer was armed first.  (Agreement test: a leader's
         proposal due at a pull's timeout built the very value pulled, so the runtime
-        asked nobody and the simulator asked the next source.)"""
-        if self.commit is not None and t >= self.commit_timer_at:
-            self.commit_timer_at = math.inf
-            self._commit(t, CommitTick())
-        if self.rejoin is not None and t >= self.rejoin_timer_at:
-            self.rejoin_timer_at = math.inf
-            self._rejoin(t, rejoin.Tick())
-        if t >= self.lead_timer_at:
-            self.lead_timer_at = math.inf
-            self.lead_deadline_armed = None
-            self._lead(t, nc.Tick())
+        asked nobody and the simulator asked the next source.)  Each fires only if it
+        is due (its branch of ``timer`` checks), and its own heap entry is then a no-op."""
+        for kind in ("commit_tick", "rejoin_tick", "lead_tick"):
+            self.timer(t, (kind,))
 
     def timer(self, t: float, payload: tuple) -> None:
         kind = payload[0]
