@@ -952,7 +952,9 @@ class NodeApp:
                 member=self.name in configuration.members, from_peer=from_peer
             ),
         )
-        watched = self.membership.restart_at(configuration, from_peer=from_peer)
+        watched = self.membership.restart_at(
+            configuration, from_peer=from_peer, held_as_member=self.enrolment.held_as_member
+        )
         self.sim.members_changed(self.proc, t, watched)
         if self.enrolment.joining:
             self._arm_enrolment_timer(t)  # a joiner runs no step until it is added

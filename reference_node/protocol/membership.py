@@ -451,19 +451,32 @@ class NodeMembership:
         declared them dead (the simulator's leave churn, 4 nodes, seed 17)."""
         return self.node not in self.configs.latest().members
 
-    def restart_at(self, configuration: Configuration, *, from_peer: bool) -> tuple[str, ...]:
+    def restart_at(
+        self, configuration: Configuration, *, from_peer: bool, held_as_member: bool = False
+    ) -> tuple[str, ...]:
         """The node's state was replaced (start, rejoin): its configuration comes with
         it (recorded when it came from a peer).  Pending requests die with the old
         core; joiners and leavers ask again.  Returns the members a running detector
         watches from now on: the configuration's, or -- when it does not name this
-        node (its removal came with the state) -- none but itself.  A node outside
-        the configuration that kept watching the members it remembered declared them
-        dead once they, rightly, stopped heartbeating it (the simulator's leave churn,
-        3 nodes, seed 2: a removed node's verdict on a live voter)."""
+        node -- none but itself.  A node outside the configuration that kept watching
+        the members it remembered declared them dead once they, rightly, stopped
+        heartbeating it (the simulator's leave churn, 3 nodes, seed 2: a removed
+        node's verdict on a live voter).
+
+        ``held_as_member``: a joiner whose detector a member's traffic started
+        (``node_core.Enrolment.held_as_member``) keeps watching the newest
+        configuration's members it knows, as that start made it: they hold it as a
+        member and watch it.  Shrunk to itself, it stopped heartbeating them and they
+        declared it dead while it fetched again (explore --leaves, 3 nodes, seed 1: a
+        joiner whose fetch fell back to its own checkpoint, from before its add)."""
         if from_peer:
             self.configs.record(configuration)
         self.core = self._core_for(configuration)
-        return configuration.members if self.is_member() else (self.node,)
+        if self.is_member():
+            return configuration.members
+        if held_as_member:
+            return tuple(sorted({*self.configs.latest().members, self.node}))
+        return (self.node,)
 
     def feed(self, event: MembershipEvent, now: float) -> list[ConfigChanged]:
         """Feed one event; returns the ``ConfigChanged`` actions (already recorded in

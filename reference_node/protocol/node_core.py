@@ -1080,6 +1080,14 @@ class Enrolment:
             self.evidence_source = peer
         return [StartDetector()] if first else []
 
+    @property
+    def held_as_member(self) -> bool:
+        """Whether this joiner's detector runs because a member's traffic showed it
+        holds this node as one (``evidence``): the members then watch it, and it
+        watches them (``NodeMembership.restart_at``), even after an install whose
+        configuration predates its add."""
+        return self.joining and self.evidence_source is not None
+
     def installed(self, *, member: bool, from_peer: bool) -> list[EnrolmentAction]:
         """A state was installed; ``member``: its configuration names this node;
         ``from_peer``: a peer sent it (not this node's checkpoint).  A leaver whose

@@ -123,11 +123,18 @@ class MembershipDriver:
         return self.state.is_member()
 
     def restart_at(
-        self, configuration: Configuration, *, from_peer: bool, tell_detector: bool
+        self,
+        configuration: Configuration,
+        *,
+        from_peer: bool,
+        tell_detector: bool,
+        held_as_member: bool = False,
     ) -> None:
         """The node's state was replaced (start, rejoin): its configuration comes with
         it (``NodeMembership.restart_at``)."""
-        watched = self.state.restart_at(configuration, from_peer=from_peer)
+        watched = self.state.restart_at(
+            configuration, from_peer=from_peer, held_as_member=held_as_member
+        )
         if from_peer:
             self.configs.save()
         if tell_detector:

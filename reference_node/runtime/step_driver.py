@@ -753,7 +753,12 @@ class StepDriver:
         self.enrol(
             self.enrolment.installed(member=self.name in configuration.members, from_peer=from_peer)
         )
-        self.membership.restart_at(configuration, from_peer=from_peer, tell_detector=True)
+        self.membership.restart_at(
+            configuration,
+            from_peer=from_peer,
+            tell_detector=True,
+            held_as_member=self.enrolment.held_as_member,
+        )
         self.param_fp = param_fp
         self.step = next_step
         self.persisted = self.store.load()

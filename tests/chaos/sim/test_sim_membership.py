@@ -251,3 +251,31 @@ def test_a_restart_from_an_old_checkpoint_asks_the_newest_members_too():
     assert any(isinstance(e, RejoinBegin) and e.node == "n0" for e in run.history.events)
     assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_joiner_whose_fetch_fell_back_to_its_checkpoint_keeps_heartbeating_its_members():
+    """explore --leaves, 3 nodes, seed 1, shrunk: n2, removed at step 0, restarts as a
+    joiner; n1's traffic shows it added n2 (step 1), n2's detector starts and it asks
+    n1 for the state.  That fetch fails and falls back to n2's own checkpoint (step 0,
+    a configuration without it): its detector was shrunk to itself, it stopped
+    heartbeating n0 and n1, which hold it as a learner, and they declared it dead
+    while it fetched again (S4).  A joiner held as a member keeps watching them."""
+    schedule = faults.decode_schedule(
+        b"- op: {op: crash, nodes: [n0]}\n"
+        b"  when: {node: n0, kind: agg_send, step_at_least: 6, delay_s: 0.01}\n"
+        b"- op: {op: pause, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.44\n"
+        b"- op: {op: pause, nodes: [n1]}\n  at_s: 1.13\n  heal_after_s: 2.91\n"
+        b"- op: {op: churn, events_per_min: 27.0, down_s: 1.0, crash_fraction: 0.5, nodes: ['*']}\n"
+        b"  at_s: 0.5\n  heal_after_s: 8.11\n"
+        b"- op: {op: crash, nodes: [n2]}\n  at_s: 0.88\n  heal_after_s: 0.11\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
+    fallbacks = [
+        e
+        for e in run.history.events
+        if isinstance(e, RejoinBegin) and e.node == "n2" and e.source == "checkpoint"
+    ]
+    assert fallbacks, "the schedule no longer reaches the checkpoint fallback"
+    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
+    assert run.verdict.results["S1"].status == "valid"

@@ -149,6 +149,26 @@ def test_a_state_installed_outside_its_configuration_leaves_the_detector_watchin
     assert node.configs.latest() == with_it
 
 
+def test_a_joiner_held_as_a_member_keeps_watching_the_members_after_an_older_install():
+    """A joiner whose detector a member's traffic started (the members hold it as one
+    and watch it) installs its own checkpoint, from before its add: it keeps watching
+    the newest configuration's members it knows.  Shrunk to itself, it stopped
+    heartbeating them and they declared it dead (explore --leaves, 3 nodes, seed 1)."""
+    removed = MB.Configuration(step=0, voters=("b", "c"))
+    configs = MB.Configurations(MB.Configuration(step=-1, voters=("a", "b", "c")))
+    configs.record(removed)
+    node = MB.NodeMembership(node="a", incarnation=4, configs=configs)
+    assert node.starts_as_joiner()
+    assert node.restart_at(removed, from_peer=False, held_as_member=True) == ("a", "b", "c")
+    assert not node.is_member()
+    # Without that evidence (a node whose removal came with its state): itself only.
+    assert node.restart_at(removed, from_peer=False) == ("a",)
+    # A newer configuration it knows counts, not the installed one's.
+    node.configs.record(MB.Configuration(step=3, voters=("b", "c", "d")))
+    assert node.restart_at(removed, from_peer=False, held_as_member=True) == ("a", "b", "c", "d")
+    node.check_valid()
+
+
 def test_a_confirmed_removal_is_recorded_once_and_makes_the_next_process_a_joiner():
     initial = MB.Configuration(step=-1, voters=("a", "b", "c"), learners=("d",))
     node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))

@@ -363,11 +363,15 @@ def test_a_joiners_own_checkpoint_does_not_make_it_a_member():
     """A joiner's checkpoint names it from before its removal: installing it (its fetch
     fell back to the checkpoint) leaves it a joiner; only a peer's state adds it."""
     core = enrolment(joining=True)
+    assert not core.held_as_member  # no member's traffic yet: it watches itself only
     core.evidence("n1", members=("n0", "n1"))
     assert core.installed(member=True, from_peer=False) == [] and core.joining
+    # The members that added it still watch it: so does it them (restart_at).
+    assert core.held_as_member
     assert core.installed(member=False, from_peer=True) == [] and core.joining
     assert core.installed(member=True, from_peer=True) == [nc.StartDetector()]
     assert not core.joining and core.evidence_source is None
+    assert not core.held_as_member  # a member: its configuration says whom it watches
 
 
 def test_a_joiner_gives_up_after_its_timeout_even_while_fetching():
