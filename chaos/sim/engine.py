@@ -66,6 +66,7 @@ from swarmshake.reference_node.protocol.detector import (
     SelfDeclaredDead,
     SendGossip,
     Started,
+    StrangerHeard,
     Tick,
     ViewChanged,
 )
@@ -712,7 +713,11 @@ class Simulation:
             if run[0][1] not in detector.status:
                 # A heartbeat still in flight from a node removed from the configuration
                 # (or not yet added here): dropped, as the runtime drops it, and a
-                # removed node is told so (the runtime's refusal of a non-member).
+                # removed node is told so (the runtime's refusal of a non-member).  The
+                # core heartbeats the stranger back first ("Strangers"), as the
+                # runtime's detector driver does before the refusal is counted.
+                stranger = StrangerHeard(peer=run[0][1])
+                self._apply_detector(proc, t, detector.handle(stranger, local))
                 if proc.app is not None:
                     proc.app.refused(t, run[0][1], "unknown-peer")
                 start = index

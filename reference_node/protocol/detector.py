@@ -248,6 +248,18 @@ first heartbeat), and the direct receivers of its announce push it the members t
 hold dead or left (it would otherwise pick its monitors from a ring that still holds
 them, and its real monitors, hearing nothing, would declare it dead).
 
+Strangers
+---------
+A node restarted on an old disk, or one whose state predates a peer's add, does not
+know every member yet: it watches none of the newer ones and heartbeats none of them,
+while they watch it and, hearing nothing, declared it dead while it fetched the
+cluster's state (explore --leaves, 6 nodes, seed 2: S4).  Their heartbeats reach it
+and are refused (``unknown-peer``); the drivers then report the sender
+(``StrangerHeard``) and this node heartbeats it too, for ``stranger_heartbeat_s``
+after its last heartbeat (``strangers_max`` at most), until a configuration names it
+(``MembersChanged``: then the ring decides).  It still does not watch a stranger: a
+node it does not know as a member is no subject of its verdicts.
+
 ``eager-dead`` and ``no-refute`` still break S4: the former declares on one missed
 heartbeat (no partition needed), the latter keeps a suspicion through the subject's
 refutation and fresh heartbeats until its timeout.
@@ -288,6 +300,7 @@ Status = Literal["alive", "suspect", "dead", "left"]
 _US_PER_S = 1_000_000
 _TIMER_KINDS = (
     "watch", "suspicion_timeout", "notice_retry", "gossip_round", "dead_notice", "verdict_settle",
+    "stranger_expiry",
 )  # fmt: skip
 
 
@@ -338,6 +351,16 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     # heartbeats resume, then kept a restarted node from confirming any crash for the
     # whole grace (test_rejoin_cluster.py, session 17).
     silence_excuse_s: float = 1.0
+    # A stranger (a peer outside this node's members whose heartbeats arrive: it holds
+    # this node as a member, in a configuration this node has not learnt yet) is
+    # heartbeated until this long after its last heartbeat: 20 of its intervals, so
+    # jitter and a lost frame do not end it, while one that stopped (it learnt this
+    # node is no member, or died) is dropped within a second.
+    stranger_heartbeat_s: float = 1.0
+    # Bounded: the strangers of a node behind its configuration are the members added
+    # since (one at a time, DESIGN); a flood of unknown senders cannot widen its
+    # heartbeat fan-out past this.
+    strangers_max: int = 16
 
     def __post_init__(self) -> None:
         for name in (
@@ -355,6 +378,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "stall_grace_max_s",
             "stall_min_s",
             "silence_excuse_s",
+            "stranger_heartbeat_s",
         ):
             check_positive(getattr(self, name), f"DetectorConfig.{name}")
         for name in (
@@ -365,6 +389,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "gossip_fanout",
             "direct_verdict_members_max",
             "watch_all_members_max",
+            "strangers_max",
         ):
             value = getattr(self, name)
             check_count(value, f"DetectorConfig.{name}")
@@ -417,6 +442,16 @@ class MembersChanged(CoreEvent, frozen=True, kw_only=True):
         if not isinstance(self.members, tuple):
             raise LocalProtocolError("MembersChanged.members must be a tuple of node names")
         _check_members(self.members)
+
+
+class StrangerHeard(CoreEvent, frozen=True, kw_only=True):
+    """A heartbeat of ``peer``, which is not one of this node's members, arrived and
+    was refused (``unknown-peer``): it holds this node as a member ("Strangers")."""
+
+    peer: str
+
+    def __post_init__(self) -> None:
+        check_name(self.peer, "StrangerHeard.peer")
 
 
 class HeartbeatsArrived(CoreEvent, frozen=True, kw_only=True):
@@ -505,6 +540,7 @@ DetectorEvent = (
     Started
     | MembersChanged
     | HeartbeatsArrived
+    | StrangerHeard
     | GossipReceived
     | Tick
     | LeaveRequested
@@ -865,6 +901,9 @@ class FailureDetector:
         # make them monitors (their views differ): heartbeated too ("Watches
         # announced").  Disjoint from the monitors, within the view.
         self._announced_watchers: set[str] = set()
+        # Strangers heartbeated ("Strangers"): peer -> when that ends (node time) unless
+        # it is heard again.  Never members; at most strangers_max.
+        self._strangers: dict[str, float] = {}
         self._watch_names: list[str] = []  # sorted(self._watches), kept by _recompute_topology
         self._recompute_topology(at=None)
         self._recompute_gossip_order()
@@ -943,8 +982,11 @@ class FailureDetector:
     @property
     def heartbeat_targets(self) -> tuple[str, ...]:
         """Where this node's heartbeats go: its monitors, then the peers that announced
-        they watch it (``HeartbeatPlan.to``)."""
-        return self._monitors + tuple(sorted(self._announced_watchers))
+        they watch it, then the strangers it hears (``HeartbeatPlan.to``)."""
+        targets = self._monitors + tuple(sorted(self._announced_watchers))
+        if self._strangers:
+            targets += tuple(sorted(self._strangers))
+        return targets
 
     @property
     def monitors_per_node(self) -> int:
@@ -1084,6 +1126,9 @@ class FailureDetector:
         assert not self._announced_watchers & set(self._monitors), "announced: not monitors"
         assert self._watch_names == sorted(self._watches), "watch names follow the watches"
         assert self._announced_watchers <= set(view) - {self.node}, "announced: in the view"
+        assert not set(self._strangers) & members, "strangers are no members"
+        assert len(self._strangers) <= self.config.strangers_max, "strangers bounded"
+        assert self.started or not self._strangers, "strangers only once started"
         assert len(self._queue) <= len(self.members), "one gossip item per subject"
         for subject, (item, rounds) in self._queue.items():
             assert item.subject == subject and rounds >= 1, subject
@@ -1119,6 +1164,7 @@ class FailureDetector:
             self._gossip_cursor,
             self._monitors,
             tuple(sorted(self._announced_watchers)),
+            tuple(sorted(self._strangers.items())),
             self._judging_from,
             self._clock.last,
         )
@@ -1164,6 +1210,7 @@ class FailureDetector:
             if new != self.node:
                 self.status[new] = "alive"
                 self.known_incarnation[new] = 0
+                self._strangers.pop(new, None)  # a member now: the ring decides
         self.members = new_members
         added = self._recompute_topology(at=now)
         self._recompute_gossip_order()
@@ -1315,6 +1362,22 @@ class FailureDetector:
                 return True
             self._answer_the_dead(peer, arrival, actions)
         return True
+
+    def _on_stranger_heard(self, event: StrangerHeard, now: float, actions: list) -> None:
+        """Heartbeat ``event.peer`` for ``stranger_heartbeat_s`` more ("Strangers")."""
+        peer = event.peer
+        if peer == self.node or peer in self.status or self.left or self.self_dead:
+            return  # a member (the ring decides), or nothing heartbeats any more
+        known = peer in self._strangers
+        if not known and len(self._strangers) >= self.config.strangers_max:
+            return
+        self._strangers[peer] = now + self.config.stranger_heartbeat_s
+        if not known:
+            actions.append(self._plan(now))
+
+    def _expire_stranger(self, peer: str, at: float, actions: list) -> None:
+        del self._strangers[peer]
+        actions.append(self._plan(at))
 
     def _on_gossip(self, event: GossipReceived, now: float, actions: list) -> None:
         message = event.message
@@ -1478,8 +1541,10 @@ class FailureDetector:
                 self._gossip_round(at, actions)
             elif kind == 4:
                 self._send_dead_notice(subject, at, actions)
-            else:
+            elif kind == 5:
                 self._settle_verdict(subject, at, actions)
+            else:
+                self._expire_stranger(subject, at, actions)
 
     def _on_leave(self, event: LeaveRequested, now: float, actions: list) -> None:
         if self.left:
@@ -1492,6 +1557,7 @@ class FailureDetector:
         self._next_gossip_at = now
         self._gossip_if_due(now, actions)
         self.left = True
+        self._strangers.clear()
         actions.append(
             HeartbeatPlan(
                 to=(),
@@ -1828,6 +1894,7 @@ class FailureDetector:
             actions.append(
                 SelfDeclaredDead(incarnation=item.incarnation, declared_by=item.origin, at=at)
             )
+            self._strangers.clear()
             actions.append(
                 HeartbeatPlan(
                     to=(),
@@ -2153,7 +2220,8 @@ class FailureDetector:
         vouched: tuple[str, ...] = (),
     ) -> tuple[float, int, str] | None:
         """(time, kind, subject); kind orders ties: 0 watch, 1 suspicion timeout,
-        2 notice retry, 3 gossip round.  ``only``: timers about that peer alone."""
+        2 notice retry, 3 gossip round, 4 dead notice, 5 verdict settle, 6 stranger
+        expiry.  ``only``: timers about that peer alone."""
         best: tuple[float, int, str] | None = None
         if self.self_dead:
             return None  # inert until the node rejoins as a new incarnation
@@ -2183,6 +2251,9 @@ class FailureDetector:
             settle_at = self._settling.get(only)
             if settle_at is not None and (best is None or (settle_at, 5, only) < best):
                 best = (settle_at, 5, only)
+            ends_at = self._strangers.get(only)
+            if ends_at is not None and (best is None or (ends_at, 6, only) < best):
+                best = (ends_at, 6, only)
             return best
         if watches:
             for peer, watch in self._watches.items():
@@ -2214,6 +2285,10 @@ class FailureDetector:
                 best = candidate
         for subject, settle_at in self._settling.items():
             candidate = (settle_at, 5, subject)
+            if best is None or candidate < best:
+                best = candidate
+        for subject, ends_at in self._strangers.items():
+            candidate = (ends_at, 6, subject)
             if best is None or candidate < best:
                 best = candidate
         return best
@@ -2318,6 +2393,7 @@ _HANDLERS = {
     Started: FailureDetector._on_started,
     MembersChanged: FailureDetector._on_members_changed,
     HeartbeatsArrived: FailureDetector._on_heartbeats,
+    StrangerHeard: FailureDetector._on_stranger_heard,
     GossipReceived: FailureDetector._on_gossip,
     Tick: FailureDetector._on_tick,
     LeaveRequested: FailureDetector._on_leave,

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 
 from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.protocol.messages import Gossip, Heartbeat
 from swarmshake.reference_node.protocol.node_core import history_of
 from swarmshake.reference_node.runtime.clock import NodeClock
@@ -97,7 +98,15 @@ class DetectorDriver:
         event = det.HeartbeatsArrived(
             peer=message.sender, incarnation=message.incarnation, arrival_times=(self.clock.now(),)
         )
-        self.apply(self.core.handle(event, self.clock.now()))
+        try:
+            actions = self.core.handle(event, self.clock.now())
+        except RemoteProtocolError:
+            # A stranger's (the core's only refusal of a heartbeat): the core heartbeats
+            # it back ("Strangers"), then the control process counts the refusal.
+            stranger = det.StrangerHeard(peer=message.sender)
+            self.apply(self.core.handle(stranger, self.clock.now()))
+            raise
+        self.apply(actions)
 
     def on_gossip(self, message: Gossip) -> None:
         self._report_unseen_stall()

@@ -279,3 +279,39 @@ def test_a_joiner_whose_fetch_fell_back_to_its_checkpoint_keeps_heartbeating_its
     assert fallbacks, "the schedule no longer reaches the checkpoint fallback"
     assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.results["S1"].status == "valid"
+
+
+def test_a_restarted_node_heartbeats_a_member_it_does_not_know_yet():
+    """explore --leaves, 6 nodes, seed 2, shrunk: n5 is added (churn of clean leaves)
+    while n1 is down; n1 restarts on a disk whose newest configuration lacks n5 and
+    fetches the state for seconds (its first sources are cut off).  n5 watches n1, n1
+    neither knows nor heartbeats n5, and n5 declared it dead while it was alive and
+    connected (S4).  n5's refused heartbeats now make n1 heartbeat it back
+    (detector: "Strangers")."""
+    on_step_18 = "when: {node: n0, kind: commit, step_at_least: 18}"
+    crash_n1 = (
+        "- op: {op: crash, nodes: [n1]}\n  when: {node: n1, kind: commit, step_at_least: 1}\n"
+    )
+    text = (
+        "- op: {op: crash, nodes: [n1]}\n  at_s: 0.98\n"
+        "- op: {op: latency, src: [n0], dst: ['*'], delay_ms: 10.0, jitter_ms: 0.0}\n"
+        "  at_s: 0.5\n  heal_after_s: 0.5\n"
+    )
+    for isolated in ("n2", "n3", "n4"):
+        text += (
+            crash_n1
+            + f"- op: {{op: partition, grouping: isolate, nodes: [{isolated}]}}\n"
+            + f"  {on_step_18}\n  heal_after_s: 5.0\n"
+            + f"- op: {{op: restart, nodes: [n1]}}\n  {on_step_18}\n"
+            + f"- op: {{op: crash, nodes: [n0]}}\n  {on_step_18}\n  heal_after_s: 2.3\n"
+        )
+    text += (
+        "- op: {op: churn, events_per_min: 4.0, down_s: 1.0, crash_fraction: 0.0, nodes: ['*']}\n"
+        "  at_s: 0.5\n  heal_after_s: 2.0\n"
+    )
+    schedule = faults.decode_schedule(text.encode(), source="test")
+    run = run_simulation(SimConfig(nodes=6, duration_s=40, seed=2), schedule, None)
+    adds = [e for e in run.history.events if isinstance(e, ConfigChange) and e.change == "add"]
+    assert any(e.peer == "n5" for e in adds), "the schedule no longer adds n5 again"
+    assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
+    assert run.verdict.status == "valid", run.verdict

@@ -138,6 +138,52 @@ def test_a_peer_that_announces_it_watches_this_node_gets_its_heartbeats():
     node.check_valid()
 
 
+def test_a_stranger_whose_heartbeats_arrive_is_heartbeated_until_it_stops():
+    """A node behind its configuration (restarted on an old disk) does not know a
+    member added since; that member watches it and, heard nothing, declared it dead
+    (explore --leaves, 6 nodes, seed 2: S4).  Its refused heartbeats make this node
+    heartbeat it (not watch it) until stranger_heartbeat_s after the last one, or
+    until a configuration names it."""
+    node = started()
+    config = node.config
+    with pytest.raises(RemoteProtocolError):
+        node.handle(D.HeartbeatsArrived(peer="n7", incarnation=1, arrival_times=(0.5,)), 0.5)
+    plans = [
+        a for a in node.handle(D.StrangerHeard(peer="n7"), 0.5) if isinstance(a, D.HeartbeatPlan)
+    ]
+    assert plans and plans[-1].to == (*node.monitors, "n7")
+    assert "n7" not in node.targets and "n7" not in node.status  # heartbeated, not watched
+    assert node.handle(D.StrangerHeard(peer="n7"), 0.9) == []  # heard again: no news
+    node.check_valid()
+    # Its heartbeats stop: dropped stranger_heartbeat_s after the last one.
+    ends = 0.9 + config.stranger_heartbeat_s
+    assert node.next_deadline(only="n7") == ends
+    node.handle(D.Tick(), ends - 0.01)
+    assert "n7" in node.heartbeat_targets
+    expired = [a for a in node.handle(D.Tick(), ends) if isinstance(a, D.HeartbeatPlan)]
+    assert expired and "n7" not in expired[-1].to and "n7" not in node.heartbeat_targets
+    node.check_valid()
+    # A member is no stranger; one that becomes a member is left to the ring.
+    assert node.handle(D.StrangerHeard(peer="n1"), 2.0) == []
+    node.handle(D.StrangerHeard(peer="n7"), 2.0)
+    node.handle(D.MembersChanged(members=(*MEMBERS, "n7")), 2.1)
+    assert not node._strangers and "n7" in node.targets
+    node.check_valid()
+
+
+def test_strangers_are_bounded_and_a_node_that_left_heartbeats_none():
+    node = started()
+    limit = node.config.strangers_max
+    for index in range(limit + 5):
+        node.handle(D.StrangerHeard(peer=f"s{index}"), 0.1)
+    assert len(node._strangers) == limit
+    assert node.heartbeat_targets[-limit:] == tuple(sorted(f"s{i}" for i in range(limit)))
+    node.check_valid()
+    node.handle(D.LeaveRequested(), 0.2)
+    assert node.handle(D.StrangerHeard(peer="s99"), 0.3) == [] and not node._strangers
+    node.check_valid()
+
+
 @pytest.mark.parametrize(("nodes", "watched"), [(8, 7), (16, 15), (17, 5), (40, 5)])
 def test_up_to_sixteen_members_every_node_watches_every_other(nodes, watched):
     """With five monitors of seven, a node that did not watch a live peer beside it
@@ -348,6 +394,21 @@ class DetectorMachine(RuleBasedStateMachine):
     def tick(self, dt):
         self.now += dt
         self._both(D.Tick())
+
+    @rule(peer=st.sampled_from(("n4", "n5", "n9")), dt=st.floats(0.0, 1.5))
+    def stranger(self, peer, dt):
+        """A heartbeat of a peer outside the members (n4 and n5 only after a change
+        dropped them) was refused: the drivers report the stranger."""
+        self.now += dt
+        self._both(D.StrangerHeard(peer=peer))
+
+    @invariant()
+    def strangers_are_heartbeated_and_never_watched(self):
+        detector = self.detector
+        for peer in detector._strangers:
+            assert peer not in detector.members and peer not in detector.targets
+            if not detector.left and not detector.self_dead:
+                assert peer in detector.heartbeat_targets
 
     @rule(drop=st.sampled_from(("n4", "n5")))
     def change_members(self, drop):
