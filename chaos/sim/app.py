@@ -598,7 +598,9 @@ class NodeApp:
         value = action.value
         if value.config_change is not None:
             self._config_committed(t, action.step, value.config_change)
-        write = self.checkpoints.committed(action.step, self._local(t))
+        write = self.checkpoints.committed(
+            action.step, self._local(t), changes_configuration=value.config_change is not None
+        )
         if write is not None and self.name in self.sim.full_disks:
             # The worker's write fails (ENOSPC) and the node trains on, as the runtime's.
             self.checkpoints.failed(self._local(t), DISK_FULL_REASON)

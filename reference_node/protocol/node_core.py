@@ -1321,11 +1321,26 @@ class Checkpointing:
         if restarted:
             self.failure(now)  # this node's own restart is a failure
 
-    def committed(self, step: int, now: float) -> cp.WriteCheckpoint | None:
-        """Step ``step`` committed: the write to ask the worker for, if one is due."""
+    def committed(
+        self, step: int, now: float, *, changes_configuration: bool = False
+    ) -> cp.WriteCheckpoint | None:
+        """Step ``step`` committed: the write to ask the worker for, if one is due.
+
+        A step whose value changes the configuration is written at once, whatever the
+        policy's interval (unless checkpoints are off): a restart that falls back to a
+        checkpoint from before it runs under the older configuration, and when the
+        change removed voters it cannot commit again the steps it lost -- their
+        quorum is gone -- while the newest configuration's majority is alive (explore
+        --leaves, 3 nodes, seed 2: the last voter, restarted on its step-0 checkpoint,
+        re-ran steps 1-3 and stalled at step 4, whose other voter had left: L2).
+        Joins and leaves come one at a time, so this is one write per change."""
         if self.policy is None:
             return None
         actions = self.policy.handle(cp.StepCommitted(step=step), now)
+        if changes_configuration:
+            reason = f"configuration change at step {step}"
+            self._asked(now, reason)
+            return cp.WriteCheckpoint(step=step, reason=reason)
         if not actions:
             return None
         self._asked(now, actions[0].reason)

@@ -499,7 +499,9 @@ class StepDriver:
             case cm.Committed():
                 if action.value.config_change is not None:
                     self._config_committed(action.step, action.value.config_change)
-                self._maybe_checkpoint(action.step)
+                self._maybe_checkpoint(
+                    action.step, changes_configuration=action.value.config_change is not None
+                )
             case cm.Behind():
                 self._start_rejoin(action.peer)
 
@@ -894,9 +896,10 @@ class StepDriver:
 
     # -- checkpoints ------------------------------------------------------------------------------
 
-    def _maybe_checkpoint(self, step: int) -> None:
+    def _maybe_checkpoint(self, step: int, *, changes_configuration: bool) -> None:
         now = self.node.clock.now()
-        if self.checkpoints.committed(step, now) is not None:
+        due = self.checkpoints.committed(step, now, changes_configuration=changes_configuration)
+        if due is not None:
             self.node.to_worker(ipc.WriteCheckpoint(replicate_to=self.replica_peers()))
 
     def force_checkpoint(self) -> None:

@@ -315,3 +315,29 @@ def test_a_restarted_node_heartbeats_a_member_it_does_not_know_yet():
     assert any(e.peer == "n5" for e in adds), "the schedule no longer adds n5 again"
     assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.status == "valid", run.verdict
+
+
+def test_the_last_voter_restarted_on_an_old_checkpoint_commits_again():
+    """explore --leaves, 3 nodes, seed 2, shrunk: leaves shrink the configuration to
+    n2 alone; n2 crashes one step later and restarts.  Its newest checkpoint was of
+    step 0, so it ran under the initial configuration, committed steps 1-3 again and
+    stalled at step 4, whose other voter had left: no commit for 31 s while the
+    newest configuration's majority (n2) was alive (L2).  A step that changes the
+    configuration is now checkpointed at once."""
+    schedule = faults.decode_schedule(
+        b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n"
+        b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.43\n"
+        b"- op: {op: churn, events_per_min: 17.0, down_s: 1.0, crash_fraction: 0.0, nodes: ['*']}\n"
+        b"  at_s: 1.98\n  heal_after_s: 2.25\n"
+        b"- op: {op: crash, nodes: [n2]}\n"
+        b"  when: {node: n2, kind: accept, step_at_least: 7, delay_s: 0.01}\n"
+        b"  heal_after_s: 0.1\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=2), schedule, None)
+    removals = [
+        e for e in run.history.events if isinstance(e, ConfigChange) and e.change == "remove"
+    ]
+    assert {e.peer for e in removals} >= {"n0", "n1"}, "the schedule no longer shrinks it"
+    assert run.verdict.results["L2"].status == "valid", run.verdict.results["L2"].message
+    assert run.verdict.status == "valid", run.verdict

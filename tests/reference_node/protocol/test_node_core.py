@@ -593,6 +593,21 @@ def test_a_restart_and_every_declared_death_are_failures_the_young_daly_policy_c
         nc.CheckpointConfig(policy="sometimes")
 
 
+def test_a_step_that_changes_the_configuration_is_checkpointed_at_once():
+    """A restart from a checkpoint older than a configuration change runs under the
+    older configuration and may never commit the steps it lost (explore --leaves,
+    3 nodes, seed 2: L2), so such a step is written whatever the interval."""
+    every = nc.Checkpointing(nc.CheckpointConfig(every_steps=50), 0.0, restarted=False)
+    assert every.committed(3, 1.0) is None
+    write = every.committed(4, 1.1, changes_configuration=True)
+    assert write is not None and write.step == 4 and "configuration change" in write.reason
+    assert every.writes_requested == 1 and every.status(1.2)["last_reason"] == write.reason
+    assert every.committed(5, 1.3) is None  # the interval goes on as before
+    assert every.committed(50, 1.4) is not None  # steps that are multiples of 50
+    off = nc.Checkpointing(nc.CheckpointConfig(every_steps=0), 0.0, restarted=False)
+    assert off.committed(4, 1.0, changes_configuration=True) is None  # only when asked
+
+
 def test_a_fetch_suspends_the_step_and_a_failed_one_is_retried_after_the_interval():
     fetch = nc.StateFetch(nc.NodeConfig(rejoin_retry_s=2.0))
     assert fetch.steps
