@@ -260,6 +260,20 @@ after its last heartbeat (``strangers_max`` at most), until a configuration name
 (``MembersChanged``: then the ring decides).  It still does not watch a stranger: a
 node it does not know as a member is no subject of its verdicts.
 
+Early news
+----------
+The other way round: a node that learns late that a peer is a member (a learner
+catching up, a process restarted on a configuration older than the peer's add) had
+dropped the gossip about it, a non-member then, and after a crash of that peer it
+started its own watch from nothing: a start-up grace and a suspicion timeout, two
+seconds after it learnt of the member, past D (explore --leaves, 3 nodes, seed 2: the
+only other monitor's verdict was a lone one, never passed on, and its suspicion had
+come before the add).  Gossip items about non-members are now kept for
+``suspicion_timeout_s`` (``EARLY_ITEMS_PER_SUBJECT`` a peer, ``strangers_max`` peers)
+and replayed, in arrival order, as if they arrived at the moment a configuration
+makes the peer a member: a suspicion then stands as that monitor's, and is refuted,
+confirmed or timed out like any other.
+
 ``eager-dead`` and ``no-refute`` still break S4: the former declares on one missed
 heartbeat (no partition needed), the latter keeps a suspicion through the subject's
 refutation and fresh heartbeats until its timeout.
@@ -574,6 +588,10 @@ def heartbeat_slot(start_at: float, interval_s: float, due: int, now: float) -> 
     missed = math.floor((now - due_at) / interval_s + HEARTBEAT_SLOT_TOLERANCE_S / interval_s)
     return True, due + max(missed, 0) + 1
 
+
+# Gossip items kept per peer not yet a member ("Early news"): a suspicion, its
+# refutation and a verdict fit.
+EARLY_ITEMS_PER_SUBJECT = 4
 
 # Float slack when a slot falls on ``now`` exactly (start_at + k * interval in floats).
 HEARTBEAT_SLOT_TOLERANCE_S = 1e-9
@@ -904,6 +922,9 @@ class FailureDetector:
         # Strangers heartbeated ("Strangers"): peer -> when that ends (node time) unless
         # it is heard again.  Never members; at most strangers_max.
         self._strangers: dict[str, float] = {}
+        # Early news: gossip items about peers not (yet) members, subject -> [(arrival,
+        # item, message)], replayed when a configuration adds the subject.
+        self._early: dict[str, list] = {}
         self._watch_names: list[str] = []  # sorted(self._watches), kept by _recompute_topology
         self._recompute_topology(at=None)
         self._recompute_gossip_order()
@@ -1126,6 +1147,9 @@ class FailureDetector:
         assert not self._announced_watchers & set(self._monitors), "announced: not monitors"
         assert self._watch_names == sorted(self._watches), "watch names follow the watches"
         assert self._announced_watchers <= set(view) - {self.node}, "announced: in the view"
+        assert not set(self._early) & members, "early news only of non-members"
+        assert len(self._early) <= self.config.strangers_max, "early news bounded"
+        assert all(0 < len(v) <= EARLY_ITEMS_PER_SUBJECT for v in self._early.values())
         assert not set(self._strangers) & members, "strangers are no members"
         assert len(self._strangers) <= self.config.strangers_max, "strangers bounded"
         assert self.started or not self._strangers, "strangers only once started"
@@ -1165,6 +1189,7 @@ class FailureDetector:
             self._monitors,
             tuple(sorted(self._announced_watchers)),
             tuple(sorted(self._strangers.items())),
+            tuple((p, tuple((at, item) for at, item, _ in v)) for p, v in self._early.items()),
             self._judging_from,
             self._clock.last,
         )
@@ -1196,6 +1221,7 @@ class FailureDetector:
         before_view = self.alive_view()
         old_targets = self.heartbeat_targets
         new_members = _sorted_members(event.members)
+        added_members: list[str] = []
         for gone in sorted(set(self.members) - set(new_members)):
             self.status.pop(gone, None)
             self.known_incarnation.pop(gone, None)
@@ -1211,6 +1237,7 @@ class FailureDetector:
                 self.status[new] = "alive"
                 self.known_incarnation[new] = 0
                 self._strangers.pop(new, None)  # a member now: the ring decides
+                added_members.append(new)
         self.members = new_members
         added = self._recompute_topology(at=now)
         self._recompute_gossip_order()
@@ -1221,6 +1248,11 @@ class FailureDetector:
         if self.alive_view() != before_view:
             self.view_epoch += 1
             actions.append(ViewChanged(alive=self.alive_view(), epoch=self.view_epoch, at=now))
+        if self.started and not self.left and not self.self_dead:
+            for new in added_members:
+                self._replay_early(new, now, actions)
+        for gone in [s for s in self._early if s in self.status or s == self.node]:
+            del self._early[gone]
 
     def _on_heartbeats(self, event: HeartbeatsArrived, now: float, actions: list) -> None:
         times = event.arrival_times
@@ -1401,63 +1433,90 @@ class FailureDetector:
             if item.subject == self.node:
                 self._about_me(item, message, now, actions)
             elif item.subject in self.status:
-                kind = item.status
-                if kind == "alive":
-                    if item.incarnation > self.known_incarnation[item.subject]:
-                        announced |= item.subject == item.origin == message.sender
-                        self._transition(
-                            item.subject, "alive_newer", item.incarnation, item.origin, now, actions
-                        )
-                elif kind == "left":
-                    self._transition(
-                        item.subject, kind, item.incarnation, item.origin, now, actions
-                    )
-                elif item.origin == self.node:
-                    # This node's own suspicion or verdict, echoed back by gossip: its
-                    # current evidence is in its own state (a retracted suspicion came
-                    # back from a peer and, with one other monitor's, confirmed a live
-                    # node dead: bench recovery, partition_minority at 8 nodes).
-                    pass
-                elif self.status.get(item.origin) in ("dead", "left") or (
-                    stale_sender and item.origin == message.sender
-                ):
-                    # A suspicion or death claimed by a node this node holds dead (cut
-                    # off when it formed it), or by an old incarnation of the sender:
-                    # not evidence; a dead claimer will be told to rejoin.
-                    pass
-                elif kind == "dead" and self._no_own_evidence_of_silence(
-                    item.subject, item.incarnation, now
-                ):
-                    # This node hears the subject itself, or just started and has no
-                    # news of it yet: a verdict formed elsewhere (maybe where the
-                    # subject could not be heard) counts as one monitor's suspicion.
-                    # A heard subject, told by the claimer, refutes.  One not heard yet
-                    # is passed the verdict: if it was cut off when the verdict was
-                    # formed it learns it now and rejoins (it and the majority held
-                    # each other dead, so nobody else would tell it before the next
-                    # dead notice, seconds away); one in the majority refutes; a dead
-                    # one is confirmed by this node's watch or the suspicion's timeout.
-                    heard = self._hears(item.subject, item.incarnation, now)
-                    self._transition(
-                        item.subject,
-                        "suspect",
-                        item.incarnation,
-                        item.origin,
-                        now,
-                        actions,
-                        reason=f"dead by {item.origin}, {'but heard' if heard else 'not heard yet'}",
-                    )
-                    if not heard:
-                        self._pass_verdict_to_subject(item, now, actions)
-                else:
-                    self._transition(
-                        item.subject, kind, item.incarnation, item.origin, now, actions
-                    )
+                announced |= self._on_item(item, message, stale_sender, now, actions)
+            elif item.origin != self.node and not stale_sender:
+                self._keep_early(item, message, now)
         if self.status.get(message.sender) == "dead":
             self._answer_the_dead(message.sender, now, actions)
         elif announced and not self.left and not self.self_dead:
             self._sync_newcomer(message.sender, now, actions)
         self._gossip_if_due(now, actions)
+
+    def _keep_early(self, item: GossipItem, message: Gossip, now: float) -> None:
+        """Keep ``item``, about a peer that is not (yet) one of this node's members, for
+        ``suspicion_timeout_s``: replayed if a configuration makes it a member
+        meanwhile ("Early news")."""
+        kept = self._early.setdefault(item.subject, [])
+        kept.append((now, item, message))
+        if len(kept) > EARLY_ITEMS_PER_SUBJECT:
+            del kept[0]
+        if len(self._early) > self.config.strangers_max:
+            del self._early[next(iter(self._early))]  # the subject heard of first
+
+    def _replay_early(self, subject: str, now: float, actions: list) -> None:
+        """``subject`` became a member: the gossip about it that arrived within the last
+        ``suspicion_timeout_s``, in arrival order, as if it arrived now."""
+        kept = self._early.pop(subject, ())
+        horizon = now - self.config.suspicion_timeout_s
+        for at, item, message in kept:
+            if at >= horizon and subject in self.status:
+                self._on_item(item, message, False, now, actions)
+
+    def _on_item(
+        self, item: GossipItem, message: Gossip, stale_sender: bool, now: float, actions: list
+    ) -> bool:
+        """One gossip item about a member; whether it announced the sender's new
+        incarnation."""
+        announced = False
+        kind = item.status
+        if kind == "alive":
+            if item.incarnation > self.known_incarnation[item.subject]:
+                announced |= item.subject == item.origin == message.sender
+                self._transition(
+                    item.subject, "alive_newer", item.incarnation, item.origin, now, actions
+                )
+        elif kind == "left":
+            self._transition(item.subject, kind, item.incarnation, item.origin, now, actions)
+        elif item.origin == self.node:
+            # This node's own suspicion or verdict, echoed back by gossip: its
+            # current evidence is in its own state (a retracted suspicion came
+            # back from a peer and, with one other monitor's, confirmed a live
+            # node dead: bench recovery, partition_minority at 8 nodes).
+            pass
+        elif self.status.get(item.origin) in ("dead", "left") or (
+            stale_sender and item.origin == message.sender
+        ):
+            # A suspicion or death claimed by a node this node holds dead (cut
+            # off when it formed it), or by an old incarnation of the sender:
+            # not evidence; a dead claimer will be told to rejoin.
+            pass
+        elif kind == "dead" and self._no_own_evidence_of_silence(
+            item.subject, item.incarnation, now
+        ):
+            # This node hears the subject itself, or just started and has no
+            # news of it yet: a verdict formed elsewhere (maybe where the
+            # subject could not be heard) counts as one monitor's suspicion.
+            # A heard subject, told by the claimer, refutes.  One not heard yet
+            # is passed the verdict: if it was cut off when the verdict was
+            # formed it learns it now and rejoins (it and the majority held
+            # each other dead, so nobody else would tell it before the next
+            # dead notice, seconds away); one in the majority refutes; a dead
+            # one is confirmed by this node's watch or the suspicion's timeout.
+            heard = self._hears(item.subject, item.incarnation, now)
+            self._transition(
+                item.subject,
+                "suspect",
+                item.incarnation,
+                item.origin,
+                now,
+                actions,
+                reason=f"dead by {item.origin}, {'but heard' if heard else 'not heard yet'}",
+            )
+            if not heard:
+                self._pass_verdict_to_subject(item, now, actions)
+        else:
+            self._transition(item.subject, kind, item.incarnation, item.origin, now, actions)
+        return announced
 
     def _sync_newcomer(self, peer: str, at: float, actions: list) -> None:
         """``peer`` announced itself at a new incarnation (it restarted or rejoined):
