@@ -822,3 +822,34 @@ def test_l1_a_declaration_exactly_d_after_the_crash_is_in_time():
     run.steps(11, 30, nodes=["n0", "n1"])
     result = run.check().results["L1"]
     assert result.status == "valid", result.message
+
+
+def _crash_then_removal(removed_after_s: float) -> Run:
+    """n2 crashes at 10.6 while its removal is being committed; n0 declares it dead,
+    n1 applies the committed step that removes it ``removed_after_s`` later."""
+    run = crash_run(["n0"])
+    at = 10.6 + removed_after_s
+    run.events.append(
+        ConfigChange(
+            t_wall=at,
+            t_mono=at,
+            node="n1",
+            step=11,
+            change="remove",
+            peer="n2",
+            voters=["n0", "n1"],
+        )  # fmt: skip
+    )
+    run.events.sort(key=lambda event: event.t_mono)
+    return run
+
+
+def test_l1_an_observer_that_applied_the_crashed_nodes_removal_within_d_owes_no_verdict():
+    """A leaver that crashes while its removal commits (explore --leaves, 6 nodes, seed
+    3): the members that applied the removal within D stop watching it, and the
+    committed step settles it; one that applied it only after D still missed it."""
+    result = _crash_then_removal(0.2).check().results["L1"]
+    assert result.status == "valid", result.message
+    assert "1 settled by a committed removal" in result.message
+    late = _crash_then_removal(BOUNDS.detection_s + 0.5).check().results["L1"]
+    assert late.status == "invalid" and "n1 did not declare n2" in late.message

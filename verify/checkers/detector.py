@@ -239,12 +239,25 @@ def detection_delays_s(
     """Per (crash, observer): seconds until the observer declared the crashed node dead.
 
     Returns ``(delays, misses)``; a miss is ``(observer, crashed, t_crash, crash index,
-    "late"|"unknown")``.  Observers are the nodes alive for the whole ``[crash, crash +
-    D]``; crashes whose node came back within ``D`` are skipped.
+    "late"|"unknown"|"removed")``.  Observers are the nodes alive for the whole
+    ``[crash, crash + D]``; crashes whose node came back within ``D`` are skipped.
+
+    ``"removed"`` is no violation: the observer applied, within ``D`` of the crash and
+    before any verdict of its own, a committed configuration without the crashed node
+    (a leaver that crashed while its removal was being committed).  From then on the
+    node is no member there: nobody watches it, and the committed step says more than
+    a verdict would (the neutral checker's L1 counts such a configuration as the
+    group that leaves the dead node out).  Its evidence is the observer's own
+    ``config_change`` event; not a detection delay.
     """
     declared: dict[tuple[str, str], list[float]] = defaultdict(list)
     for event in history.of_kind(DeclareDead):
         declared[(event.node, event.peer)].append(event.t_mono)
+    # (observer, peer) -> when the observer applied a configuration without peer.
+    removed_at: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for event in history.of_kind(ConfigChange):
+        if event.change == "remove":
+            removed_at[(event.node, event.peer)].append(event.t_mono)
     # Detection is among members: a node outside the configuration in force (removed
     # by a committed step, or not yet added) watches no one and no one watches it.
     # Without configuration changes every node is a member, as before.
@@ -279,6 +292,12 @@ def detection_delays_s(
             if first < len(times) and times[first] <= t_crash + bound + _BOUND_SLACK_S:
                 delays.append(max(times[first] - t_crash, 0.0))
                 continue
+            if any(
+                process_start <= at <= t_crash + bound + _BOUND_SLACK_S
+                for at in removed_at.get((observer, crashed), ())
+            ):
+                misses.append((observer, crashed, t_crash, crash_index, "removed"))
+                continue
             undecidable = (
                 run_cut
                 or timeline.out_of_envelope(observer, t_crash, end)
@@ -294,7 +313,10 @@ def check_l1(history: History, timeline: Timeline, bounds: Bounds) -> PropertyRe
     findings = Findings("L1")
     delays, misses = detection_delays_s(history, timeline, bounds)
     findings.checked = len(delays) + len(misses)
+    removed = sum(1 for miss in misses if miss[4] == "removed")
     for observer, crashed, t_crash, crash_index, kind in misses:
+        if kind == "removed":
+            continue  # settled by a committed removal (detection_delays_s)
         message = (
             f"{observer} did not declare {crashed} dead within D={bounds.detection_s}s of its "
             f"crash at t={t_crash:.3f}"
@@ -305,6 +327,7 @@ def check_l1(history: History, timeline: Timeline, bounds: Bounds) -> PropertyRe
         else:
             findings.unknown(message + " (run ended or envelope left)", ref)
     worst = max(delays, default=0.0)
-    return findings.result(
-        f"{len(delays)} detections of {len(timeline.crashes)} crashes, slowest {worst * 1000:.0f} ms"
-    )
+    summary = f"{len(delays)} detections of {len(timeline.crashes)} crashes, slowest {worst * 1000:.0f} ms"
+    if removed:
+        summary += f"; {removed} settled by a committed removal of the crashed node within D"
+    return findings.result(summary)
