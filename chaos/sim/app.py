@@ -626,10 +626,14 @@ class NodeApp:
 
     def refused(self, t: float, peer: str, reason: str) -> None:
         """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
-        from a node removed here is answered with its removal (node_core.RemovalAnswers)."""
-        step = self.removal_answers.refused(peer, reason, self.membership.configs, self._local(t))
+        from a node removed here is answered with its removal (node_core.RemovalAnswers),
+        any other non-member is heartbeated (node_core.heartbeats_stranger)."""
+        configs = self.membership.configs
+        step = self.removal_answers.refused(peer, reason, configs, self._local(t))
         if step is not None:
             self._send(t, peer, LeaveConfirmed(sender=self.name, step=step))
+        if nc.heartbeats_stranger(peer, reason):
+            self.sim.stranger_heard(self.proc, t, peer)
 
     def _confirm_removal(self, t: float, peer: str) -> None:
         """Tell ``peer`` its removal committed here, if it did (node_core.removal_step)."""

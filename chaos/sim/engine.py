@@ -398,6 +398,14 @@ class Simulation:
             arrivals += [(arrival, sender) for arrival, _ in stream.take_due(t)]
         return arrivals
 
+    def stranger_heard(self, proc: NodeProcess, t: float, peer: str) -> None:
+        """A refused message made ``peer`` a stranger ``proc`` heartbeats (the runtime's
+        ``DetectorDriver.stranger_heard``)."""
+        detector = proc.detector
+        if detector is not None and detector.started and proc.up:
+            actions = detector.handle(StrangerHeard(peer=peer), proc.clock.local(t))
+            self._apply_detector(proc, t, actions)
+
     def members_changed(self, proc: NodeProcess, t: float, members: tuple[str, ...]) -> None:
         """A committed configuration change, or one installed with a state."""
         detector = proc.detector
@@ -713,11 +721,8 @@ class Simulation:
             if run[0][1] not in detector.status:
                 # A heartbeat still in flight from a node removed from the configuration
                 # (or not yet added here): dropped, as the runtime drops it, and a
-                # removed node is told so (the runtime's refusal of a non-member).  The
-                # core heartbeats the stranger back first ("Strangers"), as the
-                # runtime's detector driver does before the refusal is counted.
-                stranger = StrangerHeard(peer=run[0][1])
-                self._apply_detector(proc, t, detector.handle(stranger, local))
+                # removed node is told so (the runtime's refusal of a non-member), any
+                # other is heartbeated back (NodeApp.refused).
                 if proc.app is not None:
                     proc.app.refused(t, run[0][1], "unknown-peer")
                 start = index
@@ -814,6 +819,7 @@ class Simulation:
                 self.network,
                 self.settle_s,
             )
+            stream.stranger = receiver in plan.strangers
             self._reschedule(receiver, t)
             target = self.processes.get(receiver)
             if target is not None and target.detector is not None and not target.detector.started:
@@ -830,7 +836,9 @@ class Simulation:
         if proc.detector is None or proc.detector.started:
             return
         t = self.now
-        arrivals = self._take_arrivals(receiver, t)
+        streams = self.streams_to[receiver]
+        # Heartbeats to a stranger are flagged (Heartbeat.stranger): no evidence.
+        arrivals = [a for a in self._take_arrivals(receiver, t) if not streams[a[1]].stranger]
         if arrivals:
             proc.app.join_evidence(t, [sender for _, sender in sorted(arrivals)])
 

@@ -55,6 +55,7 @@ class HeartbeatStream:
         "delivered_to",
         "worst_gap_s",
         "late_send",
+        "stranger",
     )
 
     def __init__(self, sender: str, receiver: str, rng: object):
@@ -77,6 +78,9 @@ class HeartbeatStream:
         self.worst_gap_s = math.inf  # kept by the simulator (Simulation._refresh_worst_gaps)
         # A plan's first send when its start was already past (true time), else None.
         self.late_send: float | None = None
+        # The sender heartbeats the receiver as a stranger (HeartbeatPlan.strangers):
+        # flagged on the wire, no join evidence.
+        self.stranger = False
 
     def _send_time(self, k: int) -> float:
         local = self.start_local + k * self.interval_local

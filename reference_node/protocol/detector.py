@@ -570,6 +570,9 @@ class HeartbeatPlan(CoreAction, frozen=True, kw_only=True):
     incarnation: int
     interval_s: float
     start_at: float
+    # Those of ``to`` that are strangers ("Strangers"): their heartbeats say so
+    # (``Heartbeat.stranger``), so a joiner never takes them for its add.
+    strangers: tuple[str, ...] = ()
 
 
 def heartbeat_slot(start_at: float, interval_s: float, due: int, now: float) -> tuple[bool, int]:
@@ -1219,7 +1222,7 @@ class FailureDetector:
                 f"MembersChanged without this node {self.node!r}: a removed node stops its detector"
             )
         before_view = self.alive_view()
-        old_targets = self.heartbeat_targets
+        old_targets = (self.heartbeat_targets, tuple(sorted(self._strangers)))
         new_members = _sorted_members(event.members)
         added_members: list[str] = []
         for gone in sorted(set(self.members) - set(new_members)):
@@ -1241,7 +1244,10 @@ class FailureDetector:
         self.members = new_members
         added = self._recompute_topology(at=now)
         self._recompute_gossip_order()
-        if self.heartbeat_targets != old_targets and not self.left and not self.self_dead:
+        # A stranger that became a member is heartbeated as one from now on: a new plan
+        # even when the targets are the same (its heartbeats are no longer flagged).
+        new_targets = (self.heartbeat_targets, tuple(sorted(self._strangers)))
+        if new_targets != old_targets and not self.left and not self.self_dead:
             actions.append(self._plan(now))
         if self.started:
             self._announce_watches(added, now, actions)
@@ -2358,6 +2364,7 @@ class FailureDetector:
             incarnation=self.incarnation,
             interval_s=self.config.heartbeat_interval_s,
             start_at=at,
+            strangers=tuple(sorted(self._strangers)),
         )
 
     def _recompute_topology(self, at: float | None) -> tuple[str, ...]:

@@ -111,6 +111,9 @@ class _Message(
 class Heartbeat(_Message, tag="heartbeat"):
     incarnation: Counter
     seq: Counter
+    # Sent to a node the sender does not hold as a member (the detector's "Strangers":
+    # it heard that node's heartbeats): no evidence for a joiner that it was added.
+    stranger: bool = False
 
 
 class Gossip(_Message, tag="gossip"):

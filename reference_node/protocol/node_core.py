@@ -902,6 +902,18 @@ def removal_step(configs: mb.Configurations, peer: str) -> int | None:
     return None
 
 
+def heartbeats_stranger(peer: str, reason: str) -> bool:
+    """Whether ``peer``, whose message was refused (``RemoteProtocolError.reason``),
+    is a stranger this node's detector heartbeats (``detector.StrangerHeard``):
+    refused as a non-member's.  A node this node removed is one too (it is also told
+    so, ``RemovalAnswers``): it may have been added again in a configuration this
+    node has not learnt (explore --leaves, 6 nodes, seed 2).  Those heartbeats are
+    flagged (``Heartbeat.stranger``): a removed leaver's next process, a joiner, took
+    the ones its last heartbeats had started for the evidence of its add (explore
+    --leaves, 3 nodes, seed 1)."""
+    return reason == "unknown-peer" and bool(peer)
+
+
 class RemovalAnswers:
     """When a member answers a node it removed that still talks to it as a member.
 

@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import Callable
 
 from swarmshake.reference_node.protocol import detector as det
-from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.protocol.messages import Gossip, Heartbeat
 from swarmshake.reference_node.protocol.node_core import history_of
 from swarmshake.reference_node.runtime.clock import NodeClock
@@ -98,15 +97,12 @@ class DetectorDriver:
         event = det.HeartbeatsArrived(
             peer=message.sender, incarnation=message.incarnation, arrival_times=(self.clock.now(),)
         )
-        try:
-            actions = self.core.handle(event, self.clock.now())
-        except RemoteProtocolError:
-            # A stranger's (the core's only refusal of a heartbeat): the core heartbeats
-            # it back ("Strangers"), then the control process counts the refusal.
-            stranger = det.StrangerHeard(peer=message.sender)
-            self.apply(self.core.handle(stranger, self.clock.now()))
-            raise
-        self.apply(actions)
+        self.apply(self.core.handle(event, self.clock.now()))
+
+    def stranger_heard(self, peer: str) -> None:
+        """``peer``'s message was refused as a non-member's and it is no node this
+        node removed (node_core.heartbeats_stranger): heartbeat it ("Strangers")."""
+        self.apply(self.core.handle(det.StrangerHeard(peer=peer), self.clock.now()))
 
     def on_gossip(self, message: Gossip) -> None:
         self._report_unseen_stall()
@@ -179,8 +175,14 @@ class DetectorDriver:
                 message = Heartbeat(
                     sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq
                 )
+                to_stranger = Heartbeat(
+                    sender=self.core.node,
+                    incarnation=plan.incarnation,
+                    seq=self.heartbeat_seq,
+                    stranger=True,
+                )
                 for peer in plan.to:
-                    self._send_heartbeat(peer, message)
+                    self._send_heartbeat(peer, to_stranger if peer in plan.strangers else message)
                 self.heartbeats_sent += 1
                 due = next_due
 

@@ -241,16 +241,21 @@ class ControlProcess:
     def refused(self, peer: str, reason: str) -> None:
         """A message of ``peer``'s was refused (``RemoteProtocolError.reason``): one
         from a node removed here is answered with its removal (node_core.RemovalAnswers;
-        here, not in the step driver, so that it works before the worker is ready)."""
-        step = self.removal_answers.refused(peer, reason, self.membership.configs, self.clock.now())
+        here, not in the step driver, so that it works before the worker is ready); any
+        other non-member is heartbeated (node_core.heartbeats_stranger)."""
+        configs = self.membership.configs
+        step = self.removal_answers.refused(peer, reason, configs, self.clock.now())
         if step is not None:
             self.send_message(peer, msgs.LeaveConfirmed(sender=self.node, step=step))
+        if nc.heartbeats_stranger(peer, reason) and self.detector_started:
+            self.detector.stranger_heard(peer)
 
     def dispatch(self, message: msgs.Message) -> None:
         if isinstance(message, msgs.Heartbeat | msgs.Gossip) and not self.detector_started:
             # A joiner not yet added: a member's heartbeats mean it holds us as a
-            # member now (it only heartbeats its members).
-            if isinstance(message, msgs.Heartbeat) and self.step_driver is not None:
+            # member now (it heartbeats its members, and flags those to strangers).
+            heartbeat = isinstance(message, msgs.Heartbeat)
+            if heartbeat and not message.stranger and self.step_driver is not None:
                 self.step_driver.on_join_evidence(message.sender)
             return
         if isinstance(message, msgs.Heartbeat):

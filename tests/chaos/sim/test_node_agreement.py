@@ -152,6 +152,8 @@ class RuntimeNode:
         # What the detector was told: the members it watches, and when it starts.
         self.detector_members: list[tuple[str, ...]] = []
         self.detector_starts = 0
+        self.strangers_heard: list[str] = []  # refused non-members heartbeated back
+        self.detector_started = True  # the detector's own I/O is not drawn here
         self._boot(
             incarnation=nc.next_incarnation(0), ready_step=0, params=training.INITIAL_PARAMS,
             checkpoint="",
@@ -177,7 +179,10 @@ class RuntimeNode:
         # A started detector holds every member alive: the newest configuration's
         # members and this node, as the control process builds it.
         self.alive: tuple[str, ...] = tuple(sorted({*configs.latest().members, ME}))
-        self.detector = SimpleNamespace(core=SimpleNamespace(alive_view=lambda: self.alive))
+        self.detector = SimpleNamespace(
+            core=SimpleNamespace(alive_view=lambda: self.alive),
+            stranger_heard=self.strangers_heard.append,
+        )
         self.drops = SimpleNamespace(drop=lambda reason, peer: None)
         self.removal_answers = nc.RemovalAnswers(self.config.step.node)  # as ControlProcess
         self.worker_ready = ipc.WorkerReady(
@@ -541,6 +546,7 @@ class SimNode:
         self.disk = NodeDisk()
         self.detector_members: list[tuple[str, ...]] = []
         self.detector_starts = 0
+        self.strangers_heard: list[str] = []
         self.stopped = ""
         self.app = NodeApp(
             self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
@@ -593,6 +599,9 @@ class SimNode:
 
     def start_detector(self, proc: Any, t: float) -> None:
         self.detector_starts += 1
+
+    def stranger_heard(self, proc: Any, t: float, peer: str) -> None:
+        self.strangers_heard.append(peer)
 
     def stop(self, name: str, t: float, reason: str) -> None:
         self.stopped = reason
@@ -1027,6 +1036,7 @@ async def _run(
         assert runtime.fetch_requests == sim.fetch_requests, where
         assert runtime.detector_members == sim.detector_members, where
         assert runtime.detector_starts == sim.detector_starts, where
+        assert runtime.strangers_heard == sim.strangers_heard, where
         assert runtime.stopped == sim.stopped, where
         if runtime.stopped:
             membership.add("n0 stopped")

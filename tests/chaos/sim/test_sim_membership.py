@@ -270,13 +270,9 @@ def test_a_joiner_whose_fetch_fell_back_to_its_checkpoint_keeps_heartbeating_its
         b"- op: {op: crash, nodes: [n2]}\n  at_s: 0.88\n  heal_after_s: 0.11\n",
         source="test",
     )
+    # (Since the stranger heartbeats of fc465dd the fetch no longer falls back here; the
+    # rule itself is pinned by test_membership's held-as-a-member test.)
     run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
-    fallbacks = [
-        e
-        for e in run.history.events
-        if isinstance(e, RejoinBegin) and e.node == "n2" and e.source == "checkpoint"
-    ]
-    assert fallbacks, "the schedule no longer reaches the checkpoint fallback"
     assert run.verdict.results["S4"].status == "valid", run.verdict.results["S4"].message
     assert run.verdict.results["S1"].status == "valid"
 
@@ -340,4 +336,32 @@ def test_the_last_voter_restarted_on_an_old_checkpoint_commits_again():
     ]
     assert {e.peer for e in removals} >= {"n0", "n1"}, "the schedule no longer shrinks it"
     assert run.verdict.results["L2"].status == "valid", run.verdict.results["L2"].message
+    assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_joiner_takes_a_members_heartbeats_for_its_add_not_a_strangers():
+    """explore --leaves, 3 nodes, seed 1, shrunk (after strangers were heartbeated):
+    n0 leaves, is removed and comes back as a joiner; n1 still heartbeated it as a
+    stranger (its last process's heartbeats), so adding n0 changed none of n1's
+    heartbeat targets and the joiner's evidence waited 1.3 s for an unrelated plan;
+    n2 crashed meanwhile and n0 confirmed it after D (L1).  Heartbeats to a stranger
+    are flagged, and a stranger that becomes a member gets a new plan."""
+    on_step_19 = "when: {node: n0, kind: commit, step_at_least: 19}"
+    schedule = faults.decode_schedule(
+        (
+            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.1\n"
+            "- op: {op: crash, nodes: [n2]}\n  when: {node: n2, kind: commit, step_at_least: 2}\n"
+            f"- op: {{op: partition, grouping: isolate, nodes: [n1]}}\n  {on_step_19}\n"
+            "  heal_after_s: 5.0\n"
+            f"- op: {{op: restart, nodes: [n2]}}\n  {on_step_19}\n"
+            f"- op: {{op: crash, nodes: [n0]}}\n  {on_step_19}\n  heal_after_s: 2.3\n"
+            "- op: {op: churn, events_per_min: 16.0, down_s: 1.0, crash_fraction: 0.0, "
+            "nodes: ['*']}\n  at_s: 0.5\n  heal_after_s: 2.22\n"
+        ).encode(),
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
+    adds = [e for e in run.history.events if isinstance(e, ConfigChange) and e.change == "add"]
+    assert any(e.peer == "n0" for e in adds), "the schedule no longer adds n0 again"
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.status == "valid", run.verdict

@@ -152,6 +152,7 @@ def test_a_stranger_whose_heartbeats_arrive_is_heartbeated_until_it_stops():
         a for a in node.handle(D.StrangerHeard(peer="n7"), 0.5) if isinstance(a, D.HeartbeatPlan)
     ]
     assert plans and plans[-1].to == (*node.monitors, "n7")
+    assert plans[-1].strangers == ("n7",)  # flagged: no joiner takes them for its add
     assert "n7" not in node.targets and "n7" not in node.status  # heartbeated, not watched
     assert node.handle(D.StrangerHeard(peer="n7"), 0.9) == []  # heard again: no news
     node.check_valid()
@@ -166,8 +167,10 @@ def test_a_stranger_whose_heartbeats_arrive_is_heartbeated_until_it_stops():
     # A member is no stranger; one that becomes a member is left to the ring.
     assert node.handle(D.StrangerHeard(peer="n1"), 2.0) == []
     node.handle(D.StrangerHeard(peer="n7"), 2.0)
-    node.handle(D.MembersChanged(members=(*MEMBERS, "n7")), 2.1)
+    changed = node.handle(D.MembersChanged(members=(*MEMBERS, "n7")), 2.1)
     assert not node._strangers and "n7" in node.targets
+    plan = [a for a in changed if isinstance(a, D.HeartbeatPlan)][-1]
+    assert "n7" in plan.to and plan.strangers == ()  # heartbeated as a member now
     node.check_valid()
 
 

@@ -593,6 +593,14 @@ def test_a_restart_and_every_declared_death_are_failures_the_young_daly_policy_c
         nc.CheckpointConfig(policy="sometimes")
 
 
+def test_a_non_member_refused_as_such_is_a_stranger():
+    """Any sender refused as a non-member's is heartbeated back (a node this one
+    removed may have been added again in a configuration it has not learnt)."""
+    assert nc.heartbeats_stranger("n9", "unknown-peer")
+    assert not nc.heartbeats_stranger("n9", "forged-ballot")  # not a non-member's
+    assert not nc.heartbeats_stranger("", "unknown-peer")  # no sender known
+
+
 def test_a_step_that_changes_the_configuration_is_checkpointed_at_once():
     """A restart from a checkpoint older than a configuration change runs under the
     older configuration and may never commit the steps it lost (explore --leaves,
