@@ -468,14 +468,19 @@ class NodeMembership:
         configuration's members it knows, as that start made it: they hold it as a
         member and watch it.  Shrunk to itself, it stopped heartbeating them and they
         declared it dead while it fetched again (explore --leaves, 3 nodes, seed 1: a
-        joiner whose fetch fell back to its own checkpoint, from before its add)."""
+        joiner whose fetch fell back to its own checkpoint, from before its add).  So
+        does a node the newest configuration it knows names (a learner whose fetch fell
+        back to a checkpoint from before its add): the members watch it; shrunk to
+        itself, it also dropped its watch of a member that had crashed meanwhile
+        (explore --leaves, 3 nodes, seed 1: L1)."""
         if from_peer:
             self.configs.record(configuration)
         self.core = self._core_for(configuration)
         if self.is_member():
             return configuration.members
-        if held_as_member:
-            return tuple(sorted({*self.configs.latest().members, self.node}))
+        latest = self.configs.latest().members
+        if held_as_member or self.node in latest:
+            return tuple(sorted({*latest, self.node}))
         return (self.node,)
 
     def feed(self, event: MembershipEvent, now: float) -> list[ConfigChanged]:

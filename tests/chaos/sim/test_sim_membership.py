@@ -365,3 +365,34 @@ def test_a_joiner_takes_a_members_heartbeats_for_its_add_not_a_strangers():
     assert any(e.peer == "n0" for e in adds), "the schedule no longer adds n0 again"
     assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_learner_whose_fetch_fell_back_to_an_older_checkpoint_detects_a_crash():
+    """explore --leaves, 3 nodes, seed 1, shrunk (at 6064602): n0, a learner again
+    after churn of leaves, restarts at the instant n1 crashes; its fetches fail and it
+    falls back to its checkpoint, from before its add.  Its detector was shrunk to
+    itself, dropping the watch of n1 before it could confirm the crash (L1).  The
+    newest configuration it knows names it, so it keeps watching its members."""
+    on_step_19 = "when: {node: n1, kind: commit, step_at_least: 19}"
+    schedule = faults.decode_schedule(
+        (
+            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.1\n"
+            "- op: {op: crash, nodes: [n0]}\n  when: {node: n0, kind: commit, step_at_least: 2}\n"
+            f"- op: {{op: partition, grouping: isolate, nodes: [n2]}}\n  {on_step_19}\n"
+            "  heal_after_s: 5.0\n"
+            f"- op: {{op: restart, nodes: [n0]}}\n  {on_step_19}\n"
+            f"- op: {{op: crash, nodes: [n1]}}\n  {on_step_19}\n  heal_after_s: 2.3\n"
+            "- op: {op: churn, events_per_min: 16.0, down_s: 1.0, crash_fraction: 0.0, "
+            "nodes: ['*']}\n  at_s: 0.5\n  heal_after_s: 2.22\n"
+        ).encode(),
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=3, duration_s=40, seed=1), schedule, None)
+    fallbacks = [
+        e
+        for e in run.history.events
+        if isinstance(e, RejoinBegin) and e.node == "n0" and e.source == "checkpoint"
+    ]
+    assert fallbacks, "the schedule no longer reaches the checkpoint fallback"
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
+    assert run.verdict.status == "valid", run.verdict

@@ -169,6 +169,21 @@ def test_a_joiner_held_as_a_member_keeps_watching_the_members_after_an_older_ins
     node.check_valid()
 
 
+def test_a_member_whose_fetch_fell_back_to_an_older_checkpoint_keeps_watching_the_members():
+    """A learner restarted at a member's crash whose fetch fell back to its checkpoint,
+    from before its add: the newest configuration it knows names it, so it keeps
+    watching its members (shrunk to itself, it dropped the crashed member's watch
+    before confirming it: explore --leaves, 3 nodes, seed 1, L1)."""
+    before_add = MB.Configuration(step=1, voters=("b", "c"))
+    configs = MB.Configurations(MB.Configuration(step=-1, voters=("a", "b", "c")))
+    configs.record(before_add)
+    configs.record(MB.Configuration(step=5, voters=("b", "c"), learners=("a",)))
+    node = MB.NodeMembership(node="a", incarnation=4, configs=configs)
+    assert not node.starts_as_joiner()
+    assert node.restart_at(before_add, from_peer=False) == ("a", "b", "c")
+    node.check_valid()
+
+
 def test_a_confirmed_removal_is_recorded_once_and_makes_the_next_process_a_joiner():
     initial = MB.Configuration(step=-1, voters=("a", "b", "c"), learners=("d",))
     node = MB.NodeMembership(node="a", incarnation=1, configs=MB.Configurations(initial))
