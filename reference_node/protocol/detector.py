@@ -253,9 +253,10 @@ Strangers
 A node restarted on an old disk, or one whose state predates a peer's add, does not
 know every member yet: it watches none of the newer ones and heartbeats none of them,
 while they watch it and, hearing nothing, declared it dead while it fetched the
-cluster's state (explore --leaves, 6 nodes, seed 2: S4).  Their heartbeats reach it
+cluster's state (explore --leaves, 6 nodes, seed 2: S4).  Their messages reach it
 and are refused (``unknown-peer``); the drivers then report the sender
-(``StrangerHeard``) and this node heartbeats it too, for ``stranger_heartbeat_s``
+(``StrangerHeard``) and this node heartbeats it too, flagged (``Heartbeat.stranger``:
+no joiner takes them for its add), for ``stranger_heartbeat_s``
 after its last heartbeat (``strangers_max`` at most), until a configuration names it
 (``MembersChanged``: then the ring decides).  It still does not watch a stranger: a
 node it does not know as a member is no subject of its verdicts.
@@ -459,8 +460,9 @@ class MembersChanged(CoreEvent, frozen=True, kw_only=True):
 
 
 class StrangerHeard(CoreEvent, frozen=True, kw_only=True):
-    """A heartbeat of ``peer``, which is not one of this node's members, arrived and
-    was refused (``unknown-peer``): it holds this node as a member ("Strangers")."""
+    """A message of ``peer``, which is not one of this node's members, was refused
+    (``unknown-peer``; ``node_core.heartbeats_stranger``): it may hold this node as a
+    member in a configuration this node has not learnt ("Strangers")."""
 
     peer: str
 

@@ -100,8 +100,8 @@ class DetectorDriver:
         self.apply(self.core.handle(event, self.clock.now()))
 
     def stranger_heard(self, peer: str) -> None:
-        """``peer``'s message was refused as a non-member's and it is no node this
-        node removed (node_core.heartbeats_stranger): heartbeat it ("Strangers")."""
+        """``peer``'s message was refused as a non-member's
+        (node_core.heartbeats_stranger): heartbeat it, flagged ("Strangers")."""
         self.apply(self.core.handle(det.StrangerHeard(peer=peer), self.clock.now()))
 
     def on_gossip(self, message: Gossip) -> None:
@@ -175,12 +175,14 @@ class DetectorDriver:
                 message = Heartbeat(
                     sender=self.core.node, incarnation=plan.incarnation, seq=self.heartbeat_seq
                 )
-                to_stranger = Heartbeat(
-                    sender=self.core.node,
-                    incarnation=plan.incarnation,
-                    seq=self.heartbeat_seq,
-                    stranger=True,
-                )
+                to_stranger = message
+                if plan.strangers:  # rare: a node behind its configuration
+                    to_stranger = Heartbeat(
+                        sender=self.core.node,
+                        incarnation=plan.incarnation,
+                        seq=self.heartbeat_seq,
+                        stranger=True,
+                    )
                 for peer in plan.to:
                     self._send_heartbeat(peer, to_stranger if peer in plan.strangers else message)
                 self.heartbeats_sent += 1
