@@ -71,7 +71,8 @@ class ScenarioError(ValueError):
 
 class Cluster(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     nodes: int = 4
-    backend: Literal["local", "docker"] = "local"
+    # "sim": the simulator's shell of the node core (``swarmshake run --backend sim``).
+    backend: Literal["local", "docker", "sim"] = "local"
     model: Literal["tiny", "small", "medium", "large"] = "tiny"
     aggregation: Literal["mean", "median", "trimmed_mean", "krum", "multi_krum"] | None = None
     training: dict[str, Any] = {}  # extra TrainingConfig fields (lr, optimizer, byzantine_f …)
@@ -211,7 +212,16 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
             TrainingConfig(**self.cluster.training_section(self.seed))
         except (TrainingConfigError, TypeError, ValueError) as error:
             raise ValueError(f"cluster.training: {error}") from None
+        self._check_node_sections()
         self._check_system()
+
+    def _check_node_sections(self) -> None:
+        """``cluster.step`` and ``cluster.detector`` as the node reads them from its
+        node.toml, so a bad value stops the suite here (exit 64) rather than every
+        node at its start (a run that never reaches steady state)."""
+        from swarmshake.chaos.systems.reference import node_settings
+
+        node_settings(self.cluster.step, self.cluster.detector)
 
     def _check_system(self) -> None:
         """The system exists, takes these options, and can take every fault asked for."""

@@ -159,8 +159,10 @@ def reproduce_command(run: RunDir) -> str:
     backend = run.scenario.get("backend") or (
         cluster.get("backend") if isinstance(cluster, dict) else None
     )
-    if backend == "sim":
-        # The simulator's run directory records its config; its faults: section is a schedule.
+    if run.scenario.get("backend") == "sim":
+        # ``swarmshake sim``'s run directory records its config; its faults: section is a
+        # schedule.  (A suite run on the simulator names it as cluster.backend: sim, and
+        # its scenario.yaml repeats it through ``swarmshake run`` like any suite.)
         config = run.scenario.get("config") or {}
         parts = ["swarmshake", "sim"]
         if isinstance(config, dict) and "nodes" in config:

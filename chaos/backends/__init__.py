@@ -51,4 +51,8 @@ def supported_ops(name: str) -> frozenset[str]:
         from swarmshake.chaos.backends.docker import DockerBackend
 
         return DockerBackend.supported_ops
+    if name == "sim":
+        from swarmshake.chaos.faults import SIM_SUPPORTED
+
+        return SIM_SUPPORTED
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")

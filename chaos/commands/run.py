@@ -1,6 +1,7 @@
-"""``swarmshake run SUITE.yaml [--backend local|docker] [--nodes N] [--seed S] [--out runs/]``.
+"""``swarmshake run SUITE.yaml [--backend local|docker|sim] [--nodes N] [--seed S] [--out runs/]``.
 
-Runs one chaos scenario on a real cluster and checks its history.  Exit codes: 0
+Runs one chaos scenario on a real cluster, or on the simulator's shell of the node
+core (``--backend sim``, chaos/sim/suite.py), and checks its history.  Exit codes: 0
 every property held, 1 a property was violated, 2 unknown (the run could not
 decide), 64 bad usage or a bad scenario (the message names the file, line, field
 and fix).  ``--json`` prints one JSON document (run directory, status, verdict) on
@@ -17,7 +18,7 @@ from pathlib import Path
 from swarmshake.chaos import faults as F
 from swarmshake.chaos.backends import BACKEND_NAMES, supported_ops
 from swarmshake.chaos.commands._args import ArgumentParser, UsageError
-from swarmshake.chaos.runner import RunOptions, run_blocking
+from swarmshake.chaos.runner import RunOptions, RunResult, run_blocking
 from swarmshake.chaos.scenario import Scenario, ScenarioError, load, resolve
 from swarmshake.reference_node.protocol.bugs import BUGS
 
@@ -35,7 +36,8 @@ def check_ops(scenario: Scenario, source: str) -> None:
         if missing:
             raise UsageError(
                 f"{source}: faults[{index}]: op {missing[0]!r} is unsupported on the "
-                f"{scenario.cluster.backend} backend; fix: use --backend docker or drop the entry "
+                f"{scenario.cluster.backend} backend; fix: use --backend "
+                f"{'local or docker' if scenario.cluster.backend == 'sim' else 'docker'} or drop the entry "
                 f"(supported here: {', '.join(sorted(ops))})"
             )
 
@@ -45,7 +47,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "suite", type=Path, help="a scenario YAML file (suites/*.yaml or a run's scenario.yaml)"
     )
-    parser.add_argument("--backend", choices=BACKEND_NAMES, help="override the scenario's backend")
+    parser.add_argument(
+        "--backend",
+        choices=(*BACKEND_NAMES, "sim"),
+        help="override the scenario's backend (sim: the simulator, virtual time)",
+    )
     parser.add_argument("--nodes", type=int, help="override the number of nodes")
     parser.add_argument(
         "--system",
@@ -73,10 +79,13 @@ def main(argv: list[str]) -> int:
     except ScenarioError as error:
         raise UsageError(str(error)) from None
     check_ops(scenario, str(args.suite))
-    options = RunOptions(out=args.out, json_mode=args.json, quiet=args.quiet)
-    if args.node_program:
-        options.node_program = args.node_program
-    result = run_blocking(scenario, options)
+    if scenario.cluster.backend == "sim":
+        result = run_on_simulator(scenario, args)
+    else:
+        options = RunOptions(out=args.out, json_mode=args.json, quiet=args.quiet)
+        if args.node_program:
+            options.node_program = args.node_program
+        result = run_blocking(scenario, options)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     else:
@@ -84,6 +93,18 @@ def main(argv: list[str]) -> int:
             f"{result.status}: {result.message}\nrun directory: {result.run_dir}", file=sys.stderr
         )
     return result.exit_code
+
+
+def run_on_simulator(scenario: Scenario, args) -> RunResult:  # noqa: ANN001 - argparse namespace
+    from swarmshake.chaos.sim.suite import SuiteError, plan, run_suite
+
+    if args.node_program:
+        raise UsageError("--node-program runs real nodes; the simulator runs the node core")
+    try:
+        suite = plan(scenario)
+    except SuiteError as error:
+        raise UsageError(f"{args.suite}: {error}") from None
+    return run_suite(suite, args.out, quiet=args.quiet or args.json)
 
 
 def argparse_hidden() -> str:

@@ -120,7 +120,9 @@ def knobs(config: SimConfig, faults_path: Path | None) -> str:
         f"jitter_ms={config.jitter_ms:g}",
         f"lazy={'on' if config.lazy else 'off'}",
         *_non_default(config.app, "app"),
+        *_non_default(config.detector, "detector"),
         *_non_default(config.bounds, "bounds"),
+        f"names={','.join(config.names) or 'default'}",
         f"commit={git_commit()}",
     ]
     return " ".join(parts)

@@ -163,9 +163,12 @@ class Simulation:
         detector_config: DetectorConfig | None = None,
         app_factory: Callable[[Simulation, NodeProcess], Any] | None = None,
         vouch: bool = True,
+        names: tuple[str, ...] = (),
     ):
+        # The default names sort in index order (n0..n9, or n000..n999); a suite's run
+        # gives its own (n1..nN, the real backends' names), checked by SimConfig.
         width = len(str(nodes - 1))
-        self.names: tuple[str, ...] = tuple(f"n{i:0{width}d}" for i in range(nodes))
+        self.names: tuple[str, ...] = names or tuple(f"n{i:0{width}d}" for i in range(nodes))
         self.seed = seed
         self.core_seed = derive_seed(seed, "cores") & SEED_MASK
         self.bugs = bugs

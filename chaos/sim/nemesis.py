@@ -28,7 +28,17 @@ CHURN_EVENTS_MAX = 100_000  # per churn op: a rate typo must not flood the heap
 
 
 class Nemesis:
-    def __init__(self, sim: Simulation, schedule: faults.FaultSchedule, rng: random.Random):
+    """``window``: timed entries fire ``at_s`` after its start, and triggers count the
+    events logged inside it, as the real runner arms its schedule at steady state and
+    stops it at the end of ``duration_s`` (a run without a suite: the whole run)."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        schedule: faults.FaultSchedule,
+        rng: random.Random,
+        window: tuple[float, float] = (0.0, math.inf),
+    ):
         faults.check_simulable(schedule)
         self.sim = sim
         self.schedule = schedule
@@ -39,9 +49,10 @@ class Nemesis:
         self._churn_active: dict[int, bool] = {}
         self._triggers: list[tuple[int, faults.ScheduleEntry, int]] = []  # (index, entry, seen)
         self.injected = 0
+        self._window = window
         for index, entry in enumerate(schedule.entries):
             if entry.at_s is not None:
-                sim.call_at(entry.at_s, lambda i=index, e=entry: self._fire(i, e))
+                sim.call_at(window[0] + entry.at_s, lambda i=index, e=entry: self._fire(i, e))
             else:
                 self._triggers.append((index, entry, 0))
         if self._triggers:
@@ -64,6 +75,8 @@ class Nemesis:
 
     def _watch(self, event: EventBase) -> None:
         if event.node == HARNESS or not self._triggers:
+            return
+        if not self._window[0] <= event.t_mono < self._window[1]:
             return
         kind = event.__struct_config__.tag
         remaining = []

@@ -9,7 +9,9 @@ unsorted set iteration anywhere in the simulator or the cores).
 
 from __future__ import annotations
 
+import functools
 import gc
+import math
 import operator
 import time
 from pathlib import Path
@@ -25,7 +27,10 @@ from swarmshake.chaos.sim.recorder import Recorder
 from swarmshake.chaos.sim.rng import RngStreams
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol.bugs import BugSet
+from swarmshake.reference_node.protocol.detector import DetectorConfig
+from swarmshake.reference_node.protocol.errors import LocalProtocolError
 from swarmshake.reference_node.protocol.history import HARNESS, Commit, History, RunMark
+from swarmshake.reference_node.protocol.structs import check_name
 from swarmshake.verify.checkers import Bounds, Verdict, build_timeline, check_history
 from swarmshake.verify.checkers.detector import detection_delays_s, false_positive_refs
 from swarmshake.verify.checkers.model import overall_status
@@ -49,11 +54,23 @@ class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     # that check the lazy path against it.
     lazy: bool = True
     app: AppSettings = AppSettings()
+    detector: DetectorConfig = DetectorConfig()
     bounds: Bounds = Bounds()
+    # The nodes' names; empty: n0..n{nodes-1}, zero-padded.  A suite names its own
+    # (``swarmshake run --backend sim``: n1..nN, as on the real backends).
+    names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes = {self.nodes} must lie in [1, {MAX_NODES}]")
+        if self.names:
+            if len(self.names) != self.nodes or len(set(self.names)) != self.nodes:
+                raise ValueError(f"names must be {self.nodes} distinct node names")
+            for name in self.names:  # the node core's own rule for a name
+                try:
+                    check_name(name, "node name")
+                except LocalProtocolError as error:
+                    raise ValueError(str(error)) from None
         if not 0.0 < self.duration_s <= MAX_DURATION_S:
             raise ValueError(f"duration_s = {self.duration_s} must lie in (0, {MAX_DURATION_S}]")
         if not 0 <= self.seed < 2**63:
@@ -61,6 +78,19 @@ class SimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         if self.jitter_ms < 0 or self.delay_ms < self.jitter_ms:
             raise ValueError("need 0 <= jitter_ms <= delay_ms")
         BugSet.parse(list(self.bugs))
+
+
+class RunPhases(msgspec.Struct, frozen=True):
+    """A suite's phases in virtual seconds, as the real runner has them: its fault
+    schedule counts from ``steady_state_s`` (every node committing) and its triggers
+    are armed until ``faults_end_s``; both are logged as the runner's harness marks
+    (``steady_state`` starts the L2 window)."""
+
+    steady_state_s: float
+    faults_end_s: float
+
+    def marks(self) -> tuple[tuple[float, str], ...]:
+        return ((self.steady_state_s, "steady_state"), (self.faults_end_s, "faults_end"))
 
 
 class DetectionMs(msgspec.Struct, frozen=True):
@@ -106,8 +136,13 @@ def _percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 
 def run_simulation(
-    config: SimConfig, schedule: faults.FaultSchedule | None = None, out_dir: Path | None = None
+    config: SimConfig,
+    schedule: faults.FaultSchedule | None = None,
+    out_dir: Path | None = None,
+    phases: RunPhases | None = None,
 ) -> SimRun:
+    """``phases``: the fault window of a suite's run (``chaos/sim/suite.py``); without
+    it the schedule counts from the run's start and no phase is marked."""
     # The cyclic garbage collector is paused for the whole run: the loop makes
     # millions of short-lived containers and almost no cycles (a crashed process and
     # its app, one pair per crash, cut by ``Simulation.release``), so its collections
@@ -119,14 +154,17 @@ def run_simulation(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(config, schedule, out_dir)
+        return _simulate(config, schedule, out_dir, phases)
     finally:
         if collecting:
             gc.enable()
 
 
 def _simulate(
-    config: SimConfig, schedule: faults.FaultSchedule | None, out_dir: Path | None
+    config: SimConfig,
+    schedule: faults.FaultSchedule | None,
+    out_dir: Path | None,
+    phases: RunPhases | None,
 ) -> SimRun:
     schedule = schedule or faults.FaultSchedule()
     wall_start = time.perf_counter()
@@ -149,12 +187,18 @@ def _simulate(
         recorder=recorder,
         app_factory=make_app if config.training else None,
         vouch=config.lazy,
+        detector_config=config.detector,
+        names=config.names,
     )
-    nemesis = Nemesis(sim, schedule, rngs.get("nemesis"))
+    window = (phases.steady_state_s, phases.faults_end_s) if phases else (0.0, math.inf)
+    nemesis = Nemesis(sim, schedule, rngs.get("nemesis"), window=window)
     mark = RunMark(
         t_wall=0.0, t_mono=0.0, node=HARNESS, mark="run_start", data={"seed": config.seed}
     )
     recorder.log(mark)
+    if phases is not None:
+        for t_mark, name in phases.marks():
+            sim.call_at(t_mark, functools.partial(_log_mark, recorder, t_mark, name))
     for name in sim.names:
         sim.start(name, 0.0)
     sim.run(config.duration_s)
@@ -220,6 +264,12 @@ def _simulate(
     if out_dir is not None:
         _write_run_dir(out_dir, config, schedule, verdict)
     return SimRun(result=result, history=history, verdict=verdict)
+
+
+def _log_mark(recorder: Recorder, t: float, name: str) -> None:
+    recorder.log(
+        RunMark(t_wall=t, t_mono=t, node=HARNESS, lamport=recorder.next_lamport(HARNESS), mark=name)
+    )
 
 
 def _round(value: float | None) -> float | None:

@@ -15,11 +15,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
+
+import msgspec
 
 from swarmshake.chaos.backends import node_config
 from swarmshake.chaos.systems.base import Launch, NodeContext, System
+from swarmshake.reference_node.config import StepSection
+from swarmshake.reference_node.protocol import node_core
 from swarmshake.reference_node.protocol.bugs import BUGS
+from swarmshake.reference_node.protocol.detector import DetectorConfig
+from swarmshake.reference_node.protocol.errors import ProtocolError
 from swarmshake.reference_node.protocol.history import EVENT_KINDS
 
 NODE_MODULE = "swarmshake.reference_node"
@@ -37,6 +43,30 @@ def node_gpus(value: str) -> list[str]:
             f"{NODE_GPUS_ENV}={value!r}: expected GPU indices such as 0,1,2,3 (at most {MAX_GPUS})"
         )
     return gpus
+
+
+class NodeSettings(NamedTuple):
+    """The node core's settings a scenario's ``cluster.step`` and ``cluster.detector`` name."""
+
+    node: node_core.NodeConfig
+    checkpoint: node_core.CheckpointConfig
+    detector: DetectorConfig
+
+
+def node_settings(step: Mapping[str, Any], detector: Mapping[str, Any]) -> NodeSettings:
+    """``cluster.step`` and ``cluster.detector`` read as the node reads its node.toml's
+    ``[step]`` and ``[detector]`` (nested tables become structs, unknown keys are
+    refused), so the simulator runs the settings a real node would; ``ValueError``
+    names the section and the field."""
+    try:
+        section = msgspec.convert(dict(step), StepSection)
+    except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
+        raise ValueError(f"cluster.step: {error}") from None
+    try:
+        detector_config = msgspec.convert(dict(detector), DetectorConfig)
+    except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
+        raise ValueError(f"cluster.detector: {error}") from None
+    return NodeSettings(section.node, section.checkpointing(), detector_config)
 
 
 class ReferenceSystem(System):

@@ -322,7 +322,7 @@ _TIMER_KINDS = (
 # --- configuration -----------------------------------------------------------------------
 
 
-class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
+class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Detector knobs; the module docstring justifies every default."""
 
     heartbeat_interval_s: float = 0.05
