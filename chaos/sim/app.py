@@ -710,6 +710,7 @@ class NodeApp:
         enrolment = self.enrolment
         if enrolment.leaving is None and not enrolment.joining:
             return
+        self._heartbeat_evidence(t)
         self._enrol(
             t,
             enrolment.tick(
@@ -728,6 +729,23 @@ class NodeApp:
         if at < self.enrolment_timer_at or self.enrolment_timer_at <= t:
             self.enrolment_timer_at = at
             self._timer(at, ("enrolment_tick",))
+
+    def _heartbeat_evidence(self, t: float) -> None:
+        """A joiner whose detector runs (a member's traffic started it) still takes
+        members' heartbeats for evidence, as the runtime's dispatch takes every
+        unflagged one: when the fetch from the first member fails, the next comes from
+        another.  (explore --leaves, 4 nodes, seed 6: a joiner whose source crashed fell
+        back to its checkpoint and sat there, asking to join, while a member that had
+        added it heartbeated it; it never learned the members it was added beside.)
+        Looked up at each enrolment tick, from the streams that reach it now."""
+        detector = self.proc.detector
+        if not self.enrolment.joining or self.rejoin is not None:
+            return
+        if detector is None or not detector.started:
+            return  # the engine's join look hands over a stopped detector's first evidence
+        members = self.membership.configs.latest().members
+        for peer in self.sim.heartbeat_evidence(self.name, t):
+            self._enrol(t, self.enrolment.evidence(peer, members))
 
     def join_evidence(self, t: float, peers: list[str]) -> None:
         """Members' heartbeats or commit traffic reached this joiner (in arrival
@@ -924,6 +942,7 @@ class NodeApp:
                 self.rejoin = None
                 retry_at = self.fetch.failed(self._local(t), joining=self.enrolment.joining)
                 if retry_at is None:
+                    self._heartbeat_evidence(t)  # as after a fallback install
                     self._arm_enrolment_timer(t)  # a joiner asks to be added again
                 else:
                     self._timer(max(self._true(retry_at), t), ("rejoin_begin",))
@@ -963,7 +982,10 @@ class NodeApp:
         )
         self.sim.members_changed(self.proc, t, watched)
         if self.enrolment.joining:
-            self._arm_enrolment_timer(t)  # a joiner runs no step until it is added
+            # A joiner runs no step until it is added; evidence that came during the
+            # fetch is acted on at once (the runtime's dispatch kept taking it).
+            self._heartbeat_evidence(t)
+            self._arm_enrolment_timer(t)
             return
         self._new_commit(t, done.step + 1, configuration)
 

@@ -845,6 +845,21 @@ class Simulation:
         if arrivals:
             proc.app.join_evidence(t, [sender for _, sender in sorted(arrivals)])
 
+    def heartbeat_evidence(self, receiver: str, t: float) -> list[str]:
+        """The senders whose heartbeats reach ``receiver`` now, unflagged (not to a
+        stranger), on a connected link and settled: a heartbeat of each has arrived
+        within its interval, as the runtime's dispatch would have seen (sorted: the
+        last is the one a joiner's enrolment keeps)."""
+        network = self.network
+        return sorted(
+            sender
+            for sender, stream in self.streams_to[receiver].items()
+            if stream.active
+            and not stream.stranger
+            and t >= stream.settled_at
+            and network.connected(sender, receiver)
+        )
+
     def _healthy(self, stream: HeartbeatStream, t: float, receiver_rate: float = 1.0) -> bool:
         """Can the simulator vouch that this stream's gaps stay within the suspicion
         floor (so its watch can never time out) without looking?  Gaps are measured

@@ -259,6 +259,11 @@ class ControlProcess:
                 self.step_driver.on_join_evidence(message.sender)
             return
         if isinstance(message, msgs.Heartbeat):
+            if not message.stranger and self.step_driver is not None:
+                # A joiner whose detector a member's traffic started still takes every
+                # member's heartbeats for evidence: when the fetch from the first one
+                # fails, the next comes from another (node_core.Enrolment.evidence).
+                self.step_driver.on_join_evidence(message.sender)
             self.detector.on_heartbeat(message)
         elif isinstance(message, msgs.Gossip):
             self.detector.on_gossip(message)

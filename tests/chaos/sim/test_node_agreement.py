@@ -541,7 +541,8 @@ class SimNode:
             clock=clock,
             cpu_fraction=1.0,
             up=True,
-            detector=SimpleNamespace(known_incarnation={}),
+            # Started, as the runtime side's (its detector's own I/O is not drawn).
+            detector=SimpleNamespace(known_incarnation={}, started=True),
         )
         self.disk = NodeDisk()
         self.detector_members: list[tuple[str, ...]] = []
@@ -602,6 +603,9 @@ class SimNode:
 
     def stranger_heard(self, proc: Any, t: float, peer: str) -> None:
         self.strangers_heard.append(peer)
+
+    def heartbeat_evidence(self, receiver: str, t: float) -> list[str]:
+        return []  # heartbeats are the detector's I/O, not drawn here (nor in the runtime's)
 
     def stop(self, name: str, t: float, reason: str) -> None:
         self.stopped = reason

@@ -16,6 +16,7 @@ from swarmshake.reference_node.protocol.history import (
     ConfigChange,
     Fault,
     RejoinBegin,
+    RejoinDone,
     Start,
     Stop,
 )
@@ -394,5 +395,37 @@ def test_a_learner_whose_fetch_fell_back_to_an_older_checkpoint_detects_a_crash(
         if isinstance(e, RejoinBegin) and e.node == "n0" and e.source == "checkpoint"
     ]
     assert fallbacks, "the schedule no longer reaches the checkpoint fallback"
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
+    assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_joiner_whose_source_died_fetches_from_another_member_that_added_it():
+    """explore --leaves, 4 nodes, seed 6, shrunk (at 8d64553): n1, removed by churn,
+    restarts as a joiner; step 12 adds it back beside n3.  Its first evidence came from
+    n2, which crashed before n1's fetch began; the fetch fell back to n1's own
+    checkpoint (from before its add), and from then on n1 only asked to join: the
+    shells took a member's heartbeats for evidence only until the joiner's detector
+    started, so n0 heartbeating it was no news.  It never learnt the configuration
+    naming n3, so n3's crash went undeclared by it (L1).  Every unflagged heartbeat of
+    a member is evidence while the node joins."""
+    schedule = faults.decode_schedule(
+        (
+            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n"
+            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.42\n"
+            "- op: {op: crash, nodes: [n3]}\n  when: {node: n3, kind: agg_send, step_at_least: 10}\n"
+            "- op: {op: churn, events_per_min: 24.0, down_s: 1.91, crash_fraction: 0.0, "
+            "nodes: ['*']}\n  at_s: 7.5\n  heal_after_s: 3.11\n"
+            "- op: {op: crash, nodes: [n2]}\n"
+            "  when: {node: n2, kind: commit, step_at_least: 12, delay_s: 0.01}\n"
+        ).encode(),
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=4, duration_s=40, seed=6), schedule, None)
+    sources = [
+        e.source
+        for e in run.history.events
+        if isinstance(e, RejoinDone) and e.node == "n1" and e.t_mono > 14.0
+    ]
+    assert sources and sources[0] == "n0", sources  # the member alive, not the checkpoint
     assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.status == "valid", run.verdict
