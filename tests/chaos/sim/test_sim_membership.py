@@ -410,14 +410,14 @@ def test_a_joiner_whose_source_died_fetches_from_another_member_that_added_it():
     a member is evidence while the node joins."""
     schedule = faults.decode_schedule(
         (
-            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n"
-            "- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.42\n"
-            "- op: {op: crash, nodes: [n3]}\n  when: {node: n3, kind: agg_send, step_at_least: 10}\n"
-            "- op: {op: churn, events_per_min: 24.0, down_s: 1.91, crash_fraction: 0.0, "
-            "nodes: ['*']}\n  at_s: 7.5\n  heal_after_s: 3.11\n"
-            "- op: {op: crash, nodes: [n2]}\n"
-            "  when: {node: n2, kind: commit, step_at_least: 12, delay_s: 0.01}\n"
-        ).encode(),
+            b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n"
+            b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.42\n"
+            b"- op: {op: crash, nodes: [n3]}\n  when: {node: n3, kind: agg_send, step_at_least: 10}\n"
+            b"- op: {op: churn, events_per_min: 24.0, down_s: 1.91, crash_fraction: 0.0, "
+            b"nodes: ['*']}\n  at_s: 7.5\n  heal_after_s: 3.11\n"
+            b"- op: {op: crash, nodes: [n2]}\n"
+            b"  when: {node: n2, kind: commit, step_at_least: 12, delay_s: 0.01}\n"
+        ),
         source="test",
     )
     run = run_simulation(SimConfig(nodes=4, duration_s=40, seed=6), schedule, None)
@@ -427,5 +427,37 @@ def test_a_joiner_whose_source_died_fetches_from_another_member_that_added_it():
         if isinstance(e, RejoinDone) and e.node == "n1" and e.t_mono > 14.0
     ]
     assert sources and sources[0] == "n0", sources  # the member alive, not the checkpoint
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
+    assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_node_restarted_at_a_crash_learns_the_verdicts_about_a_member_it_learns_late():
+    """explore --leaves, 6 nodes, seed 6, shrunk (at c3ff01e): n5 restarts, on a
+    checkpoint from before n0's add, at the instant n0 crashes.  The others' verdicts
+    about n0 reach it as gossip about a non-member (kept as early news); its fetch
+    brings the configuration naming n0 1.3 s later, when the replay horizon (a
+    suspicion timeout) had dropped them, and its own watch from nothing declared past
+    D (L1).  Verdicts are now replayed for start-up grace plus a suspicion timeout."""
+    schedule = faults.decode_schedule(
+        (
+            b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n"
+            b"- op: {op: churn, events_per_min: 16.0, down_s: 1.0, crash_fraction: 0.0, "
+            b"nodes: ['*']}\n  at_s: 0.5\n  heal_after_s: 2.0\n"
+            b"- op: {op: crash, nodes: [n5]}\n  when: {node: n5, kind: commit, step_at_least: 1}\n"
+            b"- op: {op: restart, nodes: [n5]}\n"
+            b"  when: {node: n0, kind: commit, step_at_least: 18}\n"
+            b"- op: {op: crash, nodes: [n0]}\n"
+            b"  when: {node: n0, kind: commit, step_at_least: 18}\n  heal_after_s: 2.3\n"
+            b"- op: {op: crash, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.1\n"
+        ),
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=6, duration_s=40, seed=6), schedule, None)
+    late = [
+        e
+        for e in run.history.events
+        if isinstance(e, RejoinDone) and e.node == "n5" and e.t_mono > 20
+    ]
+    assert late and late[0].source != "checkpoint", "the schedule no longer learns n0 late"
     assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.status == "valid", run.verdict

@@ -26,8 +26,12 @@ def test_a_joiner_with_a_running_detector_takes_members_heartbeats_for_evidence(
     peers = {p: {"host": "127.0.0.1", "control_port": 1, "bulk_port": 2} for p in ("n0", "n2")}
     config = from_dict(
         {
-            "node": {"id": "n1", "members": ["n0", "n1", "n2"], "join": True,
-                     "run_dir": str(tmp_path)},  # fmt: skip
+            "node": {
+                "id": "n1",
+                "members": ["n0", "n1", "n2"],
+                "join": True,
+                "run_dir": str(tmp_path),
+            },  # fmt: skip
             "network": {"run_key_hex": KEY},
             "peers": peers,
         }
