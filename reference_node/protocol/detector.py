@@ -271,11 +271,10 @@ seconds after it learnt of the member, past D (explore --leaves, 3 nodes, seed 2
 only other monitor's verdict was a lone one, never passed on, and its suspicion had
 come before the add).  Gossip items about non-members are now kept for
 ``startup_grace_s + suspicion_timeout_s`` (``EARLY_ITEMS_PER_SUBJECT`` a peer,
-``strangers_max`` peers) and replayed, in arrival order, as if they arrived at the
-moment a configuration makes the peer a member: a suspicion (if it arrived within
-``suspicion_timeout_s``) then stands as that monitor's, and is refuted, confirmed or
-timed out like any other; a verdict, refutation or leave for as long as it beats
-this node's own watch of the new member, which starts from nothing.
+``strangers_max`` peers), as long as they beat this node's own watch of the peer,
+which starts from nothing, and replayed, in arrival order, as if they arrived at the
+moment a configuration makes the peer a member: a suspicion then stands as that
+monitor's, and is refuted, confirmed or timed out like any other.
 
 ``eager-dead`` and ``no-refute`` still break S4: the former declares on one missed
 heartbeat (no partition needed), the latter keeps a suspicion through the subject's
@@ -1464,20 +1463,18 @@ class FailureDetector:
             del self._early[next(iter(self._early))]  # the subject heard of first
 
     def _replay_early(self, subject: str, now: float, actions: list) -> None:
-        """``subject`` became a member: the gossip about it, in arrival order, as if it
-        arrived now.  A suspicion that arrived within the last ``suspicion_timeout_s``
-        (an older one has been confirmed or dropped where it was formed); a verdict,
-        refutation or leave within the last ``startup_grace_s + suspicion_timeout_s``:
-        for as long as it beats this node's own watch of the new member, which starts
-        from nothing (explore --leaves, 6 nodes, seed 6: a node restarted at the
-        instant of a crash learnt the crashed peer was a member 1.3 s after the
-        verdicts, dropped them, and declared the crash past D)."""
+        """``subject`` became a member: the gossip about it that arrived within the last
+        ``startup_grace_s + suspicion_timeout_s``, in arrival order, as if it arrived
+        now: for as long as it beats this node's own watch of the new member, which
+        starts from nothing.  A suspicion counts too: a verdict formed without a quorum
+        is never passed on, so its suspicions are all the news there is; a refutation
+        or retraction that followed is kept and replayed after it.  (explore --leaves,
+        6 nodes, seed 6: a node restarted at the instant of a crash learnt 1.3 to 1.5 s
+        later that the crashed peer was a member, past the old horizon of one
+        suspicion timeout, and declared the crash past D.)"""
         kept = self._early.pop(subject, ())
-        config = self.config
-        suspicion_horizon = now - config.suspicion_timeout_s
-        verdict_horizon = suspicion_horizon - config.startup_grace_s
+        horizon = now - self.config.startup_grace_s - self.config.suspicion_timeout_s
         for at, item, message in kept:
-            horizon = suspicion_horizon if item.status == "suspect" else verdict_horizon
             if at >= horizon and subject in self.status:
                 self._on_item(item, message, False, now, actions)
 

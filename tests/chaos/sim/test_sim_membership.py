@@ -461,3 +461,26 @@ def test_a_node_restarted_at_a_crash_learns_the_verdicts_about_a_member_it_learn
     assert late and late[0].source != "checkpoint", "the schedule no longer learns n0 late"
     assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
     assert run.verdict.status == "valid", run.verdict
+
+
+def test_a_node_restarted_at_a_crash_counts_the_suspicions_it_heard_before_the_add():
+    """explore --leaves, 6 nodes, seed 6, shrunk (at 88a0cbf): as above, but the
+    others' verdicts about n0 lacked a quorum and were never gossiped; their
+    suspicions were, 1.3 s before n3 learnt n0 was a member, and were dropped then."""
+    schedule = faults.decode_schedule(
+        b"- op: {op: pause, nodes: [n0]}\n  at_s: 0.5\n  heal_after_s: 0.05\n"
+        b"- op: {op: churn, events_per_min: 15.0, down_s: 1.0, crash_fraction: 0.0, "
+        b"nodes: ['*']}\n  at_s: 0.5\n  heal_after_s: 2.0\n"
+        b"- op: {op: crash, nodes: [n3]}\n  when: {node: n3, kind: commit, step_at_least: 1}\n"
+        b"- op: {op: partition, grouping: isolate, nodes: [n2]}\n"
+        b"  when: {node: n0, kind: commit, step_at_least: 18}\n  heal_after_s: 5.0\n"
+        b"- op: {op: restart, nodes: [n3]}\n"
+        b"  when: {node: n0, kind: commit, step_at_least: 18}\n"
+        b"- op: {op: crash, nodes: [n0]}\n"
+        b"  when: {node: n0, kind: commit, step_at_least: 18}\n  heal_after_s: 2.3\n"
+        b"- op: {op: crash, nodes: [n1]}\n  at_s: 0.5\n",
+        source="test",
+    )
+    run = run_simulation(SimConfig(nodes=6, duration_s=40, seed=6), schedule, None)
+    assert run.verdict.results["L1"].status == "valid", run.verdict.results["L1"].message
+    assert run.verdict.status == "valid", run.verdict
