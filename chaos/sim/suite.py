@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,21 @@ def run_suite(suite: SimSuite, out: Path, *, quiet: bool = False) -> RunResult:
         "environment": environment_record(scenario),
         "not_simulated": list(suite.not_simulated),
     }
+    try:
+        return _run(suite, run_dir, record, say)
+    except KeyboardInterrupt:
+        # As the runner records an interrupted run: the directory says what it is.
+        (run_dir / "scenario.yaml").write_text(dumps(scenario))
+        _write_json(run_dir / "run.json", {**record, "status": "unknown",
+                                           "exit_code": EXIT_BY_STATUS["unknown"],
+                                           "message": "interrupted"})  # fmt: skip
+        raise
+
+
+def _run(
+    suite: SimSuite, run_dir: Path, record: dict[str, Any], say: Callable[[str], None]
+) -> RunResult:
+    scenario = suite.scenario
     steady_s = steady_state_s(suite)
     if steady_s is None:
         return _not_steady(suite, run_dir, record)

@@ -145,3 +145,21 @@ def test_the_suite_node_and_detector_settings_reach_the_node_core():
         loads("name: bad\ncluster: {step: {node: {collect_s: -1}}}\n", source="bad.yaml")
     with pytest.raises(ScenarioError, match=r"cluster\.detector: .*no_such_knob"):
         loads("name: bad\ncluster: {detector: {no_such_knob: 1}}\n", source="bad.yaml")
+
+
+def test_an_interrupted_run_says_so_in_its_directory(tmp_path, monkeypatch):
+    """Ctrl-C mid-run: the run directory is left saying it was interrupted (unknown),
+    as the runner leaves a real run's, and the interrupt reaches the caller."""
+    from swarmshake.chaos.sim import suite as suite_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    planned = plan(resolve(loads(SMOKE.read_text(), source=str(SMOKE)), backend="sim"))
+    monkeypatch.setattr(suite_module, "steady_state_s", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        suite_module.run_suite(planned, tmp_path, quiet=True)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "latest"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "unknown" and record["message"] == "interrupted"
+    assert (run_dir / "scenario.yaml").is_file()
