@@ -108,6 +108,18 @@ class RunResult:
         }
 
 
+def verdict_message(verdict: Verdict) -> str:
+    """One line for a run's outcome: the violated properties' findings, else the
+    undecided ones', else that every property held."""
+    violated = verdict.violated()
+    undecided = [n for n, r in verdict.results.items() if r.status == "unknown"]
+    return (
+        "; ".join(f"{name}: {verdict.results[name].message}" for name in violated)
+        or "; ".join(f"{n} unknown: {verdict.results[n].message}" for n in undecided)
+        or f"every property {verdict.status}"
+    )
+
+
 def new_run_id(scenario: Scenario) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{scenario.name}-s{scenario.seed}-{secrets.token_hex(2)}"
@@ -537,12 +549,7 @@ class Harness:
                     status = "invalid"
         violated = verdict.violated() if verdict else []
         if verdict and not message:
-            undecided = [n for n, r in verdict.results.items() if r.status == "unknown"]
-            message = (
-                "; ".join(f"{name}: {verdict.results[name].message}" for name in violated)
-                or "; ".join(f"{n} unknown: {verdict.results[n].message}" for n in undecided)
-                or f"every property {verdict.status}"
-            )
+            message = verdict_message(verdict)
         self.mark("verdict", status=status, violated=violated)
         if self.writer is not None:
             self.writer.close()

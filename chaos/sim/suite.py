@@ -44,6 +44,7 @@ from swarmshake.chaos.runner import (
     environment_record,
     new_run_id,
     point_latest,
+    verdict_message,
 )
 from swarmshake.chaos.scenario import Scenario, dumps
 from swarmshake.chaos.sim.app import AppSettings
@@ -51,6 +52,7 @@ from swarmshake.chaos.sim.run import RunPhases, SimConfig, SimRun, run_simulatio
 from swarmshake.chaos.systems import load_system
 from swarmshake.chaos.systems.reference import node_settings
 from swarmshake.reference_node.protocol.history import Commit, History
+from swarmshake.reports import write_run_reports
 
 
 class SuiteError(ValueError):
@@ -94,7 +96,7 @@ def plan(scenario: Scenario) -> SimSuite:
             app=AppSettings(node=settings.node, checkpoint=settings.checkpoint),
             detector=settings.detector,
             bounds=scenario.bounds,
-            # Replaced by the run's own length once steady state is known.
+            # The steady-state probe's length; the run's own replaces it (``_run``).
             duration_s=max(scenario.steady_state.timeout_s, 1.0),
         )
     except (ValueError, msgspec.ValidationError) as error:
@@ -124,11 +126,10 @@ def _not_simulated(scenario: Scenario) -> tuple[str, ...]:
 
 def steady_state_s(suite: SimSuite) -> float | None:
     """When every node has committed step >= ``min_commit_step`` in a run of the suite's
-    seed without faults, within ``timeout_s``; None if some node never does."""
-    steady = suite.scenario.steady_state
-    config = msgspec.structs.replace(suite.config, duration_s=max(steady.timeout_s, 1.0))
-    history = run_simulation(config).history
-    return first_steady_s(history, suite.config.names, steady.min_commit_step)
+    seed without faults, within ``timeout_s`` (``plan``'s run length); None if some
+    node never does."""
+    history = run_simulation(suite.config).history
+    return first_steady_s(history, suite.config.names, suite.scenario.steady_state.min_commit_step)
 
 
 def first_steady_s(history: History, nodes: tuple[str, ...], min_commit_step: int) -> float | None:
@@ -192,57 +193,48 @@ def _run(
     )
     say(f"{scenario.name} (sim, seed {scenario.seed}): steady state at {steady_s:.3f} s virtual")
     run: SimRun = run_simulation(config, suite.schedule, run_dir, phases)
-    # The run directory's scenario.yaml is the resolved suite (it repeats this run),
-    # not the simulator's own record of its knobs.
-    (run_dir / "scenario.yaml").write_text(dumps(scenario))
-    verdict = run.verdict
-    violated = verdict.violated()
-    undecided = [name for name, result in verdict.results.items() if result.status == "unknown"]
-    message = (
-        "; ".join(f"{name}: {verdict.results[name].message}" for name in violated)
-        or "; ".join(f"{name} unknown: {verdict.results[name].message}" for name in undecided)
-        or f"every property {verdict.status}"
-    )
-    exit_code = EXIT_BY_STATUS[verdict.status]
     timings = {"steady_state": steady_s, "faults_end": phases.faults_end_s,
                "run_end": config.duration_s, "wall": run.result.wall_seconds}  # fmt: skip
-    _write_json(
-        run_dir / "run.json",
-        {**record, "timings_s": timings, "status": verdict.status, "exit_code": exit_code,
-         "message": message, "violated": violated, "digest": run.result.digest,
-         "faults_injected": run.result.faults_injected},
-    )  # fmt: skip
-    from swarmshake.reports import write_run_reports
-
-    write_run_reports(run_dir)
-    return RunResult(run_dir, verdict.status, exit_code, message, verdict, violated, timings)
+    extra = {"timings_s": timings, "digest": run.result.digest,
+             "faults_injected": run.result.faults_injected}  # fmt: skip
+    verdict = run.verdict
+    return _finish(suite, run_dir, {**record, **extra}, verdict.status,
+                   verdict_message(verdict), run, timings)  # fmt: skip
 
 
 def _not_steady(suite: SimSuite, run_dir: Path, record: dict[str, Any]) -> RunResult:
     """Steady state never came: the fault-free run up to the timeout is the run (as the
     runner's aborted run is), still judged: a violation seen in it counts."""
-    scenario = suite.scenario
-    steady = scenario.steady_state
-    config = msgspec.structs.replace(suite.config, duration_s=max(steady.timeout_s, 1.0))
-    run = run_simulation(config, None, run_dir)
-    (run_dir / "scenario.yaml").write_text(dumps(scenario))
+    steady = suite.scenario.steady_state
+    run = run_simulation(suite.config, None, run_dir)  # the probe again, into the run dir
     message = (
         f"steady state (every node committed step ≥ {steady.min_commit_step}) not reached "
         f"within {steady.timeout_s}s of virtual time"
     )
     violated = run.verdict.violated()
-    status = "invalid" if violated else "unknown"
     if violated:
-        message += "; " + "; ".join(
-            f"{name}: {run.verdict.results[name].message}" for name in violated
-        )
+        message += "; " + verdict_message(run.verdict)
+    return _finish(suite, run_dir, record, "invalid" if violated else "unknown", message, run)
+
+
+def _finish(
+    suite: SimSuite,
+    run_dir: Path,
+    record: dict[str, Any],
+    status: str,
+    message: str,
+    run: SimRun,
+    timings: dict[str, float] | None = None,
+) -> RunResult:
+    """The run directory's ``scenario.yaml`` (the resolved suite: it repeats this run;
+    not the simulator's own record of its knobs), ``run.json`` and reports."""
+    (run_dir / "scenario.yaml").write_text(dumps(suite.scenario))
+    violated = run.verdict.violated()
     exit_code = EXIT_BY_STATUS[status]
     _write_json(run_dir / "run.json", {**record, "status": status, "exit_code": exit_code,
                                        "message": message, "violated": violated})  # fmt: skip
-    from swarmshake.reports import write_run_reports
-
     write_run_reports(run_dir)
-    return RunResult(run_dir, status, exit_code, message, run.verdict, violated)
+    return RunResult(run_dir, status, exit_code, message, run.verdict, violated, timings or {})
 
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
