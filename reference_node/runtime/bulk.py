@@ -29,6 +29,13 @@ MAX_ASSEMBLIES = 128
 # shard: one shard of a contribution, to its owner; shard_aggregate: an owner's
 # aggregate of one shard (protocol.sharding: keys "i/n" and "i/n/contributors").
 BlobKind = Literal["contribution", "aggregate", "state", "replica", "shard", "shard_aggregate"]
+# Blobs whose (kind, step, key) names their bytes: an aggregate by its fingerprint, an
+# aggregated shard by its step, index and contributor set (its owner computes it once
+# and serves that tensor).  Two sends of one of these to a peer carry the same bytes,
+# so a sender may let one answer both.  A contribution or a shard of one may be
+# recomputed under the same name (a state installed at the same step), a state or a
+# replica is a snapshot: never merged.
+CONTENT_NAMED_KINDS: frozenset[str] = frozenset({"aggregate", "shard_aggregate"})
 
 
 class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_unknown_fields=True):

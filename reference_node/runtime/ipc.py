@@ -309,6 +309,8 @@ class WorkerReport(_Msg, tag="report"):
     bulk_bytes_received: int
     queue_rejected: int
     last_step_s: float = 0.0
+    # Sends of a blob to a peer that the same blob, still being queued to it, answered.
+    bulk_sends_coalesced: int = 0
 
 
 FromWorker = (

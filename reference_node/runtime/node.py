@@ -510,6 +510,7 @@ class ControlProcess:
                 # The worker's step when it counted those bytes (its report lags the
                 # driver's step by up to WORKER_REPORT_S): bytes per step divide by it.
                 "report_step": report.step if report else -1,
+                "bulk_sends_coalesced": report.bulk_sends_coalesced if report else 0,
             },
             # Bytes written to and read from this node's sockets (frame headers, tags
             # and keepalives included), this incarnation: control here, bulk in the

@@ -37,6 +37,7 @@ rules absorb; a node that also lies about its aggregation is not covered here.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -64,10 +65,19 @@ BROADCAST_GRACE_S = 0.3
 # An asked owner that has not answered this long later is asked again (it may have
 # been waiting for an input that a replanned contributor only now resent).
 REQUEST_RETRY_S = 0.5
-# One gather gives up after this long: the control process then proposes again
-# (BuildFailed) or pulls the whole aggregate from the proposer (its fetch retry).
-# Longer than a detection (~0.15 s) plus a resend of a 100M model's shard.
+# One gather gives up after this long without a chunk of a missing shard: the control
+# process then proposes again (BuildFailed) or pulls the whole aggregate from the
+# proposer (its fetch retry).  Longer than a detection (~0.15 s) plus the start of a
+# resend; a shard still arriving keeps its gather going (a 100M model's shards, 100 MB
+# each, take seconds on a loaded host).
 GATHER_TIMEOUT_S = 3.0
+# ... and after this long in all, arriving or not: a peer trickling bytes at the link's
+# rate floor must not hold the step (the whole aggregate can still be fetched).
+GATHER_MAX_S = 60.0
+# Shards whose chunks are arriving, remembered per step (see ``chunk_arrived``): the
+# contributor sets a step may hold times the owners, with room; more is a peer
+# flooding us, and such a shard is only asked for again as before.
+ARRIVING_PER_STEP_MAX = 256
 # Contributor sets whose aggregated shards are held per step: the full set plus a
 # few retries without stragglers; more is a peer flooding us.
 RESULT_SETS_PER_STEP_MAX = 8
@@ -116,6 +126,10 @@ class ShardExchange:
         self.refused: dict[tuple[int, tuple[str, ...]], AggregationError] = {}
         self.waiting_since: dict[tuple[int, int, tuple[str, ...]], float] = {}
         self.gathers: dict[tuple[int, tuple[str, ...]], asyncio.Task[AggregateOutcome]] = {}
+        # (step, aggregated shard's key, owner) -> node time its last chunk arrived: a
+        # shard on its way is not asked for again (a second send of it would be
+        # wasted), and it keeps its gather from timing out.
+        self.arriving: dict[tuple[int, str, str], float] = {}
         self._changed: dict[int, asyncio.Event] = {}
         self.bounds_cache: dict[int, tuple[tuple[int, int], ...]] = {}
         # step -> its shard count as the keys of its shards say (a rejoining owner
@@ -222,6 +236,33 @@ class ShardExchange:
         )
         self._store_result(chunk.step, contributors, index, tensor)
 
+    def chunk_arrived(self, sender: str, chunk: BulkChunk) -> None:
+        """A chunk of a blob not yet whole: a shard (an owner's input) or an aggregated
+        shard on its way, whose sender is therefore not missing."""
+        if chunk.kind == "shard":
+            try:
+                index = sh.parse_shard_key(chunk.key)[0]
+            except ValueError:
+                return  # refused when it is whole
+            key = (chunk.step, f"input:{index}", sender)
+        else:
+            key = (chunk.step, chunk.key, sender)
+        if key not in self.arriving and (
+            sum(1 for k in self.arriving if k[0] == chunk.step) >= ARRIVING_PER_STEP_MAX
+        ):
+            return
+        self.arriving[key] = self.worker.clock.now()
+
+    def _silent(self, step: int, index: int, names: set[str], now: float) -> list[str]:
+        """Of ``names`` (contributors whose shard ``index`` this owner lacks), those from
+        whom no chunk of it arrived within ``INPUT_WAIT_S``: a shard still arriving
+        (100 MB of a 100M model's) is late, not missing."""
+        return sorted(
+            name
+            for name in names
+            if now - self.arriving.get((step, f"input:{index}", name), -math.inf) >= INPUT_WAIT_S
+        )
+
     def on_request(self, sender: str, request: BulkRequest) -> None:
         try:
             index, count, contributors, _ = sh.parse_shard_key(request.key)
@@ -249,8 +290,10 @@ class ShardExchange:
             return
         now = self.worker.clock.now()
         since = self.waiting_since.setdefault(waiting_key, now)
-        if now - since > INPUT_WAIT_S:
-            lacking = sorted(set(contributors) - self.inputs.get((step, index), {}).keys())
+        lacking = self._silent(
+            step, index, set(contributors) - self.inputs.get((step, index), {}).keys(), now
+        )
+        if now - since > INPUT_WAIT_S and lacking:
             refusal = BulkRefusal(
                 kind="shard_aggregate",
                 step=step,
@@ -426,9 +469,24 @@ class ShardExchange:
             if not missing:
                 break
             now = clock.now()
-            if now - started > GATHER_TIMEOUT_S:
+            shard_keys = {
+                index: sh.aggregate_shard_key(index, count, contributors) for index in missing
+            }
+            progress = max(
+                (
+                    self.arriving.get((step, shard_keys[index], plan[index]), started)
+                    for index in missing
+                ),
+                default=started,
+            )
+            if now - max(started, progress) > GATHER_TIMEOUT_S:
                 return AggregationError(
-                    f"shards {missing} of step {step} not received in {GATHER_TIMEOUT_S}s"
+                    f"shards {missing} of step {step} not received: none arriving for "
+                    f"{GATHER_TIMEOUT_S}s"
+                )
+            if now - started > GATHER_MAX_S:
+                return AggregationError(
+                    f"shards {missing} of step {step} not received in {GATHER_MAX_S}s"
                 )
             broadcast_due = contributors == owners and now - started < BROADCAST_GRACE_S
             for index in missing:
@@ -436,23 +494,26 @@ class ShardExchange:
                 if owner == self.node:
                     self.waiting.setdefault((step, index, contributors), set()).add(self.node)
                     self._maybe_compute(step, index, contributors)
-                    lacking = set(contributors) - self.inputs.get((step, index), {}).keys()
+                    lacking = self._silent(
+                        step,
+                        index,
+                        set(contributors) - self.inputs.get((step, index), {}).keys(),
+                        now,
+                    )
                     if lacking and now - started > INPUT_WAIT_S:
                         return ShardInputsMissing(
-                            f"shard {index}: no input from {', '.join(sorted(lacking))}",
-                            tuple(sorted(lacking)),
+                            f"shard {index}: no input from {', '.join(lacking)}", tuple(lacking)
                         )
                     continue
                 if broadcast_due:
                     continue
+                arrived_at = self.arriving.get((step, shard_keys[index], owner))
+                if arrived_at is not None and now - arrived_at < REQUEST_RETRY_S:
+                    continue  # on its way: asking again would only send it twice
                 previous = asked.get(index)
                 if previous is None or previous[0] != owner or now - previous[1] > REQUEST_RETRY_S:
                     asked[index] = (owner, now)
-                    request = BulkRequest(
-                        kind="shard_aggregate",
-                        step=step,
-                        key=sh.aggregate_shard_key(index, count, contributors),
-                    )
+                    request = BulkRequest(kind="shard_aggregate", step=step, key=shard_keys[index])
                     self.worker.spawn(self.worker.send_blob(owner, iter([request])))
             changed = self._changed.setdefault(step, asyncio.Event())
             wait_s = BROADCAST_GRACE_S if broadcast_due else REQUEST_RETRY_S
@@ -495,6 +556,7 @@ class ShardExchange:
             self.waiting,
             self.refused,
             self.waiting_since,
+            self.arriving,
         ):
             for key in [k for k in table if k[0] <= step]:
                 del table[key]

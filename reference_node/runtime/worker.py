@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import os
 import socket
@@ -34,6 +35,7 @@ from swarmshake.reference_node.protocol.sharding import uses_sharding
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.aggregate_store import AggregateStore, AggregateStoreError
 from swarmshake.reference_node.runtime.bulk import (
+    CONTENT_NAMED_KINDS,
     Assembler,
     AssemblyError,
     BulkChunk,
@@ -148,6 +150,13 @@ class Worker:
         self.staged: tuple[str, TrainingState] | None = None
         # Peers the harness's hold_bulk fault keeps every bulk frame from (empty: none).
         self.held_bulk: frozenset[str] = frozenset()
+        # Blobs being queued now, as (peer, kind, step, key), of the kinds whose name
+        # says their bytes (bulk.CONTENT_NAMED_KINDS): a second send of the same blob to
+        # the same peer meanwhile would interleave its chunks with the first's on the
+        # link, and the receiver's assembler (chunks in order per blob) would drop both.  A blob over one chunk (4 MiB: a 100M model's shard) takes long
+        # enough for an owner to be asked for it again while it is still sending.
+        self.blobs_sending: set[tuple[str, str, int, str]] = set()
+        self.blob_sends_coalesced = 0
         self.checkpoint_path = ""
         self.ready_sent = False
         self.early_frames: list[Frame] = []
@@ -285,6 +294,7 @@ class Worker:
                     bulk_bytes_sent=stats.bytes_sent,
                     bulk_bytes_received=stats.bytes_received,
                     queue_rejected=stats.queue_rejected,
+                    bulk_sends_coalesced=self.blob_sends_coalesced,
                     last_step_s=self.last_step_s,
                 )
             )
@@ -422,9 +432,34 @@ class Worker:
             # drop so the history says where the bytes went.
             self._on_drop(peer, "held")
             return
-        # A full queue is counted in links.stats.queue_rejected; the protocol retries
-        # or moves on.
-        await send_chunks(self.links, self.codec, peer, chunks, BULK_SEND_TIMEOUT_S)
+        messages = iter(chunks)
+        first = next(messages, None)
+        if first is None:
+            return
+        blob = (
+            (peer, first.kind, first.step, first.key)
+            if isinstance(first, BulkChunk) and first.kind in CONTENT_NAMED_KINDS
+            else None
+        )
+        if blob is not None and blob in self.blobs_sending:
+            # The same bytes are on their way to this peer: they answer this send too.
+            self.blob_sends_coalesced += 1
+            return
+        if blob is not None:
+            self.blobs_sending.add(blob)
+        try:
+            # A full queue is counted in links.stats.queue_rejected; the protocol
+            # retries or moves on.
+            await send_chunks(
+                self.links,
+                self.codec,
+                peer,
+                itertools.chain([first], messages),
+                BULK_SEND_TIMEOUT_S,
+            )
+        finally:
+            if blob is not None:
+                self.blobs_sending.discard(blob)
 
     def _aggregate_job(self, chosen: dict[str, torch.Tensor]) -> AggregateOutcome:
         """Aggregate and fingerprint in one compute-thread job (one hand-off, not two)."""
@@ -843,6 +878,9 @@ class Worker:
             self.drops.drop(error.reason, sender)
             return
         if blob is None:
+            if sharded_kind:
+                assert self.sharded is not None
+                self.sharded.chunk_arrived(sender, chunk)
             return
         if sharded_kind:
             assert self.sharded is not None

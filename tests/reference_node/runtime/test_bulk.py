@@ -163,3 +163,78 @@ def test_state_chunks_that_beat_their_expect_state_are_held_for_it() -> None:
         "n4", chunk(1, False, b"12345")
     )
     assert held.take("n4") == []  # over max_bytes: nothing kept
+
+
+def test_an_aggregate_asked_for_while_it_sends_is_sent_once() -> None:
+    """An aggregated shard larger than a chunk is asked for again while it is still
+    being sent (a gather re-asks every REQUEST_RETRY_S; a 100M model's shard is 24
+    chunks of 4 MiB): the send under way answers the second request, so its bytes
+    cross the link once and arrive whole.  Asked again after it was queued, it is
+    sent again (the first copy may have been lost with its connection)."""
+    from types import SimpleNamespace
+
+    from swarmshake.reference_node.runtime.bulk import Assembler, AssemblyError
+    from swarmshake.reference_node.runtime.worker import Worker
+
+    payload = memoryview(bytes(range(256)) * (5 * (4 << 20) // 256 + 1))  # 5 chunks and a bit
+
+    async def main() -> tuple[list[bytes], list[str], int, int]:
+        assembled: list[bytes] = []
+        drops: list[str] = []
+        assembler = Assembler(max_blob_bytes=64 << 20)
+        decoder = codec()
+
+        def on_frame(frame) -> None:  # noqa: ANN001
+            chunk = decoder.decode(frame)
+            try:
+                blob = assembler.feed("a", chunk)
+            except AssemblyError as error:
+                drops.append(error.reason)
+                return
+            if blob is not None:
+                assembled.append(bytes(blob))
+
+        book = AddressBook()
+        links = {
+            node: PeerLinks(
+                node_id=node, incarnation=1, run_key=b"k" * 32, channel=Channel.BULK,
+                listen_host="127.0.0.1", listen_port=0, book=book,
+                on_frame=on_frame if node == "b" else (lambda frame: None),
+                queue_frames=2,  # fewer than the blob's chunks: its send waits for room
+            )
+            for node in ("a", "b")
+        }  # fmt: skip
+        worker = SimpleNamespace(
+            held_bulk=frozenset(), blobs_sending=set(), blob_sends_coalesced=0,
+            links=links["a"], codec=codec(), _on_drop=lambda peer, reason: None,
+        )  # fmt: skip
+        with contextlib.suppress(asyncio.CancelledError):
+            async with asyncio.timeout(60), asyncio.TaskGroup() as group:
+                for node, node_links in links.items():
+                    ready = asyncio.Event()
+                    group.create_task(node_links.serve(group, ready))
+                    await ready.wait()
+                    port = node_links.bound_port or 0
+                    book.set_harness(node, PeerAddress("127.0.0.1", port, port))
+
+                def send():  # noqa: ANN202
+                    chunks = split("shard_aggregate", 3, "1/4/a,b,c,d", payload)
+                    return Worker.send_blob(worker, "b", chunks)
+
+                first = group.create_task(send())
+                await asyncio.sleep(0)  # under way: two chunks queued, waiting for room
+                assert worker.blobs_sending
+                await asyncio.gather(first, send())
+                sends_while_sending = len(assembled) + 1  # the first, not yet read
+                await send()  # after the first was queued whole: sent again
+                await links["a"].drained("b", 10)
+                for _ in range(100):
+                    if len(assembled) == 2:
+                        break
+                    await asyncio.sleep(0.05)
+                raise asyncio.CancelledError
+        return assembled, drops, worker.blob_sends_coalesced, sends_while_sending
+
+    assembled, drops, coalesced, sends_while_sending = asyncio.run(main())
+    assert (coalesced, sends_while_sending) == (1, 1)
+    assert drops == [] and assembled == [bytes(payload)] * 2

@@ -134,3 +134,119 @@ def test_an_owners_input_wait_runs_on_the_nodes_clock():
         assert bool(refusals) == refused, drift_ppm
         if refused:
             assert refusals[0].missing == ["n1", "n2"]
+
+
+def _owner_exchange(host: list[float]):
+    """A ShardExchange of owner n1 on a fake worker whose clock is ``host[0]``; the
+    blobs it sends are collected in the returned list."""
+    from types import SimpleNamespace
+
+    from swarmshake.reference_node.runtime.clock import NodeClock
+    from swarmshake.reference_node.runtime.sharded import ShardExchange
+
+    sent: list[tuple[str, list]] = []
+    worker = SimpleNamespace(
+        node="n1", clock=NodeClock(host=lambda: host[0]),
+        config=SimpleNamespace(training=TrainingConfig()),
+        replica=SimpleNamespace(model=SimpleNamespace(parameter_count=8)),
+        drops=SimpleNamespace(drop=lambda reason, peer: None),
+        send_blob=lambda peer, frames: (peer, list(frames)), spawn=lambda sent_: sent.append(sent_),
+    )  # fmt: skip
+    return ShardExchange(worker), sent
+
+
+def test_a_contributor_whose_shard_is_still_arriving_is_late_not_missing():
+    """An owner asked for a shard's aggregate refuses after ``INPUT_WAIT_S``, naming
+    the contributors it lacks, but only those no chunk came from within that time: a
+    100M model's shard (100 MB, 24 chunks) takes seconds on a loaded host, and naming
+    its sender would make the next proposal leave a live contributor out."""
+    from swarmshake.reference_node.protocol.sharding import aggregate_shard_key, shard_key
+    from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRefusal, BulkRequest
+    from swarmshake.reference_node.runtime.sharded import INPUT_WAIT_S
+
+    host = [100.0]
+    exchange, sent = _owner_exchange(host)
+    request = BulkRequest(
+        kind="shard_aggregate", step=3, key=aggregate_shard_key(0, 2, ["n2", "n3"])
+    )
+
+    def chunk_from(sender: str, index: int) -> None:
+        chunk = BulkChunk(
+            kind="shard", step=3, key=shard_key(0, 2), index=index, last=False, data=b"x"
+        )
+        exchange.chunk_arrived(sender, chunk)
+
+    def refusals() -> list[BulkRefusal]:
+        return [f for _, frames in sent for f in frames if isinstance(f, BulkRefusal)]
+
+    exchange.on_request("n4", request)
+    for index in range(6):  # both shards arriving, chunk after chunk, for 3 x INPUT_WAIT_S
+        chunk_from("n2", index)
+        chunk_from("n3", index)
+        host[0] += INPUT_WAIT_S / 2
+        exchange.on_request("n4", request)
+    assert refusals() == []
+    chunk_from("n2", 6)  # n3's chunks stop (its last came INPUT_WAIT_S / 2 ago)
+    host[0] += INPUT_WAIT_S / 4
+    exchange.on_request("n4", request)
+    assert refusals() == []  # n3's last chunk is not INPUT_WAIT_S old yet
+    chunk_from("n2", 7)
+    host[0] += INPUT_WAIT_S / 4 + 0.01
+    exchange.on_request("n4", request)
+    assert [r.missing for r in refusals()] == [["n3"]]
+
+
+def test_a_shard_on_its_way_is_not_asked_for_again_and_keeps_its_gather_going(monkeypatch):
+    """A gather waiting for an aggregated shard whose chunks are arriving neither asks
+    its owner again (a second send of the same 100 MB would interleave with the first
+    and the receiver would drop both) nor gives up after ``GATHER_TIMEOUT_S``; once
+    the chunks stop it asks again, and gives up that long after the last one."""
+    import asyncio
+
+    from swarmshake.reference_node.protocol.sharding import aggregate_shard_key
+    from swarmshake.reference_node.runtime import sharded as sharded_module
+    from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRequest
+
+    tick_s = 0.02  # the real waits, scaled down: REQUEST_RETRY_S is 0.5 s
+    monkeypatch.setattr(sharded_module, "BROADCAST_GRACE_S", tick_s)
+    monkeypatch.setattr(sharded_module, "REQUEST_RETRY_S", 2 * tick_s)
+    monkeypatch.setattr(sharded_module, "GATHER_TIMEOUT_S", 10 * tick_s)
+
+    async def scenario() -> tuple[int, object, float, list]:
+        import time
+
+        host = [0.0]
+        exchange, sent = _owner_exchange(host)
+        exchange.worker.clock = type(exchange.worker.clock)(host=time.monotonic)
+        exchange.worker.replica.step = 3
+        exchange.owners[3] = ("n1", "n2")
+        exchange.plans[3] = ("n1", "n2")
+        contributors = ("n1", "n2")
+        key = aggregate_shard_key(1, 2, contributors)
+        gather = asyncio.ensure_future(exchange._gather(3, contributors))
+        last_chunk_at = 0.0
+        for index in range(20):  # 20 x tick: twice GATHER_TIMEOUT_S, arriving all along
+            chunk = BulkChunk(
+                kind="shard_aggregate", step=3, key=key, index=index, last=False, data=b"x"
+            )
+            exchange.chunk_arrived("n2", chunk)
+            last_chunk_at = time.monotonic()
+            await asyncio.sleep(tick_s)
+        asks_while_arriving = sum(
+            1
+            for peer, frames in sent
+            for f in frames
+            if isinstance(f, BulkRequest) and peer == "n2"
+        )
+        assert not gather.done()
+        outcome = await asyncio.wait_for(gather, 5.0)
+        return asks_while_arriving, outcome, time.monotonic() - last_chunk_at, sent
+
+    asks_while_arriving, outcome, after_last_chunk_s, sent = asyncio.run(scenario())
+    assert asks_while_arriving == 0
+    assert isinstance(outcome, AggregationError) and "none arriving" in str(outcome)
+    assert after_last_chunk_s >= 10 * tick_s  # GATHER_TIMEOUT_S from the last chunk
+    asks = [
+        f for peer, frames in sent for f in frames if isinstance(f, BulkRequest) and peer == "n2"
+    ]
+    assert asks  # asked again once the chunks stopped
