@@ -223,12 +223,21 @@ class WireSampler(threading.Thread):
         return {"nodes": nodes, "mean": mean}
 
 
+def steady_state_timeout_s(baseline_step_s: float) -> float:
+    """How long the node run may take to reach steady state (every node past step 2):
+    the harness's 60 s, or, for a model whose plain gloo step alone takes seconds
+    (100M parameters on 2 cores: ~7 s), time for start-up and three steps at up to
+    five times gloo's step (the node measured 3.6x at 100M), capped at the
+    scenario's hour."""
+    return min(3600.0, max(60.0, 30.0 + 3 * 5 * baseline_step_s))
+
+
 def swarmshake_steady_rate(
-    config: TrainingConfig, world: int, duration_s: float, out: Path
+    config: TrainingConfig, world: int, duration_s: float, out: Path, baseline_step_s: float = 0.0
 ) -> dict[str, Any]:
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
-    from swarmshake.chaos.scenario import Cluster, Scenario, resolve
+    from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState, resolve
     from swarmshake.reference_node.protocol.history import Commit, History
     from swarmshake.reports.recovery import measure_run
 
@@ -245,6 +254,7 @@ def swarmshake_steady_rate(
             cluster=Cluster(nodes=world, backend="local", training=training, links="direct"),
             duration_s=duration_s,
             quiesce_s=0.0,
+            steady_state=SteadyState(timeout_s=steady_state_timeout_s(baseline_step_s)),
         )
     )
     wire = WireSampler(out, time.time() - 1.0)
@@ -404,7 +414,11 @@ def main(argv: list[str]) -> int:
                     aggregation_path=path,
                 )
                 side = swarmshake_steady_rate(
-                    nodes_config, args.world, args.duration, args.out / path
+                    nodes_config,
+                    args.world,
+                    args.duration,
+                    args.out / path,
+                    1.0 / base if base else 0.0,
                 )
                 side["wire_dtype"] = args.wire_dtype
             except Exception as error:  # noqa: BLE001 - any harness failure: say what, keep the baseline

@@ -27,6 +27,18 @@ def codec() -> PayloadCodec[BulkMessage]:
     return PayloadCodec(BulkMessage, DropCounter())
 
 
+async def serve_on_loopback(
+    group: asyncio.TaskGroup, links: dict[str, PeerLinks], book: AddressBook
+) -> None:
+    """Every node's links listening on loopback, each address in ``book``."""
+    for node, node_links in links.items():
+        ready = asyncio.Event()
+        group.create_task(node_links.serve(group, ready))
+        await ready.wait()
+        port = node_links.bound_port or 0
+        book.set_harness(node, PeerAddress("127.0.0.1", port, port))
+
+
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 70_000, 5 << 20])
 def test_chunk_pieces_decode_to_the_same_chunk(size: int) -> None:
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
@@ -96,12 +108,7 @@ def test_a_state_streams_between_links_and_verifies_and_snapshots_reuse_memory()
         }
         with contextlib.suppress(asyncio.CancelledError):
             async with asyncio.timeout(60), asyncio.TaskGroup() as group:
-                for node, node_links in links.items():
-                    ready = asyncio.Event()
-                    group.create_task(node_links.serve(group, ready))
-                    await ready.wait()
-                    port = node_links.bound_port or 0
-                    book.set_harness(node, PeerAddress("127.0.0.1", port, port))
+                await serve_on_loopback(group, links, book)
                 storage = torch.empty(state.storage_elements())
                 for _ in range(2):
                     fingerprint = state.param_fingerprint()
@@ -210,12 +217,7 @@ def test_an_aggregate_asked_for_while_it_sends_is_sent_once() -> None:
         )  # fmt: skip
         with contextlib.suppress(asyncio.CancelledError):
             async with asyncio.timeout(60), asyncio.TaskGroup() as group:
-                for node, node_links in links.items():
-                    ready = asyncio.Event()
-                    group.create_task(node_links.serve(group, ready))
-                    await ready.wait()
-                    port = node_links.bound_port or 0
-                    book.set_harness(node, PeerAddress("127.0.0.1", port, port))
+                await serve_on_loopback(group, links, book)
 
                 def send():  # noqa: ANN202
                     chunks = split("shard_aggregate", 3, "1/4/a,b,c,d", payload)
