@@ -209,6 +209,23 @@ class AggregateStore:
         slots[index] = (step, agg_fp)
         return path
 
+    def read(self, step: int, agg_fp: str) -> bytearray | None:
+        """The payload of the aggregate ``agg_fp`` of ``step`` if a slot holds it (None
+        if none does, or its slot no longer reads as that aggregate).  Not verified
+        against the fingerprint here: it was at write or load, and whoever receives it
+        from us verifies it again."""
+        for index, held in self._table().items():
+            if held != (step, agg_fp):
+                continue
+            try:
+                found = self._read(self.slot_path(index))
+            except OSError:
+                return None
+            if isinstance(found, str) or found[:2] != (step, agg_fp):
+                return None
+            return found[2]
+        return None
+
     def _free_slot(self, slots: dict[int, tuple[int, str] | None]) -> tuple[int, bool]:
         for index in sorted(slots):
             if slots[index] is None:

@@ -11,6 +11,15 @@ and trimming pushed out of reach, freed blocks go back to malloc's free lists an
 the next step's same-sized requests reuse them.  The cost: the worker's resident
 memory stays at its peak (its working set is the same every step anyway).
 glibc-only (``mallopt``); elsewhere nothing changes.
+
+Only for models up to ``KEEP_FREED_MAX_MODEL_BYTES``.  Beyond, the heap's peak grows
+with the model and stops being a step's working set: at 100M parameters (400 MB
+tensors) four workers on a 24 GB machine held 4.9, 5.2, 6.3 and 8.0 GB, and the
+kernel killed the largest (bench overhead --params 100M, session 20), while glibc's
+default (large blocks mapped, unmapped when freed) keeps such a worker near
+1.3 GB (state, gradient) plus what a step holds.  Its page faults there cost about
+as much as they save at 1M, in proportion, but a node killed for memory costs the
+whole step.
 """
 
 from __future__ import annotations
@@ -24,6 +33,15 @@ M_MMAP_MAX = -4
 # Free memory at the heap top that is never given back: far above any worker's
 # working set, below what a 32-bit int argument holds.
 TRIM_THRESHOLD_BYTES = 1 << 30
+# The largest model (fp32 bytes of its parameters) whose worker keeps freed memory:
+# 16M parameters, whose step buffers (gradient, contributions, aggregate) stay within
+# about 20 x 64 MB = 1.3 GB of heap a worker, the ratio measured at 100M.
+KEEP_FREED_MAX_MODEL_BYTES = 64 << 20
+
+
+def keeps_freed_memory_for(model_bytes: int) -> bool:
+    """Whether a worker of a model of ``model_bytes`` should keep its freed memory."""
+    return model_bytes <= KEEP_FREED_MAX_MODEL_BYTES
 
 
 def keep_freed_memory() -> bool:

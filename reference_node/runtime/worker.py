@@ -51,7 +51,10 @@ from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaServ
 from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
-from swarmshake.reference_node.runtime.malloc_tuning import keep_freed_memory
+from swarmshake.reference_node.runtime.malloc_tuning import (
+    keep_freed_memory,
+    keeps_freed_memory_for,
+)
 from swarmshake.reference_node.runtime.sharded import ShardExchange, ShardInputsMissing
 from swarmshake.reference_node.training.aggregation import AggregationError, aggregate
 from swarmshake.reference_node.training.behaviour import ByzantineBehaviour
@@ -63,6 +66,12 @@ from swarmshake.reference_node.training.wire import WireEncoder, WireError, deco
 # A chunk waits this long for room in a peer's bulk queue: a stalled peer must not
 # hold up the others for longer than a step is worth.
 BULK_SEND_TIMEOUT_S = 10.0
+# The largest state whose pull buffer is mapped ahead of a rejoin (every page touched,
+# checkpoint.paged_in_payload_buffer): it saves ~1.2 s of page faults on an 800 MB
+# pull, but it stays resident whether or not the node ever rejoins, and at 100M
+# parameters four workers' 800 MB each helped run a 24 GB machine out of memory
+# (session 20).  256 MiB: up to ~32M parameters with SGD's momentum.
+PULL_BUFFER_PREPARED_MAX_BYTES = 256 << 20
 # Contributions are accepted for the current step and this many ahead (peers run
 # at most one step ahead of a node that is applying its commit).
 AHEAD_STEPS = 2
@@ -118,6 +127,12 @@ class Worker:
             max_workers=1, thread_name_prefix="aggregate-fsync"
         )
         self.durable: dict[tuple[int, str], asyncio.Future[object]] = {}
+        # Aggregates of steps this node applied are served from the store, not memory:
+        # at 100M parameters the window of four was 1.6 GB a worker, and four workers on
+        # a 24 GB machine ran out of memory.  Those of steps from here on are servable
+        # (the node core's window, ``ApplyCommitted.keep_from_step``), as they were
+        # when memory held them.
+        self.servable_from_step = 0
         self.aggregate_waiters: dict[tuple[int, str], str] = {}  # (step, fp) -> source asked
         # Latency work done ahead, with no change to what is sent or committed (the
         # same pure functions of the same inputs, started before the control process
@@ -519,12 +534,17 @@ class Worker:
         if key in self.aggregates:
             await self.report_held(message.step, message.agg_fp, self.aggregates[key], [])
             return
+        if self._stored(key):
+            self.channel.send(
+                ipc.AggregateHeld(step=message.step, agg_fp=message.agg_fp, contributors=[])
+            )
+            return
         self.aggregate_waiters[key] = message.source
         request = BulkRequest(kind="aggregate", step=message.step, key=message.agg_fp)
         await self.send_blob(message.source, iter([request]))
 
     async def apply(self, message: ipc.ApplyCommitted) -> None:
-        held = self.aggregates.get((message.step, message.agg_fp))
+        held = await self._held((message.step, message.agg_fp))
         if held is None or message.step != self.replica.step:
             reason = "not held" if held is None else f"state is at step {self.replica.step}"
             self.channel.send(
@@ -539,9 +559,13 @@ class Worker:
         self._forget_speculation_through(message.step)
         if self.sharded is not None:
             self.sharded.forget_through(message.step)
+        # Memory keeps the steps to come, and whatever the store failed to take.
         self.aggregates = {
-            key: value for key, value in self.aggregates.items() if key[0] >= message.keep_from_step
+            key: value
+            for key, value in self.aggregates.items()
+            if key[0] > message.step or (key[0] >= message.keep_from_step and not self._stored(key))
         }
+        self.servable_from_step = message.keep_from_step
         self.prune_stored_aggregates(message.keep_from_step, message.pinned)
         self.assembler.forget_steps_before(message.step + 1)
         # When to checkpoint is the control process's decision (node_core.Checkpointing).
@@ -679,6 +703,8 @@ class Worker:
         nbytes = checkpoint.state_payload_bytes(
             self.replica.model.parameter_count, self.config.training.optimizer
         )
+        if nbytes > PULL_BUFFER_PREPARED_MAX_BYTES:
+            return  # a pull maps its buffer as it fills (the StateAssembler's own)
         loop = asyncio.get_running_loop()
         buffer = await loop.run_in_executor(None, checkpoint.paged_in_payload_buffer, nbytes)
         if self.pull_buffer is None:
@@ -797,8 +823,29 @@ class Worker:
         )
         self.channel.send(ipc.StateInstalled(next_step=state.step, param_fp=fp, source=source))
 
+    def _stored(self, key: tuple[int, str]) -> bool:
+        """Whether the store holds this aggregate durably and it is servable."""
+        future = self.durable.get(key)
+        return (
+            key[0] >= self.servable_from_step
+            and future is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+        )
+
+    async def _held(self, key: tuple[int, str]) -> torch.Tensor | None:
+        """The aggregate's bytes: from memory, else read from the store (not kept)."""
+        held = self.aggregates.get(key)
+        if held is not None or not self._stored(key):
+            return held
+        payload = await asyncio.get_running_loop().run_in_executor(
+            self.store_thread, self.aggregate_store.read, *key
+        )
+        return None if payload is None else torch.frombuffer(payload, dtype=torch.float32)
+
     async def serve_aggregate(self, requester: str, step: int, key: str) -> None:
-        held = self.aggregates.get((step, key))
+        held = await self._held((step, key))
         if held is None:
             refusal = BulkRefusal(kind="aggregate", step=step, key=key, reason="not held")
             await self.send_blob(requester, iter([refusal]))
@@ -984,7 +1031,8 @@ async def worker_main(fd: int) -> int:
     overrides = json.loads(init.overrides_json)
     config = load(Path(init.config_toml_path), overrides)
     configure_torch(config.training.threads)
-    keep_freed_memory()  # step buffers reuse mapped pages (malloc_tuning explains)
+    if keeps_freed_memory_for(4 * config.training.parameter_count()):
+        keep_freed_memory()  # step buffers reuse mapped pages (malloc_tuning explains)
     worker = Worker(config, init, channel)
     code = 0
     try:

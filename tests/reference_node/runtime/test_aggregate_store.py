@@ -62,6 +62,24 @@ def test_written_aggregates_reload_bit_exact_after_a_restart(store):
     assert torch.equal(torch.frombuffer(loaded.payload, dtype=torch.float32), first)
 
 
+def test_a_stored_aggregate_reads_back_until_its_slot_is_freed(store):
+    """The worker serves the aggregates of steps it applied from here, not memory."""
+    first, first_fp = aggregate(1)
+    second, second_fp = aggregate(2)
+    store.write(7, first_fp, payload(first))
+    store.write(8, second_fp, payload(second))
+    read = store.read(7, first_fp)
+    assert read is not None and torch.equal(torch.frombuffer(read, dtype=torch.float32), first)
+    assert store.read(7, second_fp) is None  # another value of that step: not held
+    assert store.read(9, second_fp) is None
+    store.prune(keep_from_step=8)
+    assert store.read(7, first_fp) is None  # freed
+    read = store.read(8, second_fp)
+    assert read is not None and torch.equal(torch.frombuffer(read, dtype=torch.float32), second)
+    fresh, _, _ = reopen(store)
+    assert fresh.read(8, second_fp) == read  # after a restart too
+
+
 def test_a_torn_or_damaged_slot_is_skipped_with_its_reason_and_reused(store):
     good, good_fp = aggregate(1)
     flipped, flipped_fp = aggregate(2)

@@ -43,3 +43,14 @@ def test_freed_step_buffers_are_reused_without_page_faults() -> None:
     default, tuned = faults("default"), faults("tuned")
     assert default > 50_000
     assert tuned < default / 5
+
+
+def test_a_100m_models_worker_gives_freed_memory_back() -> None:
+    """Kept freed memory saves page faults for the models it was measured on (1M,
+    10M); at 100M it grew four workers to 4.9-8.0 GB and one was killed for memory,
+    so a worker of that size leaves glibc's defaults alone."""
+    from swarmshake.reference_node.runtime.malloc_tuning import keeps_freed_memory_for
+
+    assert keeps_freed_memory_for(4 * 1_000_000)
+    assert keeps_freed_memory_for(4 * 10_000_000)
+    assert not keeps_freed_memory_for(4 * 100_000_000)
