@@ -12,14 +12,13 @@ the next step's same-sized requests reuse them.  The cost: the worker's resident
 memory stays at its peak (its working set is the same every step anyway).
 glibc-only (``mallopt``); elsewhere nothing changes.
 
-Only for models up to ``KEEP_FREED_MAX_MODEL_BYTES``.  Beyond, the heap's peak grows
-with the model and stops being a step's working set: at 100M parameters (400 MB
-tensors) four workers on a 24 GB machine held 4.9, 5.2, 6.3 and 8.0 GB, and the
-kernel killed the largest (bench overhead --params 100M, session 20), while glibc's
-default (large blocks mapped, unmapped when freed) keeps such a worker near
-1.3 GB (state, gradient) plus what a step holds.  Its page faults there cost about
-as much as they save at 1M, in proportion, but a node killed for memory costs the
-whole step.
+Only for models up to ``KEEP_FREED_MAX_MODEL_BYTES``.  Beyond, the heap stops being
+a step's working set: a one-thread loop of 100M-parameter gradients and applies held
+4.0-5.9 GB this way against 1.3 GB with glibc's defaults (large blocks mapped, and
+unmapped when freed), at 1.4 against 2.8-3.1 s a step, the page faults this saves
+(session 20).  Four such workers share a 24 GB machine in ``bench overhead --params
+100M``, where one was killed for memory; memory a worker cannot give back is the
+worse cost there.
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ M_MMAP_MAX = -4
 # working set, below what a 32-bit int argument holds.
 TRIM_THRESHOLD_BYTES = 1 << 30
 # The largest model (fp32 bytes of its parameters) whose worker keeps freed memory:
-# 16M parameters, whose step buffers (gradient, contributions, aggregate) stay within
-# about 20 x 64 MB = 1.3 GB of heap a worker, the ratio measured at 100M.
+# 16M parameters, whose kept heap stays under 1 GB a worker at the 10-15x the model
+# measured at 100M (10M, 40 MB tensors, is the size the page faults were measured on).
 KEEP_FREED_MAX_MODEL_BYTES = 64 << 20
 
 

@@ -166,10 +166,10 @@ class Worker:
         # Peers the harness's hold_bulk fault keeps every bulk frame from (empty: none).
         self.held_bulk: frozenset[str] = frozenset()
         # Blobs being queued now, as (peer, kind, step, key), of the kinds whose name
-        # says their bytes (bulk.CONTENT_NAMED_KINDS): a second send of the same blob to
-        # the same peer meanwhile would interleave its chunks with the first's on the
-        # link, and the receiver's assembler (chunks in order per blob) would drop both.  A blob over one chunk (4 MiB: a 100M model's shard) takes long
-        # enough for an owner to be asked for it again while it is still sending.
+        # says their bytes (bulk.CONTENT_NAMED_KINDS).  A blob over one chunk (4 MiB: a
+        # 100M model's 100 MB shard) takes long enough for its owner to be asked for it
+        # again while it is still sending, and a second send would queue its bytes
+        # again behind the first's: the send under way answers the request instead.
         self.blobs_sending: set[tuple[str, str, int, str]] = set()
         self.blob_sends_coalesced = 0
         self.checkpoint_path = ""

@@ -198,8 +198,8 @@ def test_a_contributor_whose_shard_is_still_arriving_is_late_not_missing():
 
 def test_a_shard_on_its_way_is_not_asked_for_again_and_keeps_its_gather_going(monkeypatch):
     """A gather waiting for an aggregated shard whose chunks are arriving neither asks
-    its owner again (a second send of the same 100 MB would interleave with the first
-    and the receiver would drop both) nor gives up after ``GATHER_TIMEOUT_S``; once
+    its owner again (it would send the same 100 MB once more) nor gives up after
+    ``GATHER_TIMEOUT_S``; once
     the chunks stop it asks again, and gives up that long after the last one."""
     import asyncio
 
