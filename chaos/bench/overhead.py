@@ -223,6 +223,19 @@ class WireSampler(threading.Thread):
         return {"nodes": nodes, "mean": mean}
 
 
+def run_aborted(history: Any) -> str | None:
+    """Why the harness aborted the run before steady state, or None if it reached it."""
+    from swarmshake.reference_node.protocol.history import RunMark
+
+    marks = [event for event in history.events if isinstance(event, RunMark)]
+    if any(mark.mark == "steady_state" for mark in marks):
+        return None
+    for mark in marks:
+        if mark.mark == "incident" and mark.data.get("kind") == "aborted":
+            return str(mark.data.get("reason", "aborted"))[:300]
+    return "no steady_state mark in the harness's events"
+
+
 def steady_state_timeout_s(baseline_step_s: float) -> float:
     """How long the node run may take to reach steady state (every node past step 2):
     the harness's 60 s, or, for a model whose plain gloo step alone takes seconds
@@ -267,6 +280,11 @@ def swarmshake_steady_rate(
     finally:
         wire.stop()
     history = History.load(result.run_dir)
+    aborted = run_aborted(history)
+    if aborted is not None:
+        # A rate from a run that never reached steady state (a node killed for memory
+        # at 100M, the others training on) is not the cluster's: say why instead.
+        raise RuntimeError(f"the run never reached steady state: {aborted}")
     rate = measure_run(history).steady_commits_per_s
     if rate is None:
         raise RuntimeError(f"the run committed no steps ({result.status}: {result.message})")

@@ -44,3 +44,27 @@ def test_the_node_run_waits_for_steady_state_as_long_as_the_model_needs() -> Non
     assert overhead.steady_state_timeout_s(0.036) == 60.0  # 1M parameters
     assert overhead.steady_state_timeout_s(6.8) >= 30.0 + 3 * 25.0  # 100M
     assert overhead.steady_state_timeout_s(1e6) == 3600.0  # the scenario's bound
+
+
+@pytest.mark.parametrize(
+    ("events", "aborted"),
+    [("100M-758fd09-events", "not reached within"), ("100M-92f6095-events", None)],
+)
+def test_a_run_that_never_reached_steady_state_gives_no_rate(tmp_path, events, aborted) -> None:
+    """The harness's own events of two 100M runs (docs/bench-results/session20): in
+    the first a worker was killed for memory and the run was aborted before steady
+    state, yet the bench printed a rate from the others' commits; now it says why it
+    has none.  The second reached steady state."""
+    import shutil
+    from pathlib import Path
+
+    from swarmshake.reference_node.protocol.history import History
+
+    source = Path(__file__).parents[3] / "docs" / "bench-results" / "session20" / events
+    (tmp_path / "events").mkdir()
+    shutil.copy(source / "harness.jsonl", tmp_path / "events" / "harness.jsonl")
+    reason = overhead.run_aborted(History.load(tmp_path))
+    if aborted is None:
+        assert reason is None
+    else:
+        assert reason is not None and aborted in reason
