@@ -311,9 +311,6 @@ class WorkerReport(_Msg, tag="report"):
     last_step_s: float = 0.0
     # Sends of a blob to a peer that the same blob, still being queued to it, answered.
     bulk_sends_coalesced: int = 0
-    # Bulk frames cut mid-write and sent again on the next connection / given up.
-    bulk_frames_retried: int = 0
-    bulk_frames_abandoned: int = 0
 
 
 FromWorker = (

@@ -495,8 +495,6 @@ class ControlProcess:
                 "dial_failures": stats.dial_failures,
                 "disconnects": stats.disconnects,
                 "queue_dropped_oldest": stats.queue_dropped_oldest,
-                "frames_retried": stats.frames_retried,
-                "frames_abandoned": stats.frames_abandoned,
             },
             "mqtt": {
                 "configured": self.mqtt is not None,
@@ -513,8 +511,6 @@ class ControlProcess:
                 # driver's step by up to WORKER_REPORT_S): bytes per step divide by it.
                 "report_step": report.step if report else -1,
                 "bulk_sends_coalesced": report.bulk_sends_coalesced if report else 0,
-                "bulk_frames_retried": report.bulk_frames_retried if report else 0,
-                "bulk_frames_abandoned": report.bulk_frames_abandoned if report else 0,
             },
             # Bytes written to and read from this node's sockets (frame headers, tags
             # and keepalives included), this incarnation: control here, bulk in the

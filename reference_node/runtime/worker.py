@@ -310,8 +310,6 @@ class Worker:
                     bulk_bytes_received=stats.bytes_received,
                     queue_rejected=stats.queue_rejected,
                     bulk_sends_coalesced=self.blob_sends_coalesced,
-                    bulk_frames_retried=stats.frames_retried,
-                    bulk_frames_abandoned=stats.frames_abandoned,
                     last_step_s=self.last_step_s,
                 )
             )
