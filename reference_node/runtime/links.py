@@ -47,13 +47,6 @@ from swarmshake.reference_node.runtime.frames import (
 )
 
 LISTEN_BACKLOG = 128  # pending connects: a cluster's peers redialling at once, with room
-# Connections a frame may be cut on before it is given up: a write that fails part-way
-# (the connection reset, or the peer took longer than its deadline) put nothing whole
-# on the wire, so the frame goes first on the next connection and the frames after it
-# keep their order (a 100M model's checkpoint replica, ~200 chunks, was lost whole to
-# one cut chunk, session 20).  A frame that cannot get through in this many tries is
-# dropped (``LinkStats.frames_abandoned``) and the protocol's own retries take over.
-WRITE_ATTEMPTS_MAX = 3
 
 
 class PeerAddress(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -129,8 +122,6 @@ class LinkStats:
     inbound_refused: int = 0
     handler_timeouts: int = 0
     not_connected_dropped: int = 0
-    frames_retried: int = 0  # cut mid-write, sent again first on the next connection
-    frames_abandoned: int = 0  # cut mid-write WRITE_ATTEMPTS_MAX times
     per_peer_connected: dict[str, bool] = field(default_factory=dict)
 
 
@@ -196,9 +187,6 @@ class OutboundLink:
         self._has_room.set()
         self.connected = False
         self._kick = asyncio.Event()  # cut the current connection (tests, address change)
-        # The frame put back at the head of the queue after a failed write, and how
-        # many connections it was cut on (WRITE_ATTEMPTS_MAX).
-        self._retry: tuple[Payload, int] | None = None
 
     def send_nowait(self, payload: Payload) -> bool:
         """Queue a payload; drop-oldest on a full control queue, reject on bulk."""
@@ -268,7 +256,7 @@ class OutboundLink:
                 if sock is not None:
                     sock.close()  # non-blocking: never waits on a dead peer
                 if not self._queue:
-                    self._drained.set()  # a cut frame is back in the queue unless abandoned
+                    self._drained.set()  # a frame cut mid-write went with its connection
             # A reconnect request (the peer is back, or moved) ends the backoff early.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._backoff.next_delay_s()):
@@ -296,28 +284,7 @@ class OutboundLink:
                 continue
             payload = self._queue.popleft()
             self._has_room.set()
-            retry, self._retry = self._retry, None
-            attempt = retry[1] + 1 if retry is not None and retry[0] is payload else 1
-            try:
-                # Encoded anew each time: a resent frame takes the next sequence number,
-                # which the receiver's replay guard accepts.
-                await self._write(sock, self._encoder.encode_parts(payload))
-            except (OSError, TimeoutError, ConnectionError):
-                self._put_back(payload, attempt)
-                raise
-
-    def _put_back(self, payload: Payload, attempt: int) -> None:
-        """A frame whose write failed part-way goes first on the next connection."""
-        if attempt >= WRITE_ATTEMPTS_MAX:
-            self._stats.frames_abandoned += 1
-            return
-        self._stats.frames_retried += 1
-        self._queue.appendleft(payload)  # may hold one over the bound until it is sent
-        self._retry = (payload, attempt)
-        self._drained.clear()
-        self._has_items.set()
-        if len(self._queue) >= self._queue_frames:
-            self._has_room.clear()
+            await self._write(sock, self._encoder.encode_parts(payload))
 
     async def _write(self, sock: socket.socket, parts: Sequence[Buffer]) -> None:
         nbytes = sum(len(part) for part in parts)
