@@ -160,6 +160,13 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # benchmark: 1.7 s of silence after the heal).  1 s still dwarfs a round (0.1-0.5 s),
     # so duelling proposers still drift apart.
     retry_max_s: float = 1.0
+    # ... unless the rounds observed take longer: then a retry waits
+    # ``retry_reply_latencies`` of them (and the backoff and the wait for a fetching
+    # acceptor are capped there, not at retry_max_s).  At 100M parameters an acceptor
+    # fetches the 400 MB aggregate before it accepts, a round takes 2-3 s, and retries
+    # capped at 1 s abandoned every round: 7 proposals for one step (session 20).
+    # Bounded, so one reply delayed by a minute-long stall cannot park the proposer.
+    retry_observed_max_s: float = 30.0
     # A retry abandons a round that may still succeed, so it waits at least this many
     # observed reply latencies: under a 250 ms latency spike a round trip takes ~0.55 s,
     # and a 0.2-0.4 s timer restarted the round before any reply could come back
@@ -184,6 +191,7 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         check_positive(self.retry_base_s, "CommitConfig.retry_base_s")
         check_positive(self.retry_max_s, "CommitConfig.retry_max_s")
+        check_positive(self.retry_observed_max_s, "CommitConfig.retry_observed_max_s")
         check_positive(self.retry_reply_latencies, "CommitConfig.retry_reply_latencies")
         if not 0.0 < self.reply_latency_weight <= 1.0:
             raise LocalProtocolError(
@@ -837,13 +845,13 @@ class StepCommit:
             acceptor is not None
             and acceptor.pending is not None
             and (acceptor.promised is None or acceptor.pending[0] >= acceptor.promised)
-            and now < acceptor.pending_since + self.config.retry_max_s
+            and now < acceptor.pending_since + self._retry_cap_s()
         ):
             # Our acceptor is fetching the bytes of the live round (ours or another
             # proposer's): a retry now would only pre-empt it, and the new round would
             # wait for the same bytes (explore and the recovery benchmark after a heal:
             # proposers restarted each other's rounds every 0.3 s while acceptors
-            # fetched for 0.5 s).  Bounded by retry_max_s in case the bytes never come.
+            # fetched for 0.5 s).  Bounded by _retry_cap_s in case the bytes never come.
             proposer.retry_at = now + self._retry_base_s() * self._jitter()
             return
         proposer.attempts += 1
@@ -1074,13 +1082,18 @@ class StepCommit:
 
     def _retry_later(self, now: float) -> None:
         proposer = self._proposer
-        backoff = min(self._retry_base_s() * (2**proposer.attempts), self.config.retry_max_s)
+        backoff = min(self._retry_base_s() * (2**proposer.attempts), self._retry_cap_s())
         proposer.retry_at = now + backoff * self._jitter()
 
     def _retry_base_s(self) -> float:
         """The first retry's delay: ``retry_base_s``, or longer when replies are slow."""
         observed = self.config.retry_reply_latencies * self.reply_latency_s
-        return min(max(self.config.retry_base_s, observed), self.config.retry_max_s)
+        return min(max(self.config.retry_base_s, observed), self.config.retry_observed_max_s)
+
+    def _retry_cap_s(self) -> float:
+        """The longest backoff: ``retry_max_s``, or the first retry's delay when the
+        observed rounds make that longer (CommitConfig.retry_observed_max_s)."""
+        return max(self.config.retry_max_s, self._retry_base_s())
 
     def _sent(self, key: tuple[str, tuple[int, int]], now: float) -> None:
         sent_at = self._proposer.sent_at
@@ -1116,7 +1129,7 @@ class StepCommit:
         if started is not None:
             backoff = self._retry_base_s() * (2**proposer.attempts)
             proposer.retry_at = max(
-                proposer.retry_at, started + min(backoff, self.config.retry_max_s)
+                proposer.retry_at, started + min(backoff, self._retry_cap_s())
             )
 
     def _defer_to(self, message: Prepare | AcceptRequest, now: float) -> None:

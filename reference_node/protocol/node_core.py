@@ -107,6 +107,21 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # staggered, so the ranks do not pre-empt each other's phase-1 rounds.
     fallback_delay_s: float = 3.0
     fallback_rank_step_s: float = 0.5
+    # Every delay above was tuned for a step that decides ~0.6 s after its gradient
+    # (the simulator's 4 and 8 nodes: 0.53-0.69 s, 5th to 95th percentile).  A bigger
+    # model's step decides later: at 100M parameters on the reference machine ~10 s
+    # (the shards and the aggregate are 400 MB), and with these delays as they are
+    # every rank took over a healthy coordinator (session 20: up to 7 proposals for one
+    # step, each round pre-empting the last).  So the leader times its own steps (its
+    # gradient to the step moving on) and stretches all five delays by its pace: the
+    # median of the last ``decision_latency_samples`` (one step slowed by a crash does
+    # not count) over this nominal latency, the slowest the delays were tuned for,
+    # never below 1 (a small model keeps the delays as they are) ...
+    decision_latency_nominal_s: float = 0.75
+    decision_latency_samples: int = 5
+    # ... and never above this: a coordinator that is alive but stuck is still taken
+    # over within pace_max * backup_delay_s (30 s), however slow the steps before.
+    pace_max: float = 30.0
     # One pull attempt; then the next source (fetch_source).  The fetch is retried
     # for as long as its step is the node's (the drivers drop it when the step moves
     # on or the node rejoins): one request a second is nothing next to heartbeats,
@@ -151,17 +166,22 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "join_retry_s",
             "leave_retry_s",
             "removal_answer_interval_s",
+            "decision_latency_nominal_s",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
+        if not self.pace_max >= 1.0:
+            raise LocalProtocolError("NodeConfig.pace_max must be >= 1")
         for name in (
+            "decision_latency_samples",
             "records_kept",
             "steps_ahead_max",
             "aggregates_kept_steps",
         ):
             check_count(getattr(self, name), f"NodeConfig.{name}")
-        if self.records_kept < 1 or self.aggregates_kept_steps < 1:
+        if min(self.records_kept, self.aggregates_kept_steps, self.decision_latency_samples) < 1:
             raise LocalProtocolError(
-                "NodeConfig.records_kept and aggregates_kept_steps must be >= 1"
+                "NodeConfig.records_kept, aggregates_kept_steps and "
+                "decision_latency_samples must be >= 1"
             )
 
 
@@ -276,7 +296,9 @@ class StepLeader:
     coordinator or a missing contributor was declared dead) proposes at once if that
     bound passed.  Rank 1 proposes ``backup_delay_s`` after its own gradient, rank
     r >= 2 (learners rank last) ``fallback_delay_s + r * fallback_rank_step_s`` after
-    it, if the step has not moved on.  At most one proposal per step."""
+    it, if the step has not moved on.  At most one proposal per step.  Every one of
+    these delays is stretched by ``pace()``: how much slower than nominal this node's
+    recent steps decided (NodeConfig.decision_latency_nominal_s says why)."""
 
     def __init__(self, *, node: str, config: NodeConfig = NODE_DEFAULTS):
         check_name(node, "node")
@@ -295,6 +317,10 @@ class StepLeader:
         self._rank: int | None = None  # rank() for the current step and view
         self._waited: frozenset[str] | None = None  # the voters in view, likewise
         self._voter_set: frozenset[str] = frozenset()
+        # Seconds from this node's gradient to its step moving on, the latest last
+        # (bounded: NodeConfig.decision_latency_samples).
+        self.decision_latencies: list[float] = []
+        self._pace = 1.0
         self._clock = Clock()
 
     # -- public API -------------------------------------------------------------------------
@@ -319,6 +345,20 @@ class StepLeader:
         its 40 MB on the bulk link would hold up the fetch of the re-proposed value
         the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step)."""
         return not self.replaying
+
+    def pace(self) -> float:
+        """The factor on every delay: the median recent decision latency over the
+        nominal one, clamped to [1, pace_max]."""
+        return self._pace
+
+    def _time_decision(self, now: float) -> None:
+        samples = self.decision_latencies
+        samples.append(now - self.computed_at)  # type: ignore[operator]
+        del samples[: -self.config.decision_latency_samples]
+        ordered = sorted(samples)
+        median = ordered[len(ordered) // 2]
+        config = self.config
+        self._pace = min(max(median / config.decision_latency_nominal_s, 1.0), config.pace_max)
 
     def rank(self) -> int:
         """0 for the acting coordinator, 1 for the next live voter, and so on in
@@ -346,10 +386,15 @@ class StepLeader:
             assert self.deadline is not None or self.proposed, "a computed step with no timer"
         else:
             assert self.deadline is None and not self.majority_armed
+        assert len(self.decision_latencies) <= self.config.decision_latency_samples
+        assert all(latency >= 0.0 for latency in self.decision_latencies)
+        assert 1.0 <= self._pace <= self.config.pace_max
 
     # -- transitions (the whole table) ------------------------------------------------------
 
     def _on_step_began(self, event: StepBegan, now: float, actions: list) -> None:
+        if event.step == self.step + 1 and self.computed_at is not None:
+            self._time_decision(now)  # the step this node computed for moved on
         self.step = event.step
         self._rank = None
         self._waited = None
@@ -378,13 +423,14 @@ class StepLeader:
         self.arrived.setdefault(self.step, set()).add(self.node)
         rank = self.rank()
         config = self.config
+        pace = self._pace
         if rank == 0:
-            self._arm(now + config.collect_s)
+            self._arm(now + config.collect_s * pace)
             self._maybe_early(now, actions)
         elif rank == 1:
-            self._arm(now + config.backup_delay_s)
+            self._arm(now + config.backup_delay_s * pace)
         else:
-            self._arm(now + config.fallback_delay_s + config.fallback_rank_step_s * rank)
+            self._arm(now + (config.fallback_delay_s + config.fallback_rank_step_s * rank) * pace)
 
     def _on_arrived(self, event: ContributionArrived, now: float, actions: list) -> None:
         step = event.step
@@ -406,7 +452,7 @@ class StepLeader:
         # Either the contributor waited for was declared dead, or the node that led
         # this step was: lead it now (or at the collect bound).
         if not self._maybe_early(now, actions):
-            bound = self.computed_at + self.config.collect_s
+            bound = self.computed_at + self.config.collect_s * self._pace
             if now >= bound:
                 self._build(actions)
             else:
@@ -422,7 +468,7 @@ class StepLeader:
                 # not be aggregated or committed any better).
                 got.intersection_update(left)
             self.proposed = False  # propose again with what arrives next
-            self._arm(now + self.config.straggler_grace_s)
+            self._arm(now + self.config.straggler_grace_s * self._pace)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
         if self.deadline is not None and now >= self.deadline and not self.proposed:
@@ -448,7 +494,7 @@ class StepLeader:
         voters = self._voter_set
         if not self.majority_armed and len(got & voters) > len(voters) // 2:
             self.majority_armed = True
-            self._arm(now + self.config.straggler_grace_s)
+            self._arm(now + self.config.straggler_grace_s * self._pace)
         return False
 
     def _build(self, actions: list) -> None:

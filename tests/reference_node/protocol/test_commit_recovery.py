@@ -137,6 +137,26 @@ def test_a_retry_waits_for_replies_that_come_slowly():
     assert core.next_deadline() >= first_retry + 2 * 0.5
 
 
+def test_rounds_slower_than_the_backoff_cap_are_not_abandoned():
+    """100M parameters: an acceptor fetches the 400 MB aggregate before it accepts, so
+    a round takes ~2.5 s; retries capped at retry_max_s (1 s) abandoned every round
+    (session 20: 7 proposals for one step)."""
+    core = C.StepCommit(node="a", voters=NAMES)
+    value = step_value(0, NAMES)
+    core.handle(C.ProposeValue(step=0, value=value), 0.0)
+    core.handle(C.Tick(), core.next_deadline())  # round 0 given up: round 1
+    round_1_at = core._proposer.sent_at[("prepare", core._proposer.ballot)]
+    for voter in ("b", "c"):
+        reply = AcceptedReply(sender=voter, step=0, ballot=(0, 0), value_fp=value.agg_fp)
+        core.handle(C.MessageReceived(message=reply), 2.5)
+    assert core.reply_latency_s == pytest.approx(2.5)
+    # Round 1 is given two such round trips, past the cap that fits small models.
+    assert core.next_deadline() >= round_1_at + 2 * 2.5 > round_1_at + 2 * core.config.retry_max_s
+    # Bounded: one reply delayed by a long stall does not park the proposer for as long.
+    core.reply_latency_s = 600.0
+    assert core._retry_cap_s() == core.config.retry_observed_max_s
+
+
 def test_fast_replies_bring_the_retry_delay_back_down():
     core = C.StepCommit(node="a", voters=NAMES)
     core.reply_latency_s = 1.0  # a spike seen before

@@ -80,6 +80,54 @@ def test_a_dead_coordinator_is_replaced_at_its_declaration():
     assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2"))]
 
 
+def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 1.0) -> float:
+    """Run ``core`` through one step per latency, each moving on that long after its
+    gradient; returns the time of the last step's start."""
+    now = start
+    for latency in latencies_s:
+        core.handle(nc.OwnContribution(step=core.step), now)
+        now += latency
+        core.handle(nc.StepBegan(step=core.step + 1, voters=VOTERS, members=VOTERS), now)
+        now += 0.1
+    return now
+
+
+def test_slow_healthy_steps_stretch_every_takeover_delay_by_the_median_latency():
+    # A 100M-parameter step decides ~10 s after its gradient: with the nominal
+    # delays every rank took over a healthy coordinator (session 20, 7 proposals).
+    backup = leader("n1")
+    now = decided_steps(backup, [12.0, 3.0, 6.0, 40.0, 6.0])  # ends at step 5
+    assert backup.pace() == pytest.approx(6.0 / CONFIG.decision_latency_nominal_s)
+    backup.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), now)  # n1 is rank 1
+    backup.handle(nc.OwnContribution(step=6), now)
+    stretched = CONFIG.backup_delay_s * backup.pace()
+    assert backup.next_deadline() == pytest.approx(now + stretched)
+    assert backup.handle(nc.Tick(), now + CONFIG.backup_delay_s) == []
+    assert backup.handle(nc.Tick(), now + stretched) == [
+        nc.BuildProposal(step=6, contributors=("n1",))
+    ]
+
+
+def test_fast_steps_keep_the_nominal_delays_and_the_pace_is_bounded():
+    fast = leader("n1")
+    decided_steps(fast, [0.05] * 7)
+    assert fast.pace() == 1.0
+    assert len(fast.decision_latencies) == CONFIG.decision_latency_samples
+    stuck = leader("n1")
+    decided_steps(stuck, [3600.0] * 3)
+    assert stuck.pace() == CONFIG.pace_max  # a stuck coordinator is still taken over
+    with pytest.raises(LocalProtocolError):
+        nc.NodeConfig(pace_max=0.5)
+
+
+def test_only_the_step_this_node_computed_for_is_timed():
+    core = leader("n0")
+    core.handle(nc.StepBegan(step=1, voters=VOTERS, members=VOTERS), 50.0)  # no gradient
+    core.handle(nc.OwnContribution(step=1), 51.0)
+    core.handle(nc.StepBegan(step=9, voters=VOTERS, members=VOTERS), 90.0)  # a rejoin
+    assert core.decision_latencies == [] and core.pace() == 1.0
+
+
 def test_a_restarted_acceptor_reproposes_its_stored_value_when_it_holds_the_bytes():
     value = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1"])
     core = nc.StepLeader(node="n2")
