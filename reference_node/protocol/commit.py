@@ -1128,9 +1128,7 @@ class StepCommit:
         started = proposer.sent_at.get((phase, proposer.ballot)) if phase else None
         if started is not None:
             backoff = self._retry_base_s() * (2**proposer.attempts)
-            proposer.retry_at = max(
-                proposer.retry_at, started + min(backoff, self._retry_cap_s())
-            )
+            proposer.retry_at = max(proposer.retry_at, started + min(backoff, self._retry_cap_s()))
 
     def _defer_to(self, message: Prepare | AcceptRequest, now: float) -> None:
         """Our acceptor joined another proposer's round: give that round the time it
