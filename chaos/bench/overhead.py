@@ -236,6 +236,33 @@ def run_aborted(history: Any) -> str | None:
     return "no steady_state mark in the harness's events"
 
 
+# A node may end the run this many steps behind the newest commit and still count as
+# training to the end: the harness stops every node at once, and a node applies a
+# step ~1 step after the first commit of it (it fetches the aggregate it lacked).
+END_LAG_STEPS_MAX = 2
+
+
+def nodes_lost(history: Any) -> list[str]:
+    """The nodes that stopped committing before the run ended (a worker killed for
+    memory after steady state, a node that crashed and never came back): the steady
+    rate is then not the cluster's.  Each as "name (last step k of K)"."""
+    from swarmshake.reference_node.protocol.history import HARNESS, Commit, Start
+
+    started: set[str] = set()
+    last: dict[str, int] = {}
+    for event in history.events:
+        if isinstance(event, Start) and event.node != HARNESS:
+            started.add(event.node)
+        elif isinstance(event, Commit):
+            last[event.node] = max(last.get(event.node, -1), event.step)
+    newest = max(last.values(), default=-1)
+    return [
+        f"{node} (last step {last.get(node, -1)} of {newest})"
+        for node in sorted(started)
+        if last.get(node, -1) < newest - END_LAG_STEPS_MAX
+    ]
+
+
 def steady_state_timeout_s(baseline_step_s: float) -> float:
     """How long the node run may take to reach steady state (every node past step 2):
     the harness's 60 s, or, for a model whose plain gloo step alone takes seconds
@@ -251,7 +278,7 @@ def swarmshake_steady_rate(
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
     from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState, resolve
-    from swarmshake.reference_node.protocol.history import Commit, History
+    from swarmshake.reference_node.protocol.history import Commit, DeclareDead, History
     from swarmshake.reports.recovery import measure_run
 
     # Every field of the baseline's config, so both sides train the same model on
@@ -285,6 +312,11 @@ def swarmshake_steady_rate(
         # A rate from a run that never reached steady state (a node killed for memory
         # at 100M, the others training on) is not the cluster's: say why instead.
         raise RuntimeError(f"the run never reached steady state: {aborted}")
+    lost = nodes_lost(history)
+    if lost:
+        # The survivors' rate is not the cluster's (a node can die after steady state
+        # too, and the harness does not abort then): say which node stopped instead.
+        raise RuntimeError(f"nodes stopped committing before the end: {', '.join(lost)}")
     rate = measure_run(history).steady_commits_per_s
     if rate is None:
         raise RuntimeError(f"the run committed no steps ({result.status}: {result.message})")
@@ -307,6 +339,9 @@ def swarmshake_steady_rate(
         "worker_nice": WorkerSection().nice,
         # Measured on the sockets (WireSampler), not computed from the model size.
         "wire_bytes_per_node_per_step": wire.per_step(),
+        # A fault-free run declares no one dead: each one is a false positive that
+        # cost the cluster a removal or a rejoin, so the rate says how many it paid.
+        "declarations": sum(isinstance(event, DeclareDead) for event in history.events),
         "run_dir": str(result.run_dir),
         "status": result.status,
     }
@@ -473,13 +508,15 @@ def main(argv: list[str]) -> int:
         texts = []
         for path, side in document["paths"].items():
             rate = side.get("steps_per_s")
+            # 3 significant digits: a 100M model trains at 0.05 steps/s.
             texts.append(
-                f"{path}: {rate:.1f} steps/s, overhead {side['overhead_pct']} %"
+                f"{path}: {rate:.3g} steps/s, overhead {side['overhead_pct']} %, "
+                f"{side['declarations']} declarations"
                 if rate
                 else f"{path}: {side['not_measured']}"
             )
         print(
-            f"gloo all-reduce ({args.world} processes): {base:.1f} steps/s; swarmshake "
+            f"gloo all-reduce ({args.world} processes): {base:.3g} steps/s; swarmshake "
             f"({args.aggregation}): {'; '.join(texts)}",
             file=sys.stderr,
         )

@@ -68,3 +68,29 @@ def test_a_run_that_never_reached_steady_state_gives_no_rate(tmp_path, events, a
         assert reason is None
     else:
         assert reason is not None and aborted in reason
+
+
+def test_a_node_that_stopped_committing_after_steady_state_gives_no_rate(tmp_path) -> None:
+    """The 92f6095 100M run (all four nodes trained to the end), and the same run with
+    n3's commits cut after step 4, as if its worker had been killed then: the harness
+    does not abort after steady state, so the bench must notice the node is gone."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from swarmshake.reference_node.protocol.history import History
+
+    source = Path(__file__).parents[3] / "docs" / "bench-results" / "session20"
+    whole = tmp_path / "whole"
+    shutil.copytree(source / "100M-92f6095-events", whole / "events")
+    assert overhead.nodes_lost(History.load(whole)) == []
+    cut = tmp_path / "cut"
+    shutil.copytree(source / "100M-92f6095-events", cut / "events")
+    n3 = cut / "events" / "n3.jsonl"
+    kept = [
+        line
+        for line in n3.read_text().splitlines()
+        if not (json.loads(line)["kind"] == "commit" and json.loads(line)["step"] > 4)
+    ]
+    n3.write_text("\n".join(kept) + "\n")
+    assert overhead.nodes_lost(History.load(cut)) == ["n3 (last step 4 of 8)"]
