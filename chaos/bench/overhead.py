@@ -263,6 +263,33 @@ def nodes_lost(history: Any) -> list[str]:
     ]
 
 
+def steady_window(history: Any) -> tuple[float, float, int] | None:
+    """The node side's measured window: from the first commit of the first step
+    committed after the harness's steady_state mark to the first commit of the last
+    step, as (start t_mono, end t_mono, steps in between); None with fewer than two.
+
+    gloo's baseline times its steps after 5 warm-up steps; the node's warm-up is its
+    run up to steady state (every node past step 2), which at 100M parameters was a
+    fifth of the window (its first steps pay first-touch allocations, and the commit
+    core has no reply latency to pace its retries by yet)."""
+    from swarmshake.reference_node.protocol.history import Commit, RunMark
+
+    mark = next(
+        (e.t_mono for e in history.events if isinstance(e, RunMark) and e.mark == "steady_state"),
+        None,
+    )
+    if mark is None:
+        return None
+    first_commit: dict[int, float] = {}
+    for event in history.events:
+        if isinstance(event, Commit):
+            first_commit[event.step] = min(first_commit.get(event.step, event.t_mono), event.t_mono)
+    times = sorted(t for t in first_commit.values() if t >= mark)
+    if len(times) < 2:
+        return None
+    return times[0], times[-1], len(times) - 1
+
+
 def steady_state_timeout_s(baseline_step_s: float) -> float:
     """How long the node run may take to reach steady state (every node past step 2):
     the harness's 60 s, or, for a model whose plain gloo step alone takes seconds
@@ -278,7 +305,7 @@ def swarmshake_steady_rate(
     """Steady commits per second of a fault-free local run (the harness)."""
     from swarmshake.chaos import runner
     from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState, resolve
-    from swarmshake.reference_node.protocol.history import Commit, DeclareDead, History
+    from swarmshake.reference_node.protocol.history import DeclareDead, History
     from swarmshake.reports.recovery import measure_run
 
     # Every field of the baseline's config, so both sides train the same model on
@@ -317,25 +344,20 @@ def swarmshake_steady_rate(
         # The survivors' rate is not the cluster's (a node can die after steady state
         # too, and the harness does not abort then): say which node stopped instead.
         raise RuntimeError(f"nodes stopped committing before the end: {', '.join(lost)}")
-    rate = measure_run(history).steady_commits_per_s
-    if rate is None:
-        raise RuntimeError(f"the run committed no steps ({result.status}: {result.message})")
-    # CPU over the steady window: from the first commit of the first step to the
-    # first commit of the last one, every process the harness started (nodes'
-    # control and worker processes, the broker).
-    first_commit: dict[int, float] = {}
-    for event in history.events:
-        if isinstance(event, Commit):
-            first_commit[event.step] = min(first_commit.get(event.step, event.t_mono), event.t_mono)
-    steps = sorted(first_commit)
-    cpu = (
-        _cpu_per_step(sampler, first_commit[steps[0]], first_commit[steps[-1]], len(steps) - 1)
-        if len(steps) > 1
-        else None
-    )
+    whole_run = measure_run(history).steady_commits_per_s
+    window = steady_window(history)
+    if window is None:
+        raise RuntimeError(
+            f"fewer than two steps committed after steady state ({result.status}: {result.message})"
+        )
+    start, end, intervals = window
+    # CPU over the same window, every process the harness started (nodes' control
+    # and worker processes, the broker).
     return {
-        "steps_per_s": rate,
-        "cpu_s_per_step": cpu,
+        "steps_per_s": intervals / (end - start),
+        # From the first commit on, the warm-up included (the figure before session 21).
+        "steps_per_s_whole_run": whole_run,
+        "cpu_s_per_step": _cpu_per_step(sampler, start, end, intervals),
         "worker_nice": WorkerSection().nice,
         # Measured on the sockets (WireSampler), not computed from the model size.
         "wire_bytes_per_node_per_step": wire.per_step(),

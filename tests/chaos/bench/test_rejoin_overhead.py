@@ -94,3 +94,23 @@ def test_a_node_that_stopped_committing_after_steady_state_gives_no_rate(tmp_pat
     ]
     n3.write_text("\n".join(kept) + "\n")
     assert overhead.nodes_lost(History.load(cut)) == ["n3 (last step 4 of 8)"]
+
+
+def test_the_node_rate_is_timed_after_steady_state_as_gloo_is_after_its_warm_up(tmp_path) -> None:
+    """The 92f6095 100M run: steady state when the last node committed step 2; the
+    node's rate counts the steps committed after it, not the warm-up before."""
+    import shutil
+    from pathlib import Path
+
+    from swarmshake.reference_node.protocol.history import Commit, History, RunMark
+
+    source = Path(__file__).parents[3] / "docs" / "bench-results" / "session20"
+    shutil.copytree(source / "100M-92f6095-events", tmp_path / "events")
+    history = History.load(tmp_path)
+    start, end, intervals = overhead.steady_window(history)
+    [mark] = [
+        e.t_mono for e in history.events if isinstance(e, RunMark) and e.mark == "steady_state"
+    ]
+    assert mark <= start < end and intervals >= 2
+    commits_of_step_2 = [e.t_mono for e in history.events if isinstance(e, Commit) and e.step == 2]
+    assert start > max(commits_of_step_2)  # step 2 reached steady state; step 3 is timed
