@@ -22,13 +22,24 @@ no copy is made either way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
 from swarmshake import kernels
 from swarmshake.reference_node.training.config import TrainingConfig
 from swarmshake.reference_node.training.device import resolve_device
+
+# The coordinate-wise rules (median, trimmed mean) run on the CPU block by block: a
+# block of 64K coordinates keeps each temporary in L2 (four rows of 256 KB) and reuses
+# the memory freed by the block before.  The whole vector at once allocated ~20 fresh
+# tensors of the vector's size, each page-faulted in and streamed through DRAM: at
+# 100M parameters the median of a 25M-coordinate shard of four contributors took
+# 1.34 s against 0.17 s blocked (as much CPU as the node's backward pass).  The bits
+# are the same: every output coordinate is computed from its own column only, with
+# the same ops in the same order (tests/reference_node/training/test_aggregation.py).
+COORDINATE_BLOCK = 65536
+FINITE_CHECK_BLOCK = 262144  # all_finite's block: one cache-sized temporary
 
 
 class AggregationError(ValueError):
@@ -38,8 +49,16 @@ class AggregationError(ValueError):
 def all_finite(tensor: torch.Tensor) -> bool:
     """Whether every element is finite: ``x - x`` is 0 for a finite ``x`` and NaN for
     NaN or +-inf, and NaN survives the sum.  ~70x faster than ``isfinite().all()``
-    on this CPU build of torch (0.14 vs 10 ms for 1M floats, one thread)."""
-    return bool((tensor - tensor).sum() == 0)
+    on this CPU build of torch (0.14 vs 10 ms for 1M floats, one thread).  Block by
+    block (256K elements): the temporary stays in cache instead of a fresh tensor of
+    the whole size (25M floats: 8.5 vs 64 ms; 100M: 31 vs 234 ms)."""
+    flat = tensor.reshape(-1)
+    block = FINITE_CHECK_BLOCK
+    for start in range(0, flat.numel(), block):
+        part = flat[start : start + block]
+        if not bool((part - part).sum() == 0):
+            return False
+    return True
 
 
 def ordered(contributions: Mapping[str, torch.Tensor]) -> tuple[list[str], list[torch.Tensor]]:
@@ -74,9 +93,9 @@ def aggregate(config: TrainingConfig, contributions: Mapping[str, torch.Tensor])
     if rule == "mean":
         result = finite_mean(rows)
     elif rule == "median":
-        result = kernels.coordinate_median(torch.stack(rows))
+        result = by_coordinate_blocks(kernels.coordinate_median, rows)
     elif rule == "trimmed_mean":
-        result = kernels.trimmed_mean(torch.stack(rows), f)
+        result = by_coordinate_blocks(lambda stacked: kernels.trimmed_mean(stacked, f), rows)
     elif rule in ("krum", "multi_krum"):
         m = 1 if rule == "krum" else config.multi_krum_m
         selected = sorted(int(index) for index in kernels.krum_select(torch.stack(rows), f, m=m))
@@ -92,6 +111,22 @@ def aggregate(config: TrainingConfig, contributions: Mapping[str, torch.Tensor])
             f"coordinates: more than byzantine_f={f} contributions are bad there"
         )
     return result.cpu()
+
+
+def by_coordinate_blocks(
+    rule: Callable[[torch.Tensor], torch.Tensor], rows: list[torch.Tensor]
+) -> torch.Tensor:
+    """``rule(torch.stack(rows))`` for a coordinate-wise ``rule``, on the CPU computed
+    ``COORDINATE_BLOCK`` columns at a time (the same bits, far less memory traffic).
+    A GPU runs its kernel over the whole stack at once."""
+    size = rows[0].numel()
+    if rows[0].device.type != "cpu" or size <= COORDINATE_BLOCK:
+        return rule(torch.stack(rows))
+    result = torch.empty(size, dtype=rows[0].dtype)
+    for start in range(0, size, COORDINATE_BLOCK):
+        end = min(start + COORDINATE_BLOCK, size)
+        result[start:end] = rule(torch.stack([row[start:end] for row in rows]))
+    return result
 
 
 def finite_mean(rows: list[torch.Tensor]) -> torch.Tensor:

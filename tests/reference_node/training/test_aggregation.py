@@ -98,13 +98,43 @@ def test_mismatched_shapes_are_refused() -> None:
         (-math.inf, False),
     ],
 )
-def test_all_finite(value: float, finite: bool) -> None:
-    tensor = torch.ones(1001)
-    tensor[500] = value
+@pytest.mark.parametrize("where", [0, 500, 262144 + 3, -1])
+def test_all_finite(value: float, finite: bool, where: int) -> None:
+    tensor = torch.ones(262144 * 2 + 10)  # three blocks of the check, the last short
+    tensor[where] = value
     assert all_finite(tensor) is finite
+    assert all_finite(tensor.reshape(2, -1)) is finite
 
 
 def test_a_finite_sum_that_overflows_is_refused() -> None:
     huge = {name: torch.full((4,), 3.0e38) for name in ("n1", "n2")}
     with pytest.raises(AggregationError, match="non-finite coordinates"):
         aggregate(TrainingConfig(aggregation="mean"), huge)
+
+
+@pytest.mark.parametrize("rule", ["median", "trimmed_mean"])
+@pytest.mark.parametrize("count", [3, 4, 5])
+def test_the_cpu_blocks_give_the_bits_of_the_whole_stack(rule: str, count: int) -> None:
+    """The CPU runs the coordinate-wise rules COORDINATE_BLOCK columns at a time: the
+    aggregate must be the bits of the kernel over the whole stack, across block
+    edges, a short last block, -0.0, and NaN / inf in some blocks only (a block's
+    fast all-finite path beside another's slow one)."""
+    from swarmshake import kernels
+    from swarmshake.reference_node.training import aggregation
+
+    size = 2 * aggregation.COORDINATE_BLOCK + 4099
+    generator = torch.Generator().manual_seed(count)
+    rows = [torch.randn(size, generator=generator) for _ in range(count)]
+    rows[0][5] = float("nan")
+    rows[1][aggregation.COORDINATE_BLOCK + 7] = float("inf")
+    rows[-1][-1] = float("-inf")
+    rows[0][:2000] = -0.0
+    rows[1][:1000] = 0.0
+    config = TrainingConfig(aggregation=rule, byzantine_f=1)
+    blocked = aggregate(config, {f"n{i}": row for i, row in enumerate(rows)})
+    whole = (
+        kernels.coordinate_median(torch.stack(rows))
+        if rule == "median"
+        else kernels.trimmed_mean(torch.stack(rows), 1)
+    )
+    assert torch.equal(blocked.view(torch.int32), whole.view(torch.int32))
