@@ -91,6 +91,7 @@ persist accepts (a restart forgets them).
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Literal
 
 import msgspec
@@ -165,8 +166,9 @@ class CommitConfig(msgspec.Struct, frozen=True, kw_only=True):
     # acceptor are capped there, not at retry_max_s).  At 100M parameters an acceptor
     # fetches the 400 MB aggregate before it accepts, a round takes 2-3 s, and retries
     # capped at 1 s abandoned every round: 7 proposals for one step (session 20).
-    # Bounded, so one reply delayed by a minute-long stall cannot park the proposer.
-    retry_observed_max_s: float = 30.0
+    # Bounded by R, the time a stable cluster has to commit (DESIGN's L2, 10 s), so
+    # one reply delayed by a stall cannot park the proposer for longer.
+    retry_observed_max_s: float = 10.0
     # A retry abandons a round that may still succeed, so it waits at least this many
     # observed reply latencies: under a 250 ms latency spike a round trip takes ~0.55 s,
     # and a 0.2-0.4 s timer restarted the round before any reply could come back
@@ -484,6 +486,12 @@ class StepCommit:
         # Seconds from sending a request to a peer's reply (0: none seen yet); sets
         # how long a proposer waits before it gives a round up.
         self.reply_latency_s = 0.0
+        # When the detector view last changed: a reply to a round sent before it
+        # measures the outage (a partition's links flush their queues at the heal, a
+        # paused acceptor answers when it wakes), not the latency, and is no sample:
+        # since retries may wait for observed rounds past retry_max_s, one such
+        # sample would park the proposer for seconds right after a heal.
+        self.view_changed_at = -math.inf
 
     # -- public API -------------------------------------------------------------------------
 
@@ -625,6 +633,7 @@ class StepCommit:
             tuple(sorted(self._decision_asked)),
             self.dropped,
             self.reply_latency_s,
+            self.view_changed_at,
             self._clock.last,
         )
 
@@ -810,6 +819,8 @@ class StepCommit:
     def _on_view(self, event: ViewUpdated, now: float, actions: list) -> None:
         before = self.view
         self.view = tuple(sorted(event.alive))
+        if self.view != before:
+            self.view_changed_at = now  # replies to rounds sent before: no samples
         proposer = self._proposer
         if proposer.candidate is None or proposer.phase == "decided":
             return  # nothing of ours in flight: ProposeValue will look at the new view
@@ -1112,7 +1123,7 @@ class StepCommit:
         else:
             return
         sent = self._proposer.sent_at.get(key)
-        if sent is None:
+        if sent is None or sent < self.view_changed_at:
             return
         sample = max(now - sent, 0.0)
         if sample < self.reply_latency_s:
