@@ -53,6 +53,7 @@ TABLE_KINDS = frozenset(
         "fault",
         "run_mark",
         "loop_stall",
+        "worker_stall",
     }
 )
 MAX_TABLE_ROWS = 5000  # keeps the page under a few MB at 1,000 nodes; evidence is always kept

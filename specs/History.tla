@@ -106,7 +106,7 @@ Stop ==
 Bookkeeping ==
     /\ ev.k \in {"ready", "agg_send", "aggregate_serve", "train_step", "frame_drop",
                  "checkpoint_write", "checkpoint_skip", "checkpoint_fail", "rejoin_begin",
-                 "byzantine"}
+                 "byzantine", "worker_stall"}
     /\ Logs(ev.n)
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, promised, accepted,
                    applied, paramsAt, valueAt, envelope, declared>>

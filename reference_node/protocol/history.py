@@ -245,6 +245,15 @@ class LoopStall(EventBase, tag="loop_stall", kw_only=True, frozen=True):
     since_mono: float
 
 
+class WorkerStall(EventBase, tag="worker_stall", kw_only=True, frozen=True):
+    """The node's worker event loop (bulk links, shards, gathers) woke late: for
+    ``stalled_ms`` it moved no bulk bytes.  Not a ``loop_stall``: the detector and
+    heartbeats live in the control process, so S4 reads only those."""
+
+    stalled_ms: float
+    since_mono: float  # when the stall began, on the same clock as ``t_mono``
+
+
 # --- harness --------------------------------------------------------------------------------
 
 
@@ -289,6 +298,7 @@ Event = (
     | CheckpointFail
     | FrameDrop
     | LoopStall
+    | WorkerStall
     | Fault
     | RunMark
 )

@@ -160,7 +160,7 @@ class ControlProcess:
             bugs=config.bug_set,
         )
         self.watchdog = LoopWatchdog(
-            self.events, on_stall=lambda since, woke: self.detector.local_stall(woke - since)
+            self.events.log, on_stall=lambda since, woke: self.detector.local_stall(woke - since)
         )
         self.detector = DetectorDriver(
             core,

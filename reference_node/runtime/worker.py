@@ -51,6 +51,7 @@ from swarmshake.reference_node.runtime.checkpoint_replication import ReplicaServ
 from swarmshake.reference_node.runtime.clock import NodeClock
 from swarmshake.reference_node.runtime.frames import Channel, DropCounter, Frame, PayloadCodec
 from swarmshake.reference_node.runtime.links import AddressBook, PeerAddress, PeerLinks
+from swarmshake.reference_node.runtime.loop_watchdog import WORKER_REPORT_STALL_S, LoopWatchdog
 from swarmshake.reference_node.runtime.malloc_tuning import (
     keep_freed_memory,
     keeps_freed_memory_for,
@@ -206,6 +207,9 @@ class Worker:
         )
         self.last_step_s = 0.0
         self._param_fp_cache: tuple[int, str] | None = None
+        self.watchdog = LoopWatchdog(
+            self.log, event=history.WorkerStall, report_stall_s=WORKER_REPORT_STALL_S
+        )
 
     # -- events -------------------------------------------------------------------------------
 
@@ -295,6 +299,7 @@ class Worker:
             for frame in early:
                 self._on_frame(frame)
             group.create_task(self.report_loop())
+            group.create_task(self.watchdog.run())
             group.create_task(self.prepare_pull_buffer())
             await self.command_loop(group)
 
