@@ -113,15 +113,21 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # (the shards and the aggregate are 400 MB), and with these delays as they are
     # every rank took over a healthy coordinator (session 20: up to 7 proposals for one
     # step, each round pre-empting the last).  So the leader times its own steps (its
-    # gradient to the step moving on) and stretches all five delays by its pace: the
-    # median of the last ``decision_latency_samples`` (one step slowed by a crash does
-    # not count) over this nominal latency, the slowest the delays were tuned for,
-    # never below 1 (a small model keeps the delays as they are) ...
+    # gradient to the step moving on) and keeps the median of the last
+    # ``decision_latency_samples`` (one step slowed by a crash does not count):
+    # - the coordinator's waits for contributions (collect_s, straggler_grace_s) are
+    #   multiplied by its pace, that median over this nominal latency (the slowest the
+    #   delays were tuned for), never below 1: a small model keeps them as they are;
     decision_latency_nominal_s: float = 0.75
     decision_latency_samples: int = 5
-    # ... and never above this: a coordinator that is alive but stuck is still taken
-    # over within pace_max * backup_delay_s (30 s), however slow the steps before.
+    # - ... never above this (a coordinator waits at most 30 s for contributions);
     pace_max: float = 30.0
+    # - the takeovers (backup_delay_s and the fallbacks) are shifted, not multiplied:
+    #   the backup waits at least this many median latencies and every later rank that
+    #   much longer than its own delay.  Multiplied, the fallbacks grew with the pace
+    #   (the GPU run, 5.5 s steps: rank 2 at 29 s) and a coordinator alive but unable to
+    #   lead (restarted, its worker still loading) held a step 20 s (L2 invalid).
+    takeover_latencies: float = 1.33
     # One pull attempt; then the next source (fetch_source).  The fetch is retried
     # for as long as its step is the node's (the drivers drop it when the step moves
     # on or the node rejoins): one request a second is nothing next to heartbeats,
@@ -167,6 +173,7 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "leave_retry_s",
             "removal_answer_interval_s",
             "decision_latency_nominal_s",
+            "takeover_latencies",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
         if not self.pace_max >= 1.0:
@@ -296,9 +303,10 @@ class StepLeader:
     coordinator or a missing contributor was declared dead) proposes at once if that
     bound passed.  Rank 1 proposes ``backup_delay_s`` after its own gradient, rank
     r >= 2 (learners rank last) ``fallback_delay_s + r * fallback_rank_step_s`` after
-    it, if the step has not moved on.  At most one proposal per step.  Every one of
-    these delays is stretched by ``pace()``: how much slower than nominal this node's
-    recent steps decided (NodeConfig.decision_latency_nominal_s says why)."""
+    it, if the step has not moved on.  At most one proposal per step.  The waits of
+    rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
+    ``takeover_shift_s()``: both say how much slower than nominal this node's recent
+    steps decided (NodeConfig.decision_latency_nominal_s says why)."""
 
     def __init__(self, *, node: str, config: NodeConfig = NODE_DEFAULTS):
         check_name(node, "node")
@@ -321,6 +329,7 @@ class StepLeader:
         # (bounded: NodeConfig.decision_latency_samples).
         self.decision_latencies: list[float] = []
         self._pace = 1.0
+        self._takeover_shift_s = 0.0
         self._clock = Clock()
 
     # -- public API -------------------------------------------------------------------------
@@ -351,14 +360,24 @@ class StepLeader:
         nominal one, clamped to [1, pace_max]."""
         return self._pace
 
+    def takeover_shift_s(self) -> float:
+        """Seconds added to every takeover delay: how far ``takeover_latencies``
+        median decision latencies exceed the backup's own delay (0 for small models)."""
+        return self._takeover_shift_s
+
     def _time_decision(self, now: float) -> None:
         samples = self.decision_latencies
         samples.append(now - self.computed_at)  # type: ignore[operator]
         del samples[: -self.config.decision_latency_samples]
         ordered = sorted(samples)
-        median = ordered[len(ordered) // 2]
         config = self.config
-        self._pace = min(max(median / config.decision_latency_nominal_s, 1.0), config.pace_max)
+        median = min(
+            ordered[len(ordered) // 2], config.pace_max * config.decision_latency_nominal_s
+        )
+        self._pace = max(median / config.decision_latency_nominal_s, 1.0)
+        self._takeover_shift_s = max(
+            config.takeover_latencies * median - config.backup_delay_s, 0.0
+        )
 
     def rank(self) -> int:
         """0 for the acting coordinator, 1 for the next live voter, and so on in
@@ -389,6 +408,7 @@ class StepLeader:
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
         assert all(latency >= 0.0 for latency in self.decision_latencies)
         assert 1.0 <= self._pace <= self.config.pace_max
+        assert self._takeover_shift_s >= 0.0
 
     # -- transitions (the whole table) ------------------------------------------------------
 
@@ -423,14 +443,14 @@ class StepLeader:
         self.arrived.setdefault(self.step, set()).add(self.node)
         rank = self.rank()
         config = self.config
-        pace = self._pace
+        shift = self._takeover_shift_s
         if rank == 0:
-            self._arm(now + config.collect_s * pace)
+            self._arm(now + config.collect_s * self._pace)
             self._maybe_early(now, actions)
         elif rank == 1:
-            self._arm(now + config.backup_delay_s * pace)
+            self._arm(now + config.backup_delay_s + shift)
         else:
-            self._arm(now + (config.fallback_delay_s + config.fallback_rank_step_s * rank) * pace)
+            self._arm(now + config.fallback_delay_s + config.fallback_rank_step_s * rank + shift)
 
     def _on_arrived(self, event: ContributionArrived, now: float, actions: list) -> None:
         step = event.step

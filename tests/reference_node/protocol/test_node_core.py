@@ -92,30 +92,52 @@ def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 
     return now
 
 
-def test_slow_healthy_steps_stretch_every_takeover_delay_by_the_median_latency():
+def test_slow_healthy_steps_shift_the_takeovers_by_the_median_latency():
     # A 100M-parameter step decides ~10 s after its gradient: with the nominal
     # delays every rank took over a healthy coordinator (session 20, 7 proposals).
     backup = leader("n1")
     now = decided_steps(backup, [12.0, 3.0, 6.0, 40.0, 6.0])  # ends at step 5
     assert backup.pace() == pytest.approx(6.0 / CONFIG.decision_latency_nominal_s)
+    shift = CONFIG.takeover_latencies * 6.0 - CONFIG.backup_delay_s
+    assert backup.takeover_shift_s() == pytest.approx(shift)
     backup.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), now)  # n1 is rank 1
     backup.handle(nc.OwnContribution(step=6), now)
-    stretched = CONFIG.backup_delay_s * backup.pace()
-    assert backup.next_deadline() == pytest.approx(now + stretched)
-    assert backup.handle(nc.Tick(), now + CONFIG.backup_delay_s) == []
-    assert backup.handle(nc.Tick(), now + stretched) == [
+    # The backup waits longer than a median healthy step takes ...
+    assert backup.next_deadline() == pytest.approx(now + CONFIG.takeover_latencies * 6.0)
+    assert backup.handle(nc.Tick(), now + 6.0) == []
+    assert backup.handle(nc.Tick(), now + CONFIG.takeover_latencies * 6.0) == [
         nc.BuildProposal(step=6, contributors=("n1",))
     ]
+
+
+def test_later_ranks_are_shifted_not_multiplied_so_a_stuck_coordinator_is_replaced_soon():
+    """The GPU run (5.5 s steps): fallbacks multiplied by the pace put rank 2 at 29 s,
+    and a coordinator alive but unable to lead held its step for 20 s (L2 invalid)."""
+    fallback = leader("n2")  # step 0: n0 leads, n2 ranks 2
+    now = decided_steps(fallback, [5.5] * 5)  # ends at step 5: n2 leads ...
+    fallback.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), now)  # ... n2 ranks 2
+    fallback.handle(nc.OwnContribution(step=6), now)
+    delay = fallback.next_deadline() - now
+    nominal = CONFIG.fallback_delay_s + 2 * CONFIG.fallback_rank_step_s
+    assert delay == pytest.approx(nominal + fallback.takeover_shift_s())
+    assert delay < nominal * fallback.pace() / 2
+    # The coordinator's own wait for contributions is still multiplied.
+    coordinator = leader("n0")
+    now = decided_steps(coordinator, [5.5] * 5)
+    coordinator.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), now)  # n0: rank 0
+    coordinator.handle(nc.OwnContribution(step=6), now)
+    assert coordinator.next_deadline() == pytest.approx(now + CONFIG.collect_s * coordinator.pace())
 
 
 def test_fast_steps_keep_the_nominal_delays_and_the_pace_is_bounded():
     fast = leader("n1")
     decided_steps(fast, [0.05] * 7)
-    assert fast.pace() == 1.0
+    assert fast.pace() == 1.0 and fast.takeover_shift_s() == 0.0
     assert len(fast.decision_latencies) == CONFIG.decision_latency_samples
     stuck = leader("n1")
     decided_steps(stuck, [3600.0] * 3)
     assert stuck.pace() == CONFIG.pace_max  # a stuck coordinator is still taken over
+    assert stuck.takeover_shift_s() <= CONFIG.takeover_latencies * 30 * 0.75
     with pytest.raises(LocalProtocolError):
         nc.NodeConfig(pace_max=0.5)
 
