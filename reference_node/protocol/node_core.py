@@ -464,10 +464,23 @@ class StepLeader:
             self._maybe_early(now, actions)
 
     def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
+        led = self.computed_at is not None and not self.proposed and self.rank() == 0
         self.alive = frozenset(event.alive)
         self._rank = None
         self._waited = None
-        if self.computed_at is None or self.proposed or self.rank() != 0:
+        if self.computed_at is None or self.proposed:
+            return
+        if self.rank() != 0:
+            if led:
+                # A node ranked before this one came back into the view (a restart, a
+                # heal) and took the lead of a step this node was leading.  Alive is
+                # not able to lead: a restarted node heartbeats seconds before its
+                # worker is up and its state fetched (the GPU run at 100M: 5.4 s, then
+                # 3 s more), and this node's paced wait for contributions (7 s there)
+                # would have held the step with no one proposing (L2: 10.6 s without a
+                # commit).  So it keeps the unpaced collect bound: a returning node
+                # that can lead costs a duel at worst, one that cannot costs 1 s.
+                self._arm(self.computed_at + self.config.collect_s)
             return
         # Either the contributor waited for was declared dead, or the node that led
         # this step was: lead it now (or at the collect bound).

@@ -129,6 +129,29 @@ def test_later_ranks_are_shifted_not_multiplied_so_a_stuck_coordinator_is_replac
     assert coordinator.next_deadline() == pytest.approx(now + CONFIG.collect_s * coordinator.pace())
 
 
+def test_a_leader_displaced_by_a_returning_node_keeps_the_unpaced_collect_bound():
+    """The GPU run at 100M (5.5 s steps): n3 (ranked first) restarted and was alive in
+    the view 5 s before its worker was up; n0, leading the step until then, waited out
+    its paced collect bound (7 s) as a mere backup, and no step committed for 10.6 s."""
+    core = nc.StepLeader(node="n0")
+    core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 0.0)  # n3 down
+    voters = ("n0", "n1", "n2", "n3")
+    now = 1.0
+    for step in range(5):  # 5.5 s decisions: pace > 7; n0 leads step 7 ... (below)
+        core.handle(nc.StepBegan(step=step, voters=voters, members=voters), now)
+        core.handle(nc.OwnContribution(step=step), now)
+        now += 5.5
+    core.handle(nc.StepBegan(step=7, voters=voters, members=voters), now)  # n3 coordinates
+    core.handle(nc.OwnContribution(step=7), now)  # n3 is down: n0 leads (rank 0)
+    assert core.rank() == 0 and core.next_deadline() > now + 7.0  # the paced collect bound
+    core.handle(nc.ViewChanged(alive=voters), now + 0.5)  # n3 restarted: rank 0 again
+    assert core.rank() == 1
+    assert core.next_deadline() == pytest.approx(now + CONFIG.collect_s)
+    assert core.handle(nc.Tick(), now + CONFIG.collect_s) == [
+        nc.BuildProposal(step=7, contributors=("n0",))
+    ]
+
+
 def test_fast_steps_keep_the_nominal_delays_and_the_pace_is_bounded():
     fast = leader("n1")
     decided_steps(fast, [0.05] * 7)
