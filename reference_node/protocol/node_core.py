@@ -107,27 +107,34 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # staggered, so the ranks do not pre-empt each other's phase-1 rounds.
     fallback_delay_s: float = 3.0
     fallback_rank_step_s: float = 0.5
-    # collect_s and the takeover delays were tuned for a step that decides ~0.6 s
-    # after its gradient (the simulator's 4 and 8 nodes: 0.53-0.69 s, 5th to 95th
-    # percentile).  A bigger model's step decides later: at 100M parameters on the
-    # reference machine ~9 s (the shards and the aggregate are 400 MB), and with these
-    # delays every rank took over a healthy coordinator (session 20: up to 7 proposals
-    # for one step, each round pre-empting the last).  So the leader times its own
-    # steps (its gradient to the step moving on), and with the median of the last
-    # ``decision_latency_samples`` (one step slowed by a crash does not count) shifts
-    # collect_s, backup_delay_s and every fallback by the same amount: the backup then
-    # waits at least ``takeover_latencies`` medians.  A small model keeps the delays
-    # as they are (shift 0).  The straggler grace is not shifted: it follows the
-    # arrival of a majority, not the step's length.
+    # Every delay above was tuned for a step that decides ~0.6 s after its gradient
+    # (the simulator's 4 and 8 nodes: 0.53-0.69 s, 5th to 95th percentile).  A bigger
+    # model's step decides later: at 100M parameters on the reference machine ~10 s
+    # (the shards and the aggregate are 400 MB), and with these delays as they are
+    # every rank took over a healthy coordinator (session 20: up to 7 proposals for one
+    # step, each round pre-empting the last).  So the leader times its own steps (its
+    # gradient to the step moving on) and keeps the median of the last
+    # ``decision_latency_samples`` (one step slowed by a crash does not count):
+    # - the coordinator's waits for contributions (collect_s, straggler_grace_s) are
+    #   multiplied by its pace, that median over this nominal latency (the slowest the
+    #   delays were tuned for), never below 1: a small model keeps them as they are;
+    decision_latency_nominal_s: float = 0.75
     decision_latency_samples: int = 5
+    # - ... never above this (a coordinator waits at most 30 s for contributions);
+    pace_max: float = 30.0
+    # - the takeovers (backup_delay_s and the fallbacks) are shifted, not multiplied:
+    #   the backup waits at least this many median latencies and every later rank that
+    #   much longer than its own delay.  Multiplied, the fallbacks grew with the pace
+    #   (the GPU run, 5.5 s steps: rank 2 at 29 s) and a coordinator alive but unable to
+    #   lead (restarted, its worker still loading) held a step 20 s (L2 invalid).
     takeover_latencies: float = 1.33
-    # The shift is at most this, so the backup takes over within 5 s of its gradient.
-    # A coordinator that is alive but cannot lead (restarted: heartbeating seconds
-    # before its worker is up and its state fetched) holds its step until then: on
-    # the GPU run (5.9 s steps), multiplying the delays by the latency (rank 2 at
-    # 29 s) held a step 20 s, and an uncapped shift 11.5 s, past R = 10 s.  So at 100M
-    # on 2 CPU cores a backup may still duel a healthy coordinator; the commit core's
-    # retries, timed by observed rounds, settle that in a round or two.
+    # - ... by at most this: the backup takes over within 5 s of its gradient.  A
+    #   coordinator that is alive but cannot lead (restarted: heartbeating seconds
+    #   before its worker is up and its state fetched) holds its step until then, and
+    #   with the shift uncapped (6.9 s on the GPU run's 5.9 s steps) no step committed
+    #   for 11.5 s, past R = 10 s.  So at 100M on 2 CPU cores (~9 s from gradient to
+    #   commit) a backup may still duel a healthy coordinator; the commit core's
+    #   retries, paced by observed rounds, settle that in a round or two.
     takeover_shift_max_s: float = 4.0
     # One pull attempt; then the next source (fetch_source).  The fetch is retried
     # for as long as its step is the node's (the drivers drop it when the step moves
@@ -173,10 +180,13 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "join_retry_s",
             "leave_retry_s",
             "removal_answer_interval_s",
+            "decision_latency_nominal_s",
             "takeover_latencies",
             "takeover_shift_max_s",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
+        if not self.pace_max >= 1.0:
+            raise LocalProtocolError("NodeConfig.pace_max must be >= 1")
         for name in (
             "decision_latency_samples",
             "records_kept",
@@ -302,10 +312,10 @@ class StepLeader:
     coordinator or a missing contributor was declared dead) proposes at once if that
     bound passed.  Rank 1 proposes ``backup_delay_s`` after its own gradient, rank
     r >= 2 (learners rank last) ``fallback_delay_s + r * fallback_rank_step_s`` after
-    it, if the step has not moved on.  At most one proposal per step.  The collect
-    bound and every takeover are shifted by ``takeover_shift_s()``: how much slower
-    than nominal this node's recent steps decided (NodeConfig.takeover_latencies says
-    why)."""
+    it, if the step has not moved on.  At most one proposal per step.  The waits of
+    rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
+    ``takeover_shift_s()``: both say how much slower than nominal this node's recent
+    steps decided (NodeConfig.decision_latency_nominal_s says why)."""
 
     def __init__(self, *, node: str, config: NodeConfig = NODE_DEFAULTS):
         check_name(node, "node")
@@ -327,6 +337,7 @@ class StepLeader:
         # Seconds from this node's gradient to its step moving on, the latest last
         # (bounded: NodeConfig.decision_latency_samples).
         self.decision_latencies: list[float] = []
+        self._pace = 1.0
         self._takeover_shift_s = 0.0
         self._clock = Clock()
 
@@ -353,6 +364,11 @@ class StepLeader:
         the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step)."""
         return not self.replaying
 
+    def pace(self) -> float:
+        """The factor on every delay: the median recent decision latency over the
+        nominal one, clamped to [1, pace_max]."""
+        return self._pace
+
     def takeover_shift_s(self) -> float:
         """Seconds added to every takeover delay: how far ``takeover_latencies``
         median decision latencies exceed the backup's own delay (0 for small models),
@@ -365,7 +381,11 @@ class StepLeader:
         del samples[: -self.config.decision_latency_samples]
         ordered = sorted(samples)
         config = self.config
-        shift = config.takeover_latencies * ordered[len(ordered) // 2] - config.backup_delay_s
+        median = min(
+            ordered[len(ordered) // 2], config.pace_max * config.decision_latency_nominal_s
+        )
+        self._pace = max(median / config.decision_latency_nominal_s, 1.0)
+        shift = config.takeover_latencies * median - config.backup_delay_s
         self._takeover_shift_s = min(max(shift, 0.0), config.takeover_shift_max_s)
 
     def rank(self) -> int:
@@ -396,7 +416,8 @@ class StepLeader:
             assert self.deadline is None and not self.majority_armed
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
         assert all(latency >= 0.0 for latency in self.decision_latencies)
-        assert 0.0 <= self._takeover_shift_s <= self.config.takeover_shift_max_s
+        assert 1.0 <= self._pace <= self.config.pace_max
+        assert self._takeover_shift_s >= 0.0
 
     # -- transitions (the whole table) ------------------------------------------------------
 
@@ -433,7 +454,7 @@ class StepLeader:
         config = self.config
         shift = self._takeover_shift_s
         if rank == 0:
-            self._arm(now + config.collect_s + shift)
+            self._arm(now + config.collect_s * self._pace)
             self._maybe_early(now, actions)
         elif rank == 1:
             self._arm(now + config.backup_delay_s + shift)
@@ -464,16 +485,16 @@ class StepLeader:
                 # heal) and took the lead of a step this node was leading.  Alive is
                 # not able to lead: a restarted node heartbeats seconds before its
                 # worker is up and its state fetched (the GPU run at 100M: 5.4 s, then
-                # 3 s more), and this node's shifted wait for contributions (7 s there)
+                # 3 s more), and this node's paced wait for contributions (7 s there)
                 # would have held the step with no one proposing (L2: 10.6 s without a
-                # commit).  So it keeps the unshifted collect bound: a returning node
+                # commit).  So it keeps the unpaced collect bound: a returning node
                 # that can lead costs a duel at worst, one that cannot costs 1 s.
                 self._arm(self.computed_at + self.config.collect_s)
             return
         # Either the contributor waited for was declared dead, or the node that led
         # this step was: lead it now (or at the collect bound).
         if not self._maybe_early(now, actions):
-            bound = self.computed_at + self.config.collect_s + self._takeover_shift_s
+            bound = self.computed_at + self.config.collect_s * self._pace
             if now >= bound:
                 self._build(actions)
             else:
@@ -489,7 +510,7 @@ class StepLeader:
                 # not be aggregated or committed any better).
                 got.intersection_update(left)
             self.proposed = False  # propose again with what arrives next
-            self._arm(now + self.config.straggler_grace_s)
+            self._arm(now + self.config.straggler_grace_s * self._pace)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
         if self.deadline is not None and now >= self.deadline and not self.proposed:
@@ -515,7 +536,7 @@ class StepLeader:
         voters = self._voter_set
         if not self.majority_armed and len(got & voters) > len(voters) // 2:
             self.majority_armed = True
-            self._arm(now + self.config.straggler_grace_s)
+            self._arm(now + self.config.straggler_grace_s * self._pace)
         return False
 
     def _build(self, actions: list) -> None:
