@@ -128,14 +128,6 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     #   (the GPU run, 5.5 s steps: rank 2 at 29 s) and a coordinator alive but unable to
     #   lead (restarted, its worker still loading) held a step 20 s (L2 invalid).
     takeover_latencies: float = 1.33
-    # - ... by at most this: the backup takes over within 5 s of its gradient.  A
-    #   coordinator that is alive but cannot lead (restarted: heartbeating seconds
-    #   before its worker is up and its state fetched) holds its step until then, and
-    #   with the shift uncapped (6.9 s on the GPU run's 5.9 s steps) no step committed
-    #   for 11.5 s, past R = 10 s.  So at 100M on 2 CPU cores (~9 s from gradient to
-    #   commit) a backup may still duel a healthy coordinator; the commit core's
-    #   retries, paced by observed rounds, settle that in a round or two.
-    takeover_shift_max_s: float = 4.0
     # One pull attempt; then the next source (fetch_source).  The fetch is retried
     # for as long as its step is the node's (the drivers drop it when the step moves
     # on or the node rejoins): one request a second is nothing next to heartbeats,
@@ -182,7 +174,6 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "removal_answer_interval_s",
             "decision_latency_nominal_s",
             "takeover_latencies",
-            "takeover_shift_max_s",
         ):
             check_positive(getattr(self, name), f"NodeConfig.{name}")
         if not self.pace_max >= 1.0:
@@ -371,8 +362,7 @@ class StepLeader:
 
     def takeover_shift_s(self) -> float:
         """Seconds added to every takeover delay: how far ``takeover_latencies``
-        median decision latencies exceed the backup's own delay (0 for small models),
-        at most ``takeover_shift_max_s``."""
+        median decision latencies exceed the backup's own delay (0 for small models)."""
         return self._takeover_shift_s
 
     def _time_decision(self, now: float) -> None:
@@ -385,8 +375,9 @@ class StepLeader:
             ordered[len(ordered) // 2], config.pace_max * config.decision_latency_nominal_s
         )
         self._pace = max(median / config.decision_latency_nominal_s, 1.0)
-        shift = config.takeover_latencies * median - config.backup_delay_s
-        self._takeover_shift_s = min(max(shift, 0.0), config.takeover_shift_max_s)
+        self._takeover_shift_s = max(
+            config.takeover_latencies * median - config.backup_delay_s, 0.0
+        )
 
     def rank(self) -> int:
         """0 for the acting coordinator, 1 for the next live voter, and so on in
