@@ -356,8 +356,9 @@ class StepLeader:
         return not self.replaying
 
     def pace(self) -> float:
-        """The factor on every delay: the median recent decision latency over the
-        nominal one, clamped to [1, pace_max]."""
+        """The factor on rank 0's waits for contributions (collect_s, the straggler
+        grace): the median recent decision latency over the nominal one, clamped to
+        [1, pace_max].  Takeovers are shifted instead (``takeover_shift_s``)."""
         return self._pace
 
     def takeover_shift_s(self) -> float:
