@@ -226,7 +226,13 @@ def test_held_bytes_without_the_bug_leave_no_committed_step_unapplied(tmp_path):
     ]
     # The fault acted: n1 held bytes back, and was asked for an aggregate.
     held = [e for e in events if e["kind"] == "frame_drop" and e.get("reason") == "bulk:held"]
-    assert held and {e["node"] for e in held} == {"n1"}, held[:3]
+    harness = (Path(result["run_dir"]) / "events" / "harness.jsonl").read_text().splitlines()
+    fired = [
+        (e["op"], e["phase"], round(e["t_mono"], 3))
+        for e in map(json.loads, harness)
+        if e["kind"] == "fault"
+    ]
+    assert held and {e["node"] for e in held} == {"n1"}, (held[:3], fired)
     assert any(e["kind"] == "aggregate_serve" and e["node"] == "n1" for e in events)
 
 
