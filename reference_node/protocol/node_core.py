@@ -297,13 +297,15 @@ class StepLeader:
     """One node's proposal timing for its current step.
 
     Per step: rank 0 (the acting coordinator: the first voter in rotation order from
-    ``step % len(voters)`` that is in this node's view) proposes once every voter in
-    its view contributed, ``straggler_grace_s`` after a majority did, or at
-    ``collect_s`` after its own gradient; a view change that makes it rank 0 (the
-    coordinator or a missing contributor was declared dead) proposes at once if that
-    bound passed.  Rank 1 proposes ``backup_delay_s`` after its own gradient, rank
-    r >= 2 (learners rank last) ``fallback_delay_s + r * fallback_rank_step_s`` after
-    it, if the step has not moved on.  At most one proposal per step.  The waits of
+    ``step % len(voters)`` that is ready in this node's view: alive, and not a node
+    back in the view with no gradient since) proposes once every ready voter
+    contributed, ``straggler_grace_s`` after a majority did, or at ``collect_s`` after
+    its own gradient; a view change that makes it rank 0 (the coordinator or a missing
+    contributor was declared dead) proposes at once if that bound passed.  Rank 1
+    proposes ``backup_delay_s`` after its own gradient, rank r >= 2 (learners rank
+    last) ``fallback_delay_s + r * fallback_rank_step_s`` after it, if the step has not
+    moved on; a coordinator displaced by a node ranked before it (back and ready, or
+    new) waits as its new rank.  At most one proposal per step.  The waits of
     rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
     ``takeover_shift_s()``: both say how much slower than nominal this node's recent
     steps decided (NodeConfig.decision_latency_nominal_s says why)."""
@@ -328,6 +330,16 @@ class StepLeader:
         # Seconds from this node's gradient to its step moving on, the latest last
         # (bounded: NodeConfig.decision_latency_samples).
         self.decision_latencies: list[float] = []
+        # Readiness: a node alive again after this node's view lost it (a restart, a
+        # pause, a heal) is alive seconds before it can lead: the GPU run at 100M had a
+        # restarted node heartbeating 5.4 s before its worker was up and 3 s more
+        # before its state was current, and every step it coordinated in that time
+        # waited for a backup (L2: 10.2-11.5 s without a commit, R = 10 s).  So such a
+        # node ranks nowhere and is not waited for until one of its gradients arrives
+        # (a node contributes only once its worker is up and its state current).  Both
+        # sets hold names of this node's view only: bounded by the members.
+        self._left: set[str] = set()  # alive once, then not
+        self._returning: set[str] = set()  # alive again, no gradient since
         self._pace = 1.0
         self._takeover_shift_s = 0.0
         self._clock = Clock()
@@ -380,16 +392,25 @@ class StepLeader:
             config.takeover_latencies * median - config.backup_delay_s, 0.0
         )
 
+    def returning(self) -> frozenset[str]:
+        """The nodes alive again in this node's view that have not contributed since:
+        they rank nowhere and are not waited for (``__init__`` says why)."""
+        return frozenset(self._returning)
+
+    def _ready(self) -> frozenset[str]:
+        return (self.alive - self._returning) | {self.node}
+
     def rank(self) -> int:
-        """0 for the acting coordinator, 1 for the next live voter, and so on in
-        rotation order over the voters in this node's view (learners last)."""
+        """0 for the acting coordinator, 1 for the next ready voter, and so on in
+        rotation order over the voters alive in this node's view and not returning
+        (learners last)."""
         if self._rank is not None:
             return self._rank  # every arrival asks: computed once per step and view
         voters = self.voters
         if self.node not in voters:
             self._rank = len(voters)
             return self._rank
-        alive = self.alive | {self.node}
+        alive = self._ready()
         first = self.step % len(voters)
         order = [voters[(first + k) % len(voters)] for k in range(len(voters))]
         self._rank = [v for v in order if v in alive].index(self.node)
@@ -410,6 +431,8 @@ class StepLeader:
         assert all(latency >= 0.0 for latency in self.decision_latencies)
         assert 1.0 <= self._pace <= self.config.pace_max
         assert self._takeover_shift_s >= 0.0
+        assert self._returning <= self.alive and not self._left & self.alive
+        assert self.node not in self._returning | self._left
 
     # -- transitions (the whole table) ------------------------------------------------------
 
@@ -442,16 +465,21 @@ class StepLeader:
             return  # a gradient of a step this node has left
         self.computed_at = now
         self.arrived.setdefault(self.step, set()).add(self.node)
-        rank = self.rank()
-        config = self.config
-        shift = self._takeover_shift_s
-        if rank == 0:
-            self._arm(now + config.collect_s * self._pace)
+        if self.rank() == 0:
+            self._arm(now + self.config.collect_s * self._pace)
             self._maybe_early(now, actions)
-        elif rank == 1:
-            self._arm(now + config.backup_delay_s + shift)
         else:
-            self._arm(now + config.fallback_delay_s + config.fallback_rank_step_s * rank + shift)
+            self._arm(self._takeover_at())
+
+    def _takeover_at(self) -> float:
+        """When this node (rank >= 1, its gradient ready) proposes if the step is still
+        undecided: rank 1 after the backup delay, later ranks staggered after it."""
+        config = self.config
+        rank = self.rank()
+        delay = config.backup_delay_s
+        if rank >= 2:
+            delay = config.fallback_delay_s + config.fallback_rank_step_s * rank
+        return self.computed_at + delay + self._takeover_shift_s  # type: ignore[operator]
 
     def _on_arrived(self, event: ContributionArrived, now: float, actions: list) -> None:
         step = event.step
@@ -461,27 +489,43 @@ class StepLeader:
         if got is None:
             got = self.arrived[step] = set()
         got.add(event.sender)
+        if event.sender in self._returning:
+            # Ready again: it ranks (and is waited for) from now on, this step too.
+            led = self._leads()
+            self._returning.discard(event.sender)
+            self._rerank(now, actions, led)
+            return
         if event.step == self.step and self.computed_at is not None and self.rank() == 0:
             self._maybe_early(now, actions)
 
     def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
-        led = self.computed_at is not None and not self.proposed and self.rank() == 0
-        self.alive = frozenset(event.alive)
+        led = self._leads()
+        alive = frozenset(event.alive) - {self.node}
+        back = alive & self._left
+        self._left = (self._left | (self.alive - alive)) - alive
+        self._returning = (self._returning & alive) | back
+        self.alive = alive
+        self._rerank(now, actions, led)
+
+    def _leads(self) -> bool:
+        return self.computed_at is not None and not self.proposed and self.rank() == 0
+
+    def _rerank(self, now: float, actions: list, led: bool) -> None:
+        """The ranks changed (a view change, a returning node ready): arm or propose
+        by the new rank; ``led``: this node was rank 0 of its computed step before."""
         self._rank = None
         self._waited = None
         if self.computed_at is None or self.proposed:
             return
         if self.rank() != 0:
             if led:
-                # A node ranked before this one came back into the view (a restart, a
-                # heal) and took the lead of a step this node was leading.  Alive is
-                # not able to lead: a restarted node heartbeats seconds before its
-                # worker is up and its state fetched (the GPU run at 100M: 5.4 s, then
-                # 3 s more), and this node's paced wait for contributions (7 s there)
-                # would have held the step with no one proposing (L2: 10.6 s without a
-                # commit).  So it keeps the unpaced collect bound: a returning node
-                # that can lead costs a duel at worst, one that cannot costs 1 s.
-                self._arm(self.computed_at + self.config.collect_s)
+                # A node ranked before this one took the lead of a step this node was
+                # leading: a returning node whose gradient arrived (it is up, its state
+                # current) or one this node never saw before.  It can lead, so this
+                # node waits as its new rank does, not as a coordinator (whose paced
+                # bound it had armed: 7 s at 100M on the GPU) nor at once (a duel).
+                self.deadline = None
+                self._arm(self._takeover_at())
             return
         # Either the contributor waited for was declared dead, or the node that led
         # this step was: lead it now (or at the collect bound).
@@ -521,7 +565,7 @@ class StepLeader:
         got = self.arrived.get(self.step, set())
         waited = self._waited
         if waited is None:  # the voters in this node's view: once per step and view
-            waited = self._waited = (self.alive | {self.node}) & self._voter_set
+            waited = self._waited = self._ready() & self._voter_set
         if waited <= got:
             self._build(actions)
             return self.proposed

@@ -129,27 +129,79 @@ def test_later_ranks_are_shifted_not_multiplied_so_a_stuck_coordinator_is_replac
     assert coordinator.next_deadline() == pytest.approx(now + CONFIG.collect_s * coordinator.pace())
 
 
-def test_a_leader_displaced_by_a_returning_node_keeps_the_unpaced_collect_bound():
-    """The GPU run at 100M (5.5 s steps): n3 (ranked first) restarted and was alive in
-    the view 5 s before its worker was up; n0, leading the step until then, waited out
-    its paced collect bound (7 s) as a mere backup, and no step committed for 10.6 s."""
+VOTERS4 = ("n0", "n1", "n2", "n3")
+
+
+def slow_leader_with_n3_gone(now: float = 1.0) -> tuple[nc.StepLeader, float]:
+    """n0 after five 5.5 s steps (the GPU run at 100M), n3 alive at first and then
+    declared dead; at step 7, which n3 coordinates, n0 computed its gradient at the
+    returned time and leads (rank 0, its paced collect bound armed)."""
     core = nc.StepLeader(node="n0")
-    core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 0.0)  # n3 down
-    voters = ("n0", "n1", "n2", "n3")
-    now = 1.0
-    for step in range(5):  # 5.5 s decisions: pace > 7; n0 leads step 7 ... (below)
-        core.handle(nc.StepBegan(step=step, voters=voters, members=voters), now)
+    core.handle(nc.ViewChanged(alive=VOTERS4), 0.0)
+    for step in range(5):
+        core.handle(nc.StepBegan(step=step, voters=VOTERS4, members=VOTERS4), now)
         core.handle(nc.OwnContribution(step=step), now)
         now += 5.5
-    core.handle(nc.StepBegan(step=7, voters=voters, members=voters), now)  # n3 coordinates
-    core.handle(nc.OwnContribution(step=7), now)  # n3 is down: n0 leads (rank 0)
+    core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), now - 1.0)  # n3 crashed
+    core.handle(nc.StepBegan(step=7, voters=VOTERS4, members=VOTERS4), now)
+    core.handle(nc.OwnContribution(step=7), now)
     assert core.rank() == 0 and core.next_deadline() > now + 7.0  # the paced collect bound
-    core.handle(nc.ViewChanged(alive=voters), now + 0.5)  # n3 restarted: rank 0 again
+    return core, now
+
+
+def test_a_node_back_in_the_view_ranks_nowhere_until_its_gradient_arrives():
+    """The GPU run at 100M (5.5 s steps): the restarted n3 was alive in the view 5.4 s
+    before its worker was up and 3 s more before its state was current; ranked first,
+    it held the steps it coordinated until a backup took over (L2: 10.2-11.5 s without
+    a commit, R = 10 s)."""
+    core, now = slow_leader_with_n3_gone()
+    core.handle(nc.ViewChanged(alive=VOTERS4), now + 0.5)  # n3 restarted: alive, not ready
+    assert core.returning() == {"n3"} and core.rank() == 0
+    # n3 is not waited for either: the others' gradients are the whole step.
+    core.handle(nc.ContributionArrived(step=7, sender="n1"), now + 0.6)
+    actions = core.handle(nc.ContributionArrived(step=7, sender="n2"), now + 0.7)
+    assert actions == [nc.BuildProposal(step=7, contributors=("n0", "n1", "n2"))]
+    # Its first gradient (of any step in the window) makes it ready: it ranks again.
+    core.handle(nc.StepBegan(step=8, voters=VOTERS4, members=VOTERS4), now + 5.0)
+    core.handle(nc.ContributionArrived(step=9, sender="n3"), now + 5.1)
+    assert core.returning() == frozenset()
+    core.handle(nc.StepBegan(step=11, voters=VOTERS4, members=VOTERS4), now + 6.0)
+    core.handle(nc.OwnContribution(step=11), now + 6.0)
+    assert core.rank() == 1  # n3 coordinates step 11
+
+
+def test_a_coordinator_displaced_by_a_ready_node_waits_as_its_new_rank():
+    core, now = slow_leader_with_n3_gone()
+    core.handle(nc.ViewChanged(alive=VOTERS4), now + 0.5)  # back, not ready: n0 leads
+    assert core.rank() == 0 and core.next_deadline() > now + 7.0
+    core.handle(nc.ContributionArrived(step=7, sender="n3"), now + 2.0)  # ready: n3 leads
     assert core.rank() == 1
-    assert core.next_deadline() == pytest.approx(now + CONFIG.collect_s)
-    assert core.handle(nc.Tick(), now + CONFIG.collect_s) == [
-        nc.BuildProposal(step=7, contributors=("n0",))
-    ]
+    # Neither the coordinator's paced bound nor a proposal at once (a duel with n3):
+    # the backup's delay from its own gradient.
+    takeover = now + CONFIG.backup_delay_s + core.takeover_shift_s()
+    assert core.next_deadline() == pytest.approx(takeover)
+    assert core.handle(nc.Tick(), takeover - 0.01) == []
+    assert core.handle(nc.Tick(), takeover) == [nc.BuildProposal(step=7, contributors=("n0", "n3"))]
+
+
+def test_nodes_seen_for_the_first_time_rank_at_once():
+    """A cluster's start (and a restarted node's own view): a node this one never saw
+    alive is not back from anywhere, so the rotation is the plain one."""
+    core = nc.StepLeader(node="n1")
+    core.handle(nc.ViewChanged(alive=("n1",)), 0.0)
+    core.handle(nc.ViewChanged(alive=("n0", "n1")), 0.1)
+    core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 0.2)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS, members=VOTERS), 0.3)
+    core.handle(nc.OwnContribution(step=0), 0.3)
+    assert core.returning() == frozenset() and core.rank() == 1
+    # Gone and back again while still without a gradient: still returning; gone for
+    # good: forgotten.
+    core.handle(nc.ViewChanged(alive=("n1", "n2")), 1.0)
+    core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 2.0)
+    assert core.returning() == {"n0"} and core.rank() == 0
+    core.handle(nc.ViewChanged(alive=("n1", "n2")), 3.0)
+    assert core.returning() == frozenset()
+    core.check_valid()
 
 
 def test_fast_steps_keep_the_nominal_delays_and_the_pace_is_bounded():
