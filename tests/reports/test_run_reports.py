@@ -10,12 +10,16 @@ import pytest
 from lxml import etree
 
 from swarmshake.reference_node.protocol.history import (
+    HARNESS,
     Commit,
     DeclareDead,
     Fault,
     History,
     RejoinDone,
+    RunMark,
     Start,
+    read_events,
+    write_history,
 )
 from swarmshake.reports import RunDirError, write_run_reports
 from swarmshake.reports.recovery import measure_run
@@ -259,3 +263,26 @@ def test_lanes_skip_verdicts_on_a_dead_process_and_draw_those_on_the_new_one() -
         (2.2, 3.0, "alive"),
         (3.0, 4.0, "declared dead"),
     ]
+
+
+def test_the_summary_says_which_scenario_entries_never_fired(tmp_path: Path, histories) -> None:
+    """CI, stop 31: a control run whose hold never fired (its crash came first) was
+    judged valid, and nothing a reader sees said the run had not done what its
+    scenario says; the runner had logged it as an incident only."""
+    run = histories.write_run(tmp_path / "calm", histories.Plan())
+    write_run_reports(run)
+    assert "Harness incidents" not in (run / "summary.md").read_text()
+    harness = run / "events" / "harness.jsonl"
+    events = list(read_events(harness).events)
+    origin = History.load(run).events[0].t_mono  # report times count from the first event
+    never = RunMark(
+        t_wall=0.0, t_mono=origin + 12.5, node=HARNESS, incarnation=0, epoch=0, step=-1,
+        lamport=99, mark="incident", data={"kind": "faults_never_fired", "entries": [0]},
+    )  # fmt: skip
+    write_history(harness, sorted([*events, never], key=lambda e: e.t_mono))
+    write_run_reports(run)
+    summary = (run / "summary.md").read_text()
+    assert "Harness incidents: **1**" in summary
+    assert "- faults_never_fired at 12.5 s: entries [0]; scenario entries that never fired" in (
+        summary
+    )
