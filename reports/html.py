@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 import msgspec
 
-from swarmshake.reference_node.protocol.history import EventBase, Start
+from swarmshake.reference_node.protocol.history import EventBase, RunMark, Start
 from swarmshake.reports import plots
 from swarmshake.reports.recovery import RunMeasurement, measure_run
 from swarmshake.reports.rundir import RunDir
@@ -199,6 +199,37 @@ def environment_rows(run: RunDir) -> list[tuple[str, str]]:
     return rows
 
 
+# What a reader must know about each harness incident (chaos/runner.py logs them as
+# ``run_mark`` events, mark "incident"): a verdict over a run that did not do what its
+# scenario says is no verdict on that scenario.
+INCIDENT_MEANINGS = {
+    "faults_never_fired": "scenario entries that never fired: the run did not test them, "
+    "and its verdict says nothing about them",
+    "fault_skipped": "a fault the backend could not apply",
+    "load_failed": "the load did not start: the run went on without it",
+    "checks_unavailable": "a check could not run",
+}
+MAX_INCIDENTS_SHOWN = 20  # a run logs a handful; a flood must not bury the verdict
+
+
+def harness_incidents(run: RunDir) -> list[tuple[str, float, str]]:
+    """``(kind, seconds into the run, what it says and means)`` of the harness's
+    incidents, the first ``MAX_INCIDENTS_SHOWN`` (all of them stay in the events)."""
+    origin = run_origin(run.history)
+    shown = []
+    for event in run.history.of_kind(RunMark):
+        if not isinstance(event, RunMark) or event.mark != "incident":
+            continue
+        data = dict(event.data)
+        kind = str(data.pop("kind", "incident"))
+        details = ", ".join(f"{key} {value}" for key, value in data.items())
+        text = "; ".join(p for p in (details, INCIDENT_MEANINGS.get(kind, "")) if p)
+        shown.append((kind, event.t_mono - origin, text))
+        if len(shown) == MAX_INCIDENTS_SHOWN:
+            break
+    return shown
+
+
 def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
     history = run.history
     measurement = measurement or measure_run(history, run.bounds)
@@ -262,6 +293,7 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
         distributions_svg=plots.distributions_svg(samples),
         distribution_rows=distribution_rows,
         false_positives=measurement.false_positives,
+        incidents=harness_incidents(run),
         steady_rate=f"{steady:.1f} steps/s" if steady else "not measurable",
         load=run.load,
         pct=_pct,

@@ -8,16 +8,16 @@ ran, and the command that reproduces the run.  Tables are capped, never the verd
 
 from __future__ import annotations
 
-from swarmshake.reference_node.protocol.history import RunMark
 from swarmshake.reports.html import (
     PROPERTY_NAMES,
     distribution_samples_ms,
     fmt_ms,
+    harness_incidents,
     reproduce_command,
 )
 from swarmshake.reports.recovery import RunMeasurement
 from swarmshake.reports.rundir import RunDir
-from swarmshake.reports.series import loop_stalls, run_duration_s, run_origin
+from swarmshake.reports.series import loop_stalls, run_duration_s
 
 MAX_FAULT_ROWS = 30  # a summary is read in a browser tab; the report holds every fault
 MAX_SUMMARY_BYTES = 1 << 20  # GitHub's job-summary limit per step
@@ -30,42 +30,6 @@ def _cell(text: str) -> str:
 
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
-
-
-# What a reader must know about each harness incident (chaos/runner.py logs them as
-# ``run_mark`` events, mark "incident"): a verdict over a run that did not do what its
-# scenario says is no verdict on that scenario.
-INCIDENT_MEANINGS = {
-    "faults_never_fired": "scenario entries that never fired: the run did not test them, "
-    "and its verdict says nothing about them",
-    "fault_skipped": "a fault the backend could not apply",
-    "load_failed": "the load did not start: the run went on without it",
-    "checks_unavailable": "a check could not run",
-}
-MAX_INCIDENT_LINES = 20  # a run logs a handful; a flood must not bury the verdict
-
-
-def incident_lines(run: RunDir) -> list[str]:
-    """The harness's incidents, each with what it means for the verdict."""
-    incidents = [
-        event
-        for event in run.history.of_kind(RunMark)
-        if isinstance(event, RunMark) and event.mark == "incident"
-    ]
-    if not incidents:
-        return []
-    origin = run_origin(run.history)
-    lines = ["", f"Harness incidents: **{len(incidents)}**", ""]
-    for event in incidents[:MAX_INCIDENT_LINES]:
-        data = dict(event.data)
-        kind = str(data.pop("kind", "incident"))
-        meaning = INCIDENT_MEANINGS.get(kind, "")
-        details = ", ".join(f"{key} {value}" for key, value in data.items())
-        text = "; ".join(part for part in (details, meaning) if part)
-        lines.append(f"- {_cell(kind)} at {event.t_mono - origin:.1f} s: {_cell(text)}")
-    if len(incidents) > MAX_INCIDENT_LINES:
-        lines.append(f"- … {len(incidents) - MAX_INCIDENT_LINES} more in events/harness.jsonl")
-    return lines
 
 
 def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
@@ -96,7 +60,10 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
                 )
     lines.append("")
     lines.append(f"False positives: **{measurement.false_positives}**")
-    lines += incident_lines(run)
+    incidents = harness_incidents(run)
+    if incidents:
+        lines += ["", f"Harness incidents: **{len(incidents)}**", ""]
+        lines += [f"- {_cell(kind)} at {t:.1f} s: {_cell(text)}" for kind, t, text in incidents]
     stalls = loop_stalls(run.history)
     if stalls:
         worst = max(stalls, key=lambda s: s.stalled_ms)

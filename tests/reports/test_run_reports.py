@@ -286,3 +286,6 @@ def test_the_summary_says_which_scenario_entries_never_fired(tmp_path: Path, his
     assert "- faults_never_fired at 12.5 s: entries [0]; scenario entries that never fired" in (
         summary
     )
+    page = (run / "report.html").read_text()
+    assert "Harness incidents: 1" in page
+    assert "<code>faults_never_fired</code> at 12.5 s: entries [0]; scenario entries" in page
