@@ -213,10 +213,10 @@ MAX_INCIDENTS_SHOWN = 20  # a run logs a handful; a flood must not bury the verd
 
 
 def harness_incidents(run: RunDir) -> list[tuple[str, float, str]]:
-    """``(kind, seconds into the run, what it says and means)`` of the harness's
-    incidents, the first ``MAX_INCIDENTS_SHOWN`` (all of them stay in the events)."""
+    """``(kind, seconds into the run, what it says and means)`` of every harness
+    incident; the reports show the first ``MAX_INCIDENTS_SHOWN`` and count them all."""
     origin = run_origin(run.history)
-    shown = []
+    incidents = []
     for event in run.history.of_kind(RunMark):
         if not isinstance(event, RunMark) or event.mark != "incident":
             continue
@@ -224,10 +224,8 @@ def harness_incidents(run: RunDir) -> list[tuple[str, float, str]]:
         kind = str(data.pop("kind", "incident"))
         details = ", ".join(f"{key} {value}" for key, value in data.items())
         text = "; ".join(p for p in (details, INCIDENT_MEANINGS.get(kind, "")) if p)
-        shown.append((kind, event.t_mono - origin, text))
-        if len(shown) == MAX_INCIDENTS_SHOWN:
-            break
-    return shown
+        incidents.append((kind, event.t_mono - origin, text))
+    return incidents
 
 
 def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
@@ -294,6 +292,7 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
         distribution_rows=distribution_rows,
         false_positives=measurement.false_positives,
         incidents=harness_incidents(run),
+        max_incidents_shown=MAX_INCIDENTS_SHOWN,
         steady_rate=f"{steady:.1f} steps/s" if steady else "not measurable",
         load=run.load,
         pct=_pct,

@@ -9,6 +9,7 @@ ran, and the command that reproduces the run.  Tables are capped, never the verd
 from __future__ import annotations
 
 from swarmshake.reports.html import (
+    MAX_INCIDENTS_SHOWN,
     PROPERTY_NAMES,
     distribution_samples_ms,
     fmt_ms,
@@ -63,7 +64,10 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
     incidents = harness_incidents(run)
     if incidents:
         lines += ["", f"Harness incidents: **{len(incidents)}**", ""]
-        lines += [f"- {_cell(kind)} at {t:.1f} s: {_cell(text)}" for kind, t, text in incidents]
+        shown = incidents[:MAX_INCIDENTS_SHOWN]
+        lines += [f"- {_cell(kind)} at {t:.1f} s: {_cell(text)}" for kind, t, text in shown]
+        if len(incidents) > len(shown):
+            lines.append(f"- … {len(incidents) - len(shown)} more in events/harness.jsonl")
     stalls = loop_stalls(run.history)
     if stalls:
         worst = max(stalls, key=lambda s: s.stalled_ms)

@@ -410,10 +410,10 @@ class StepLeader:
         if self.node not in voters:
             self._rank = len(voters)
             return self._rank
-        alive = self._ready()
+        ready = self._ready()
         first = self.step % len(voters)
         order = [voters[(first + k) % len(voters)] for k in range(len(voters))]
-        self._rank = [v for v in order if v in alive].index(self.node)
+        self._rank = [v for v in order if v in ready].index(self.node)
         return self._rank
 
     def check_valid(self) -> None:
