@@ -17,8 +17,8 @@ convergence, replay) → report hook.  Writes the run directory::
     runs/<run-id>/verdict.json    (and convergence.json, replay.json, reports)
 
 and points ``runs/latest`` at it.  Exit codes: 0 valid, 1 violated, 2 unknown (the
-run could not decide: steady state never reached, a backend failure, a timeout),
-64 bad input.  Every wait has a deadline.
+run could not decide: steady state never reached, a backend failure, a timeout, a
+scenario entry that never fired or could not be applied), 64 bad input.  Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from swarmshake.chaos.progress import Progress, live_allowed
 from swarmshake.chaos.scenario import Scenario, dumps
 from swarmshake.chaos.systems import load_system
 from swarmshake.reference_node.protocol.history import HARNESS, EventBase, EventWriter, RunMark
+from swarmshake.reports.rundir import run_status
 from swarmshake.verify.checkers import Verdict
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_USAGE = 0, 1, 2, 64
@@ -120,6 +121,35 @@ def verdict_message(verdict: Verdict) -> str:
     )
 
 
+def describe_entry(entry: F.ScheduleEntry) -> str:
+    """A scenario entry in a few words: its op, its targets and when it was to fire."""
+    targets = ",".join(entry.op.targets())
+    what = f"{entry.op.name} {targets}" if targets else entry.op.name
+    when = entry.when
+    if when is None:
+        return f"{what} at {entry.at_s:g} s"
+    step = f" of step >= {when.step_at_least}" if when.step_at_least >= 0 else ""
+    return f"{what} when {when.node} logs {when.kind}{step}"
+
+
+def with_untested(
+    status: str, message: str, scenario: Scenario, untested: list[int]
+) -> tuple[str, str]:
+    """A run's outcome and message once the entries it never applied (``untested``:
+    indices into ``scenario.faults``) are counted: the rule is the reports'
+    (``reports.rundir.run_status``: a valid verdict becomes unknown), and the message
+    names each entry."""
+    if not untested:
+        return status, message
+    described = "; ".join(
+        f"entry {index} ({describe_entry(scenario.faults[index])})" for index in untested
+    )
+    note = f"not tested, never applied: {described}"
+    if status == "valid":
+        return run_status(status, untested), note
+    return status, f"{message}; {note}" if message else note
+
+
 def new_run_id(scenario: Scenario) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{scenario.name}-s{scenario.seed}-{secrets.token_hex(2)}"
@@ -178,6 +208,8 @@ class Harness:
         self.run_dir = (options.out / self.run_id).resolve()
         self.timings: dict[str, float] = {}
         self.incidents: list[dict[str, Any]] = []
+        # Scenario entries never applied (never fired, or skipped): see with_untested.
+        self.untested: list[int] = []
         self.lamport = 0
         self.started = time.monotonic()
         self.writer: EventWriter | None = None
@@ -312,6 +344,7 @@ class Harness:
                 await nemesis.inject(entry.op)
             except FaultNotApplicable as error:
                 self.incident("fault_skipped", entry=index, reason=str(error))
+                self.untested.append(index)
                 return
             except BackendError as error:
                 failures.append(error)
@@ -381,6 +414,7 @@ class Harness:
         never = [i for i, was in enumerate(fired) if not was]
         if never:
             self.incident("faults_never_fired", entries=never)
+            self.untested.extend(never)
 
     async def start_load(self, backend: Backend) -> None:
         """Start the scenario's Locust users and wait until requests flow, so the fault
@@ -550,6 +584,7 @@ class Harness:
         violated = verdict.violated() if verdict else []
         if verdict and not message:
             message = verdict_message(verdict)
+        status, message = with_untested(status, message, self.scenario, sorted(self.untested))
         self.mark("verdict", status=status, violated=violated)
         if self.writer is not None:
             self.writer.close()

@@ -204,8 +204,9 @@ def environment_rows(run: RunDir) -> list[tuple[str, str]]:
 # scenario says is no verdict on that scenario.
 INCIDENT_MEANINGS = {
     "faults_never_fired": "scenario entries that never fired: the run did not test them, "
-    "and its verdict says nothing about them",
-    "fault_skipped": "a fault the backend could not apply",
+    "so a valid verdict makes the run unknown",
+    "fault_skipped": "a fault the backend could not apply: the run did not test it, "
+    "so a valid verdict makes the run unknown",
     "load_failed": "the load did not start: the run went on without it",
     "checks_unavailable": "a check could not run",
 }
@@ -275,6 +276,7 @@ def render_html(run: RunDir, measurement: RunMeasurement | None = None) -> str:
         title=run.name,
         run_id=run.path.name,
         verdict=run.verdict,
+        run_status=run.status,
         property_names=PROPERTY_NAMES,
         max_evidence_links=MAX_EVIDENCE_LINKS,
         nodes=nodes,

@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from swarmshake.reports.html import PROPERTY_NAMES, reproduce_command
-from swarmshake.reports.rundir import RunDir
+from swarmshake.reports.rundir import RunDir, untested_entries
 from swarmshake.reports.series import run_duration_s
 
 MAX_EVIDENCE_LINES = 20  # the verdict keeps at most this many refs per property anyway
@@ -53,7 +53,7 @@ def testsuite(run: RunDir) -> ET.Element:
     for name, value in (
         ("run_dir", str(run.path)),
         ("seed", "" if run.seed is None else str(run.seed)),
-        ("verdict", run.verdict.status),
+        ("verdict", run.status),
         ("events", str(run.verdict.events)),
     ):
         ET.SubElement(properties, "property", name=name, value=value)
@@ -73,14 +73,19 @@ def testsuite(run: RunDir) -> ET.Element:
     )
     violated = [n for n, r in run.verdict.results.items() if r.status == "invalid"]
     undecided = [n for n, r in run.verdict.results.items() if r.status == "unknown"]
+    untested = untested_entries(run.history)
     _outcome(
         whole,
-        run.verdict.status,
-        f"violated: {', '.join(violated)}" if violated else f"undecided: {', '.join(undecided)}",
+        run.status,
+        f"violated: {', '.join(violated)}"
+        if violated
+        else f"undecided: {', '.join(undecided)}"
+        if undecided
+        else f"scenario entries never applied: {untested}",
         f"report: {run.path / 'report.html'}",
     )
-    failures += run.verdict.status == "invalid"
-    errors += run.verdict.status == "unknown"
+    failures += run.status == "invalid"
+    errors += run.status == "unknown"
     out = ET.SubElement(suite, "system-out")
     out.text = f"reproduce: {reproduce_command(run)}"
     suite.set("tests", str(len(run.verdict.results) + 1))

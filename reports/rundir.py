@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from swarmshake.reference_node.protocol.history import History, HistoryError, Start
+from swarmshake.reference_node.protocol.history import History, HistoryError, RunMark, Start
 from swarmshake.reports.load_model import LoadResults, read_load_results
 from swarmshake.verify.checkers import Bounds, Verdict, check_history
 
@@ -42,9 +42,43 @@ class RunDir:
     load: LoadResults | None
 
     @property
+    def status(self) -> str:
+        """The run's outcome: the checkers' verdict, but ``unknown`` where it is valid and
+        a scenario entry was never applied (``run_status``)."""
+        return run_status(self.verdict.status, untested_entries(self.history))
+
+    @property
     def name(self) -> str:
         named = self.scenario.get("name")
         return str(named) if named else self.path.name
+
+
+def untested_entries(history: History) -> list[int]:
+    """The scenario entries a run never applied, from the runner's incident marks: a
+    trigger that never matched or a time past the run (``faults_never_fired``), and a
+    fault the backend could not apply (``fault_skipped``)."""
+    untested: set[int] = set()
+    for mark in history.of_kind(RunMark):
+        if mark.mark != "incident":
+            continue
+        kind, data = mark.data.get("kind"), mark.data
+        if kind == "faults_never_fired":
+            entries = data.get("entries")
+            if isinstance(entries, list):
+                untested.update(i for i in entries if type(i) is int)
+        elif kind == "fault_skipped" and type(data.get("entry")) is int:
+            untested.add(data["entry"])
+    return sorted(untested)
+
+
+def run_status(verdict_status: str, untested: list[int]) -> str:
+    """A run's status from its checkers' verdict and its untested entries.  The checkers
+    judge the history, which is true; a suite's verdict claims the cluster survived
+    its faults, and an entry never applied was not survived but skipped (a trigger
+    whose premise a timing shift removed: CI, stop 31).  So a valid verdict over a run
+    with untested entries is ``unknown`` (DESIGN's exit 2, missing evidence), never a
+    green run that tested less than it says; a violation stays a violation."""
+    return "unknown" if untested and verdict_status == "valid" else verdict_status
 
 
 def _read_text(path: Path) -> str | None:

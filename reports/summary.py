@@ -36,7 +36,7 @@ def _ms(value: float | None) -> str:
 def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
     verdict = run.verdict
     lines = [
-        f"## {STATUS_MARK[verdict.status]} swarmshake: {_cell(run.name)} — **{verdict.status}**",
+        f"## {STATUS_MARK[run.status]} swarmshake: {_cell(run.name)} — **{run.status}**",
         "",
         f"{len(run.history.nodes())} nodes · {run_duration_s(run.history):.1f} s · "
         f"{verdict.events} events · seed `{run.seed if run.seed is not None else 'not recorded'}`",

@@ -75,9 +75,11 @@ def main(argv: list[str]) -> int:
             write_run_reports(args.run_dir)
             run = load_run_dir(args.run_dir)
             print(
-                f"wrote reports into {args.run_dir} (verdict {run.verdict.status})", file=sys.stderr
+                f"wrote reports into {args.run_dir} (run {run.status}, checkers' verdict "
+                f"{run.verdict.status})",
+                file=sys.stderr,
             )
-            return EXIT_BY_STATUS[run.verdict.status]
+            return EXIT_BY_STATUS[run.status]
         if not args.compare.is_dir():
             raise UsageError(f"--compare {args.compare}: not a directory")
         if is_bench:

@@ -49,6 +49,7 @@ class Nemesis:
         self._churn_active: dict[int, bool] = {}
         self._triggers: list[tuple[int, faults.ScheduleEntry, int]] = []  # (index, entry, seen)
         self.injected = 0
+        self.fired: set[int] = set()  # the schedule's entries applied (never-fired: the rest)
         self._window = window
         for index, entry in enumerate(schedule.entries):
             if entry.at_s is not None:
@@ -98,11 +99,16 @@ class Nemesis:
             else:
                 self.sim.call_at(self.sim.now + delay, lambda i=index, e=entry: self._fire(i, e))
 
+    def never_fired(self) -> list[int]:
+        """The schedule's entries not applied so far (a suite run's untested entries)."""
+        return [i for i in range(len(self.schedule.entries)) if i not in self.fired]
+
     # --- firing -------------------------------------------------------------------------
 
     def _fire(self, index: int, entry: faults.ScheduleEntry) -> None:
         t = self.sim.now
         self.injected += 1
+        self.fired.add(index)
         self.apply(entry.op, t, index)
         if entry.heal_after_s is not None:
             heal = entry.op.heal()

@@ -120,6 +120,9 @@ class SimResult(msgspec.Struct, frozen=True):
     bugs: list[str]
     faults_injected: int
     run_dir: str | None = None
+    # The schedule's entries never applied (a trigger that never matched, a time past
+    # the run): a suite's verdict is unknown with them (chaos.runner.with_untested).
+    faults_never_fired: list[int] = []
 
 
 class SimRun(msgspec.Struct):
@@ -202,6 +205,20 @@ def _simulate(
     for name in sim.names:
         sim.start(name, 0.0)
     sim.run(config.duration_s)
+    never_fired = nemesis.never_fired()
+    if never_fired and phases is not None:
+        # As the real runner records it (an incident mark), so the reports list it;
+        # stamped at the run's end, the harness's last instant (its marks stay in order).
+        recorder.log(
+            RunMark(
+                t_wall=config.duration_s,
+                t_mono=config.duration_s,
+                node=HARNESS,
+                lamport=recorder.next_lamport(HARNESS),
+                mark="incident",
+                data={"kind": "faults_never_fired", "entries": never_fired},
+            )
+        )
     recorder.log(
         RunMark(
             t_wall=config.duration_s,
@@ -259,6 +276,7 @@ def _simulate(
         seed=config.seed,
         bugs=list(config.bugs),
         faults_injected=nemesis.injected,
+        faults_never_fired=never_fired,
         run_dir=str(out_dir) if out_dir is not None else None,
     )
     if out_dir is not None:

@@ -45,6 +45,7 @@ from swarmshake.chaos.runner import (
     new_run_id,
     point_latest,
     verdict_message,
+    with_untested,
 )
 from swarmshake.chaos.scenario import Scenario, dumps
 from swarmshake.chaos.sim.app import AppSettings
@@ -198,8 +199,11 @@ def _run(
     extra = {"timings_s": timings, "digest": run.result.digest,
              "faults_injected": run.result.faults_injected}  # fmt: skip
     verdict = run.verdict
-    return _finish(suite, run_dir, {**record, **extra}, verdict.status,
-                   verdict_message(verdict), run, timings)  # fmt: skip
+    status, message = with_untested(verdict.status, verdict_message(verdict), scenario,
+                                    run.result.faults_never_fired)  # fmt: skip
+    if run.result.faults_never_fired:
+        extra["faults_never_fired"] = run.result.faults_never_fired
+    return _finish(suite, run_dir, {**record, **extra}, status, message, run, timings)
 
 
 def _not_steady(suite: SimSuite, run_dir: Path, record: dict[str, Any]) -> RunResult:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from swarmshake.chaos.commands.report import main as report_main
 from swarmshake.reference_node.protocol.history import (
     HARNESS,
     Commit,
@@ -23,6 +24,7 @@ from swarmshake.reference_node.protocol.history import (
 )
 from swarmshake.reports import RunDirError, write_run_reports
 from swarmshake.reports.recovery import measure_run
+from swarmshake.reports.rundir import read_verdict
 from swarmshake.reports.series import fault_windows, loop_stalls, node_lanes
 
 XSD = Path(__file__).with_name("junit-10.xsd")
@@ -272,6 +274,7 @@ def test_the_summary_says_which_scenario_entries_never_fired(tmp_path: Path, his
     run = histories.write_run(tmp_path / "calm", histories.Plan())
     write_run_reports(run)
     assert "Harness incidents" not in (run / "summary.md").read_text()
+    assert "— **valid**" in (run / "summary.md").read_text()
     harness = run / "events" / "harness.jsonl"
     events = list(read_events(harness).events)
     origin = History.load(run).events[0].t_mono  # report times count from the first event
@@ -289,3 +292,13 @@ def test_the_summary_says_which_scenario_entries_never_fired(tmp_path: Path, his
     page = (run / "report.html").read_text()
     assert "Harness incidents: 1" in page
     assert "<code>faults_never_fired</code> at 12.5 s: entries [0]; scenario entries" in page
+    # The checkers' verdict of the history stands; the run is unknown everywhere a
+    # reader or CI looks: the headline, the page's badge, JUnit and the exit code.
+    assert read_verdict(run / "verdict.json").status == "valid"
+    assert "— **unknown**" in summary
+    assert 'id="overall-status">unknown<' in page
+    junit = (run / "junit.xml").read_text()
+    assert (
+        'name="verdict" value="unknown"' in junit and "scenario entries never applied: [0]" in junit
+    )
+    assert report_main([str(run)]) == 2

@@ -163,3 +163,45 @@ def test_an_interrupted_run_says_so_in_its_directory(tmp_path, monkeypatch):
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "unknown" and record["message"] == "interrupted"
     assert (run_dir / "scenario.yaml").is_file()
+
+
+def test_a_suite_whose_trigger_never_fires_is_unknown_and_says_which_entry(tmp_path, capsys):
+    """A green run that tested less than its suite says hides what it skipped (CI, stop
+    31: a control run's hold never fired, the crash came first, and the run was valid).
+    The checkers' verdict of the history stands, but the run is unknown (exit 2), its
+    message names the entry, and the reports list the incident."""
+    suite = tmp_path / "never.yaml"
+    suite.write_text(
+        SMOKE.read_text().split("faults:")[0]
+        + "faults:\n"
+        + "  - {at_s: 2, op: {op: crash, nodes: [n4]}, heal_after_s: 5}\n"
+        + "  - when: {node: n1, kind: accept, step_at_least: 1000000}\n"
+        + "    op: {op: crash, nodes: [n2]}\n"
+    )
+    code, result = run_cli(str(suite), "--backend", "sim", "--out", str(tmp_path), capsys=capsys)
+    assert code == 2 and result["status"] == "unknown", result
+    assert "entry 1 (crash n2 when n1 logs accept of step >= 1000000)" in result["message"]
+    assert "entry 0" not in result["message"]  # the crash at 2 s fired
+    run_dir = Path(result["run_dir"])
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["faults_never_fired"] == [1] and record["exit_code"] == 2
+    assert json.loads((run_dir / "verdict.json").read_text())["status"] == "valid"
+    assert "faults_never_fired" in (run_dir / "summary.md").read_text()
+    # The same suite with a trigger that matches is valid.
+    suite.write_text(suite.read_text().replace("1000000", "3"))
+    code, result = run_cli(str(suite), "--backend", "sim", "--out", str(tmp_path), capsys=capsys)
+    assert code == 0 and result["status"] == "valid", result["message"]
+
+
+def test_an_untested_entry_never_turns_a_violation_valid():
+    from swarmshake.chaos.runner import with_untested
+
+    scenario = resolve(loads(SMOKE.read_text(), source=str(SMOKE)), backend="sim", seed=1)
+    assert with_untested("invalid", "S1: two values", scenario, [1]) == (
+        "invalid",
+        "S1: two values; not tested, never applied: entry 1 (partition n1 at 12 s)",
+    )
+    assert with_untested("valid", "every property valid", scenario, []) == (
+        "valid",
+        "every property valid",
+    )
