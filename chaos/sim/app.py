@@ -318,6 +318,10 @@ class NodeApp:
         if self.commit is not None:
             self._commit(t, ViewUpdated(alive=tuple(alive)))
         self._lead(t, nc.ViewChanged(alive=tuple(alive)))
+        # Pulls whose peer left the view ask the next source now (node_core).
+        for key in nc.pulls_to_move_on({k: e[2] for k, e in self.fetches.items()}, alive):
+            if key in self.fetches:
+                self._fetch(t, key)
 
     def peer_dead(self, t: float, peer: str) -> None:
         if self.rejoin is not None and self.rejoin.source == peer:
@@ -355,6 +359,7 @@ class NodeApp:
                 members=commit.members,
                 stored=record.accepted_value if record is not None else None,
                 held=tuple(sorted(self.held.get(step, {}))),
+                decided=commit.phase == "decided",
             ),
         )
         if self.leader.contributes():
@@ -507,9 +512,10 @@ class NodeApp:
                     if plan.rebuild and self._rebuild(key):
                         rebuilt.append(key)
                     else:
-                        self.fetches[key] = [plan.sources, 0]
+                        self.fetches[key] = [plan.sources, 0, None]
                         self._timer(t, ("fetch", key))  # after the list: no re-entry
             elif isinstance(action, ApplyStep):
+                self._lead(t, nc.StepDecided(step=action.step))
                 self.applying = (action.step, action.value)
                 self._apply_if_held(t)
             elif isinstance(action, Committed):
@@ -847,12 +853,13 @@ class NodeApp:
         if entry is None or key[1] in self.held.get(key[0], {}):
             self.fetches.pop(key, None)
             return
-        sources, attempt = entry
+        sources, attempt, _ = entry
         source = nc.fetch_source(self.name, sources, attempt, self.alive_view)
         if source is None:
             self.fetches.pop(key, None)
             return
         entry[1] = attempt + 1
+        entry[2] = source
         self._send(t, source, AggregateRequest(sender=self.name, step=key[0], value_fp=key[1]))
         retry_at = self._true(nc.pull_retry_at(self._local(t), self.config))
         self._timer(max(retry_at, t), ("fetch_timeout", key, attempt + 1))

@@ -21,7 +21,8 @@ no clock, no randomness, no I/O.  The pieces:
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
 - ``plan_aggregate``: rebuild an aggregate from held contributions, or fetch it,
   and from whom; ``rebuilds_now``: whether a waiting pull becomes a rebuild;
-  ``pull_retry_at``: when an unanswered pull moves on (``fetch_source``: to whom).
+  ``pull_retry_at``: when an unanswered pull moves on (``fetch_source``: to whom;
+  ``pulls_to_move_on``: at once, when its peer leaves the view).
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
 - ``rejoins_at_start``: whether a started process fetches the cluster's state before
@@ -204,13 +205,18 @@ class StepBegan(CoreEvent, frozen=True, kw_only=True):
     ``stored`` is the value this node's acceptor record of ``step`` holds, if any,
     and ``held`` the aggregates whose bytes it holds for ``step``: a node restarted
     from an older state re-proposes a stored value at once (a retry adopts the
-    highest accepted value anyway), one round per step instead of a gradient round."""
+    highest accepted value anyway), one round per step instead of a gradient round.
+
+    ``decided``: the commit core learnt the step's decision already (a peer's
+    ``Decided`` waited for this node to get here): the node only fetches and applies
+    it, and neither computes a gradient nor leads."""
 
     step: int
     voters: tuple[str, ...]
     members: tuple[str, ...]
     stored: StepValue | None = None
     held: tuple[str, ...] = ()
+    decided: bool = False
 
     def __post_init__(self) -> None:
         # The names come from the commit core's configuration, checked when it was
@@ -221,6 +227,19 @@ class StepBegan(CoreEvent, frozen=True, kw_only=True):
             raise LocalProtocolError("StepBegan.voters and members must be tuples")
         if not self.voters or not set(self.voters) <= set(self.members):
             raise LocalProtocolError("StepBegan.voters must be >= 1 members")
+
+
+class StepDecided(CoreEvent, frozen=True, kw_only=True):
+    """The commit core learnt the decision of ``step`` (it asks to apply it): nobody
+    leads it any more.  The decision's bytes may take seconds to arrive (a 403 MB
+    aggregate on the GPU run), and a takeover timer that fired meanwhile built an
+    aggregate no one would propose; a node that got to a step only after it was
+    decided built one every 0.3 s, from its own gradient alone, for 12 s."""
+
+    step: int
+
+    def __post_init__(self) -> None:
+        check_count(self.step, "StepDecided.step")
 
 
 class OwnContribution(CoreEvent, frozen=True, kw_only=True):
@@ -272,7 +291,15 @@ class Tick(CoreEvent, frozen=True, kw_only=True):
     pass
 
 
-LeaderEvent = StepBegan | OwnContribution | ContributionArrived | ViewChanged | BuildFailed | Tick
+LeaderEvent = (
+    StepBegan
+    | StepDecided
+    | OwnContribution
+    | ContributionArrived
+    | ViewChanged
+    | BuildFailed
+    | Tick
+)
 
 
 class BuildProposal(CoreAction, frozen=True, kw_only=True):
@@ -324,6 +351,8 @@ class StepLeader:
         self.majority_armed = False  # the straggler bound is armed once per step
         self.proposed = False
         self.replaying = False  # this step re-proposes a stored value: no gradient
+        self.learnt = False  # this step was decided before the node got to it: no gradient
+        self.decided = False  # this step's decision is known: nobody leads it
         self._rank: int | None = None  # rank() for the current step and view
         self._waited: frozenset[str] | None = None  # the voters in view, likewise
         self._voter_set: frozenset[str] = frozenset()
@@ -357,15 +386,24 @@ class StepLeader:
         return actions
 
     def next_deadline(self) -> float | None:
-        return None if self.proposed else self.deadline
+        return None if self.proposed or self.decided else self.deadline
 
     def contributes(self) -> bool:
         """Whether this node computes and sends a gradient for its current step: not
         when it re-proposes the value it accepted before a restart (that value is
         the step's, or a retry adopts a higher one: a gradient would be wasted, and
         its 40 MB on the bulk link would hold up the fetch of the re-proposed value
-        the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step)."""
-        return not self.replaying
+        the peers wait for; explore without a bug, seed 2: 1.1 s a replayed step),
+        and not when the step was decided before this node got to it: a laggard one
+        step behind computed a gradient no peer would count for every step it caught
+        up on, as long as a real step, so it never caught up (a paused node, 28M
+        parameters on the CPU: 6 steps, 26 s, one step behind the whole time)."""
+        return not (self.replaying or self.learnt)
+
+    def leads(self) -> bool:
+        """Whether this node may still propose its current step: not once the step's
+        decision is known (``StepDecided``, or ``StepBegan.decided``)."""
+        return not self.decided
 
     def pace(self) -> float:
         """The factor on rank 0's waits for contributions (collect_s, the straggler
@@ -424,7 +462,9 @@ class StepLeader:
             assert self.step <= step <= self.step + self.config.steps_ahead_max, step
         if self.computed_at is not None:
             assert self.node in self.arrived.get(self.step, ()), "own gradient not counted"
-            assert self.deadline is not None or self.proposed, "a computed step with no timer"
+            assert self.deadline is not None or self.proposed or self.decided, (
+                "a computed step with no timer"
+            )
         else:
             assert self.deadline is None and not self.majority_armed
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
@@ -433,6 +473,8 @@ class StepLeader:
         assert self._takeover_shift_s >= 0.0
         assert self._returning <= self.alive and not self._left & self.alive
         assert self.node not in self._returning | self._left
+        if self.learnt:  # a step decided before this node got to it: no gradient, no lead
+            assert self.decided and self.computed_at is None and not self.replaying
 
     # -- transitions (the whole table) ------------------------------------------------------
 
@@ -454,6 +496,9 @@ class StepLeader:
         self.majority_armed = False
         self.proposed = False
         self.replaying = False
+        self.learnt = self.decided = event.decided
+        if event.decided:
+            return  # nothing to lead or compute: only the bytes to fetch and apply
         stored = event.stored
         if stored is not None and stored.agg_fp in event.held and self.node in self.voters:
             self.proposed = True
@@ -461,8 +506,8 @@ class StepLeader:
             actions.append(ProposeStored(step=event.step, value=stored))
 
     def _on_own(self, event: OwnContribution, now: float, actions: list) -> None:
-        if event.step != self.step or self.computed_at is not None:
-            return  # a gradient of a step this node has left
+        if event.step != self.step or self.computed_at is not None or self.learnt:
+            return  # a gradient of a step this node has left, or that was decided
         self.computed_at = now
         self.arrived.setdefault(self.step, set()).add(self.node)
         if self.rank() == 0:
@@ -515,7 +560,7 @@ class StepLeader:
         by the new rank; ``led``: this node was rank 0 of its computed step before."""
         self._rank = None
         self._waited = None
-        if self.computed_at is None or self.proposed:
+        if self.computed_at is None or self.proposed or self.decided:
             return
         if self.rank() != 0:
             if led:
@@ -536,8 +581,12 @@ class StepLeader:
             else:
                 self._arm(bound)
 
+    def _on_decided(self, event: StepDecided, now: float, actions: list) -> None:
+        if event.step == self.step:
+            self.decided = True  # _build, _maybe_early and next_deadline stop here
+
     def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
-        if event.step == self.step and self.proposed:
+        if event.step == self.step and self.proposed and not self.decided:
             got = self.arrived.get(self.step)
             left = (got or set()) - (set(event.missing) - {self.node})
             if got is not None and len(left & self._voter_set) > len(self.voters) // 2:
@@ -560,7 +609,7 @@ class StepLeader:
 
     def _maybe_early(self, now: float, actions: list) -> bool:
         """Propose if every voter in the view contributed; whether it proposed."""
-        if self.proposed:
+        if self.proposed or self.decided:
             return False
         got = self.arrived.get(self.step, set())
         waited = self._waited
@@ -579,7 +628,7 @@ class StepLeader:
         # Only members may contribute (the commit core rejects other values): a node
         # removed meanwhile may still have sent a gradient.
         contributors = tuple(sorted(set(self.arrived.get(self.step, ())) & set(self.members)))
-        if not contributors or self.proposed or self.computed_at is None:
+        if not contributors or self.proposed or self.decided or self.computed_at is None:
             return
         self.proposed = True
         actions.append(BuildProposal(step=self.step, contributors=contributors))
@@ -591,6 +640,7 @@ _LEADER_HANDLERS = {
     ContributionArrived: StepLeader._on_arrived,
     ViewChanged: StepLeader._on_view,
     BuildFailed: StepLeader._on_build_failed,
+    StepDecided: StepLeader._on_decided,
     Tick: StepLeader._on_tick,
 }
 
@@ -690,6 +740,19 @@ def pull_retry_at(sent_at: float, config: NodeConfig = NODE_DEFAULTS) -> float:
     simulator on its true clock, at the instant: clock-skew faults and the agreement
     test's time draws told them apart.)"""
     return sent_at + config.fetch_timeout_s
+
+
+def pulls_to_move_on(
+    asked: Mapping[tuple[int, str], str | None], alive: Iterable[str]
+) -> list[tuple[int, str]]:
+    """The pulls (``asked``: each pull's key and the peer its last request went to,
+    None before any) whose peer left this node's view: each asks the next source now,
+    not ``fetch_timeout_s`` later.  A node paused mid-transfer keeps its connection
+    open and sends nothing (GPU run: a restarted node's pull of a 403 MB aggregate
+    from a peer paused 0.5 s later waited out its 15 s timeout; that node alone could
+    make a majority of contributors, and no step committed for 12.2 s)."""
+    live = set(alive)
+    return sorted(key for key, peer in asked.items() if peer is not None and peer not in live)
 
 
 def fetch_source(

@@ -44,7 +44,7 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,7 +227,9 @@ class StepDriver:
         self.proposed = False
         self.building = None
         self.values: dict[tuple[int, str], msgs.StepValue] = {}
-        self.fetching: dict[tuple[int, str], tuple[tuple[str, ...], int, float]] = {}
+        # A pull's sources, its next attempt, when it was sent, and to whom (None: a
+        # rebuild is tried first).
+        self.fetching: dict[tuple[int, str], tuple[tuple[str, ...], int, float, str | None]] = {}
         # (step, contributors) -> fingerprints that a local rebuild must reproduce.
         self.rebuilds: dict[tuple[int, tuple[str, ...]], set[str]] = {}
         self.pending_apply: tuple[int, str] | None = None
@@ -339,6 +341,7 @@ class StepDriver:
             case det.ViewChanged():
                 self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
                 self.lead(nc.ViewChanged(alive=tuple(action.alive)))
+                self._move_pulls_on(action.alive)
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
@@ -493,6 +496,7 @@ class StepDriver:
             case cm.FetchAggregate():
                 self._fetch(action)
             case cm.ApplyStep():
+                self.lead(nc.StepDecided(step=action.step))
                 self.pending_apply = (action.step, action.value.agg_fp)
                 self.values[(action.step, action.value.agg_fp)] = action.value
                 self._maybe_apply()
@@ -527,7 +531,7 @@ class StepDriver:
         if plan.rebuild:
             # Rebuild from the contributions we hold (same inputs, same bits); fetch
             # over the network only if the fingerprint differs.
-            self.fetching[key] = (plan.sources, 0, self.node.clock.now())
+            self.fetching[key] = (plan.sources, 0, self.node.clock.now(), None)
             self._rebuild(key, tuple(sorted(value.contributors)))
             return
         self._fetch_from(key, plan.sources, 0)
@@ -555,8 +559,15 @@ class StepDriver:
         if source is None:
             self.fetching.pop(key, None)
             return
-        self.fetching[key] = (sources, index + 1, self.node.clock.now())
+        self.fetching[key] = (sources, index + 1, self.node.clock.now(), source)
         self.node.to_worker(ipc.FetchAggregate(step=key[0], agg_fp=key[1], source=source))
+
+    def _move_pulls_on(self, alive: Iterable[str]) -> None:
+        """Pulls whose peer left the view ask the next source now (node_core)."""
+        asked = {key: pull[3] for key, pull in self.fetching.items()}
+        for key in nc.pulls_to_move_on(asked, alive):
+            sources, index, _, _ = self.fetching[key]
+            self._fetch_from(key, sources, index)
 
     def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
         key = (message.step, message.agg_fp)
@@ -584,7 +595,7 @@ class StepDriver:
                 if expected != message.agg_fp and (message.step, expected) in self.fetching:
                     # A peer's aggregate over the same set differs from ours: fetch its bytes.
                     self.errors["rebuild_mismatch"] = self.errors.get("rebuild_mismatch", 0) + 1
-                    sources, index, _ = self.fetching[(message.step, expected)]
+                    sources, index, _, _ = self.fetching[(message.step, expected)]
                     self._fetch_from((message.step, expected), sources, index)
         self.fetching.pop(key, None)
         core_step = self.core.step
@@ -608,7 +619,7 @@ class StepDriver:
                 self._fetch_from(key, sources, 0)
             return
         if key in self.fetching:
-            sources, index, _ = self.fetching[key]
+            sources, index, _, _ = self.fetching[key]
             self._fetch_from(key, sources, index)
 
     def _maybe_apply(self) -> None:
@@ -939,6 +950,7 @@ class StepDriver:
                     members=core.members,
                     stored=record.accepted_value if record is not None else None,
                     held=tuple(sorted(self.held_aggregates.get(step, ()))),
+                    decided=core.phase == "decided",
                 )
             )
 
@@ -1052,11 +1064,11 @@ class StepDriver:
     def _retry_stale_fetches(self, now: float) -> float | None:
         """Move every unanswered pull that is due on to its next source; returns when
         the next one is due (node_core.pull_retry_at)."""
-        for key, (sources, index, since) in list(self.fetching.items()):
+        for key, (sources, index, since, _) in list(self.fetching.items()):
             if now >= nc.pull_retry_at(since, self.decisions):
                 self._fetch_from(key, sources, index)
         return min(
-            (nc.pull_retry_at(since, self.decisions) for _, _, since in self.fetching.values()),
+            (nc.pull_retry_at(since, self.decisions) for _, _, since, _ in self.fetching.values()),
             default=None,
         )
 

@@ -1374,3 +1374,21 @@ def test_bytes_the_worker_dropped_at_an_apply_are_not_re_proposed_in_either_shel
     assert runtime.step() == sim.step() == 1
     assert sorted(runtime.driver.held_aggregates) == sorted(sim.app.held) == [3, 4, 5, 6]
     assert not [m for _, m in runtime.commit_sends()[-4:] if isinstance(m, msgs.Prepare)]
+
+
+def test_a_pull_whose_source_leaves_the_view_asks_the_next_source_at_once(tmp_path):
+    """n1 decides step 0 over contributions n0 lacks; n0 pulls the bytes from n1, and
+    n1 leaves n0's view: both shells ask n2 now, not a fetch timeout later (the GPU
+    run: a pull from a node paused 0.5 s after it waited out its 15 s timeout, and no
+    step committed for 12.2 s).  And the step, decided, is no longer led: no gradient
+    timer builds an aggregate nobody would propose."""
+    sequence = [
+        ("gradient",),
+        ("peer_decided", "n1", ("n1", "n2")),
+        ("view", ("n0", "n2")),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert runtime.fetch_requests == sim.fetch_requests
+    assert [source for source, _, _ in sim.fetch_requests] == ["n1", "n2"]
+    assert not runtime.driver.leader.leads() and not sim.app.leader.leads()
+    assert runtime.driver.leader.next_deadline() is None

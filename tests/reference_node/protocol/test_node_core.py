@@ -236,6 +236,58 @@ def test_a_restarted_acceptor_reproposes_its_stored_value_when_it_holds_the_byte
     assert core.handle(without_bytes, 100.0) == []
 
 
+def test_a_step_decided_before_the_node_got_to_it_is_neither_computed_nor_led():
+    """The GPU-free stand-in for the pause run (28M parameters on the CPU): n3 came
+    back one step behind and, for every step it caught up on, computed a gradient no
+    peer counted (the step was decided) before it could apply: 6 steps, 26 s, always
+    one behind.  A step the commit core already learnt is fetched and applied only."""
+    core = leader("n0")  # step 6's coordinator (rank 0)
+    decided = nc.StepBegan(step=6, voters=VOTERS, members=VOTERS, decided=True)
+    assert core.handle(decided, 10.0) == []
+    assert not core.contributes() and core.next_deadline() is None
+    assert core.handle(nc.OwnContribution(step=6), 11.0) == []  # asked before it knew
+    for sender in VOTERS:
+        assert core.handle(nc.ContributionArrived(step=6, sender=sender), 11.0) == []
+    assert core.handle(nc.Tick(), 100.0) == [] and core.decision_latencies == []
+    core.check_valid()
+    # The next step, not yet decided, is computed and led as usual.
+    core.handle(nc.StepBegan(step=7, voters=VOTERS, members=VOTERS), 101.0)
+    assert core.contributes()
+    core.handle(nc.OwnContribution(step=7), 102.0)
+    assert core.next_deadline() is not None
+
+
+def test_once_the_step_is_decided_nobody_leads_it():
+    """The GPU run: a node back one step behind got step 15's decision just after it
+    began the step, computed its gradient meanwhile, and then built an aggregate of it
+    alone every 0.3 s for 12 s (each build refused).  Once the commit core has the
+    decision, the leader's timers and failed builds propose nothing more."""
+    backup = leader("n1")  # rank 1 of step 0
+    backup.handle(nc.OwnContribution(step=0), 1.0)
+    assert backup.next_deadline() is not None
+    assert backup.handle(nc.StepDecided(step=0), 1.5) == []
+    assert backup.next_deadline() is None and not backup.leads()
+    assert backup.handle(nc.Tick(), 100.0) == []
+    coordinator = leader("n0")
+    coordinator.handle(nc.OwnContribution(step=0), 1.0)
+    [build] = coordinator.handle(nc.Tick(), 1.0 + CONFIG.collect_s)
+    coordinator.handle(nc.StepDecided(step=0), 2.0)  # a peer's value won meanwhile
+    assert coordinator.handle(nc.BuildFailed(step=0), 2.5) == []
+    assert coordinator.handle(nc.Tick(), 100.0) == [] and coordinator.next_deadline() is None
+    coordinator.handle(nc.StepDecided(step=5), 100.0)  # another step's: no effect here
+    coordinator.check_valid()
+    # The next step is led as usual, and the decided one was still timed.
+    coordinator.handle(nc.StepBegan(step=1, voters=VOTERS, members=VOTERS), 101.0)
+    assert coordinator.leads() and coordinator.decision_latencies == [100.0]
+
+
+def test_a_pull_moves_on_when_its_source_leaves_the_view():
+    asked = {(3, "ab"): "n1", (3, "cd"): "n2", (4, "ef"): None}  # None: rebuilding first
+    assert nc.pulls_to_move_on(asked, ("n0", "n2")) == [(3, "ab")]
+    assert nc.pulls_to_move_on(asked, ()) == [(3, "ab"), (3, "cd")]
+    assert nc.pulls_to_move_on(asked, ("n1", "n2")) == []
+
+
 def test_a_failed_build_is_retried_with_what_arrives_next():
     core = leader("n0")
     core.handle(nc.OwnContribution(step=0), 1.0)
@@ -282,11 +334,20 @@ class LeaderMachine(RuleBasedStateMachine):
                 assert "n1" in action.contributors
                 assert action.contributors == tuple(sorted(action.contributors))
 
-    @rule(step=st.integers(0, 20), learner=st.booleans())
-    def begin(self, step, learner):
+    @rule(step=st.integers(0, 20), learner=st.booleans(), decided=st.booleans())
+    def begin(self, step, learner, decided):
         voters = ("n0", "n2") if learner else VOTERS
         self.epoch += 1
-        self._feed(nc.StepBegan(step=step, voters=voters, members=VOTERS))
+        self._feed(nc.StepBegan(step=step, voters=voters, members=VOTERS, decided=decided))
+        if decided:
+            assert not self.core.contributes() and self.core.next_deadline() is None
+
+    @precondition(lambda self: self.core.step >= 0)
+    @rule(ahead=st.integers(-1, 1))
+    def decided(self, ahead):
+        self._feed(nc.StepDecided(step=max(0, self.core.step + ahead)))
+        if ahead == 0:
+            assert not self.core.leads() and self.core.next_deadline() is None
 
     @precondition(lambda self: self.core.step >= 0)
     @rule()
