@@ -423,19 +423,20 @@ class NodeApp:
             contributors=list(contributors),
             config_change=nc.change_to_propose(self.membership.core.change_for_next_step(), commit),
         )
-        self._propose_value(t, action.step, value)
+        self._propose_value(t, action.step, value, first=action.first)
         # Then the bytes are held, as the runtime's worker reports every aggregate it
         # builds (AggregateHeld): a step decided meanwhile with this very value (a
         # peer's Decided over the same contributors) applies now, not after a pull.
         self.fetches.pop((action.step, value_fp), None)
         self._holds(t, (action.step, value_fp))
 
-    def _propose_value(self, t: float, step: int, value: StepValue) -> None:
+    def _propose_value(self, t: float, step: int, value: StepValue, first: bool = False) -> None:
         commit = self.commit
         if commit is None or commit.step != step or commit.phase == "decided":
             return
+        event = ProposeValue(step=step, value=value, first=first)
         try:
-            self._perform(t, commit.handle(ProposeValue(step=step, value=value), self._local(t)))
+            self._perform(t, commit.handle(event, self._local(t)))
         except LocalProtocolError:
             return  # the step already has a proposal (a stored value raced a gradient)
         self._arm_commit_timer(t)

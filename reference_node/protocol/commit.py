@@ -222,8 +222,14 @@ class AcceptorRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProposeValue(CoreEvent, frozen=True, kw_only=True):
+    """Propose ``value`` for ``step``.  ``first``: the node core ranks this node first
+    for the step (its coordinator is in the view but cannot lead yet: back after a
+    restart or a pause, no gradient since), so its round starts now rather than a
+    retry later (GPU run: a 403 MB accept round had pushed that retry to ~6 s)."""
+
     step: int
     value: StepValue
+    first: bool = False
 
     def __post_init__(self) -> None:
         check_count(self.step, "ProposeValue.step")
@@ -721,6 +727,12 @@ class StepCommit:
             self._send_accepts(event.value, now, actions)
         elif self.acting_coordinator(self.step) == self.node != self.coordinator(self.step):
             # The coordinator is out of our view: lead now, not after a backoff.
+            self._start_round(now, actions)
+        elif event.first and self.coordinator(self.step) != self.node:
+            # The node core ranks this node first (the coordinator is in the view but
+            # not ready): lead now as well.  Any proposer may start a round at any time
+            # (safety never depends on who leads); the rank says a round-0 accept from
+            # the coordinator is not coming.
             self._start_round(now, actions)
         elif (
             acceptor is not None

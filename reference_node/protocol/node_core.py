@@ -304,10 +304,13 @@ LeaderEvent = (
 
 class BuildProposal(CoreAction, frozen=True, kw_only=True):
     """Aggregate exactly ``contributors``' gradients of ``step`` and propose the result
-    (``ProposeValue`` to the commit core, with ``change_to_propose``'s change)."""
+    (``ProposeValue`` to the commit core, with ``change_to_propose``'s change and
+    ``first``: this node ranked first when it decided to build, so its round starts
+    at once even when the step's coordinator is in the view)."""
 
     step: int
     contributors: tuple[str, ...]
+    first: bool = False
 
 
 class ProposeStored(CoreAction, frozen=True, kw_only=True):
@@ -631,7 +634,9 @@ class StepLeader:
         if not contributors or self.proposed or self.decided or self.computed_at is None:
             return
         self.proposed = True
-        actions.append(BuildProposal(step=self.step, contributors=contributors))
+        actions.append(
+            BuildProposal(step=self.step, contributors=contributors, first=self.rank() == 0)
+        )
 
 
 _LEADER_HANDLERS = {

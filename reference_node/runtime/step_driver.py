@@ -226,6 +226,7 @@ class StepDriver:
         self.arrived: dict[int, set[str]] = {}
         self.proposed = False
         self.building = None
+        self.building_first = False  # the node core ranked this node first for it
         self.values: dict[tuple[int, str], msgs.StepValue] = {}
         # A pull's sources, its next attempt, when it was sent, and to whom (None: a
         # rebuild is tried first).
@@ -590,7 +591,8 @@ class StepDriver:
                         ),
                     )
                     self.values[key] = value
-                    self.feed(cm.ProposeValue(step=message.step, value=value))
+                    first = self.building_first
+                    self.feed(cm.ProposeValue(step=message.step, value=value, first=first))
             for expected in self.rebuilds.pop((message.step, contributors), set()):
                 if expected != message.agg_fp and (message.step, expected) in self.fetching:
                     # A peer's aggregate over the same set differs from ours: fetch its bytes.
@@ -1046,6 +1048,7 @@ class StepDriver:
                 case nc.BuildProposal():
                     if action.step == self.step and not self.proposed and self.steps_run:
                         self.building = (action.step, action.contributors)
+                        self.building_first = action.first
                         self.node.to_worker(
                             ipc.BuildAggregate(
                                 step=action.step, contributors=list(action.contributors)

@@ -443,3 +443,27 @@ def test_ballots_of_another_steps_configuration_are_not_taken_for_forgeries():
 def test_the_state_transfer_gap_is_validated(gap):
     with pytest.raises(LocalProtocolError, match="state_transfer_gap_steps"):
         C.CommitConfig(state_transfer_gap_steps=gap)
+
+
+def test_a_proposer_the_node_core_ranks_first_starts_its_round_at_once():
+    """Step 0's coordinator is a, alive in b's view.  A plain proposal from b waits for
+    a's round 0 (a retry later); one the node core ranks first (a is back from a pause
+    with no gradient since: it cannot lead) starts phase 1 now (the GPU run: that retry
+    came ~6 s later, timed by a 403 MB accept round's reply latency)."""
+    plain = C.StepCommit(node="b", voters=NAMES)
+    plain.handle(C.ViewUpdated(alive=NAMES), 0.0)
+    actions = plain.handle(C.ProposeValue(step=0, value=step_value(1, NAMES)), 1.0)
+    assert not [a for a in actions if isinstance(a, C.Send)]
+    assert plain.next_deadline() is not None and plain.next_deadline() > 1.0
+    first = C.StepCommit(node="b", voters=NAMES)
+    first.handle(C.ViewUpdated(alive=NAMES), 0.0)
+    actions = first.handle(C.ProposeValue(step=0, value=step_value(1, NAMES), first=True), 1.0)
+    prepares = [a.message for a in actions if isinstance(a, C.Send)]
+    assert [type(m).__name__ for m in prepares] == ["Prepare"] and prepares[0].ballot[0] >= 1
+    # The coordinator itself still runs round 0 (accepts straight away), first or not.
+    coordinator = C.StepCommit(node="a", voters=NAMES)
+    coordinator.handle(C.ViewUpdated(alive=NAMES), 0.0)
+    actions = coordinator.handle(
+        C.ProposeValue(step=0, value=step_value(0, NAMES), first=True), 1.0
+    )
+    assert [type(a.message).__name__ for a in actions if isinstance(a, C.Send)] == ["AcceptRequest"]

@@ -34,7 +34,7 @@ def test_the_coordinator_proposes_once_every_voter_in_its_view_contributed():
     # A majority is in: the straggler bound is armed, not a proposal yet.
     assert core.next_deadline() == pytest.approx(1.1 + CONFIG.straggler_grace_s)
     actions = core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.2)
-    assert actions == [nc.BuildProposal(step=0, contributors=VOTERS)]
+    assert actions == [nc.BuildProposal(step=0, contributors=VOTERS, first=True)]
     assert core.next_deadline() is None  # one proposal a step
     assert core.handle(nc.Tick(), 5.0) == []
 
@@ -45,7 +45,7 @@ def test_a_straggler_costs_the_grace_after_a_majority_not_the_collect_bound():
     core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.1)
     assert core.handle(nc.Tick(), 1.1 + CONFIG.straggler_grace_s - 0.01) == []
     actions = core.handle(nc.Tick(), 1.1 + CONFIG.straggler_grace_s)
-    assert actions == [nc.BuildProposal(step=0, contributors=("n0", "n1"))]
+    assert actions == [nc.BuildProposal(step=0, contributors=("n0", "n1"), first=True)]
 
 
 def test_alone_the_coordinator_proposes_at_the_collect_bound():
@@ -53,7 +53,7 @@ def test_alone_the_coordinator_proposes_at_the_collect_bound():
     core.handle(nc.OwnContribution(step=0), 1.0)
     assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s - 0.01) == []
     assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s) == [
-        nc.BuildProposal(step=0, contributors=("n0",))
+        nc.BuildProposal(step=0, contributors=("n0",), first=True)
     ]
 
 
@@ -77,7 +77,7 @@ def test_a_dead_coordinator_is_replaced_at_its_declaration():
     core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.05)
     # n0 declared dead after the collect bound: n1 is rank 0 now and proposes at once.
     actions = core.handle(nc.ViewChanged(alive=("n1", "n2")), 1.0 + CONFIG.collect_s + 0.5)
-    assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2"))]
+    assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2"), first=True)]
 
 
 def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 1.0) -> float:
@@ -160,7 +160,7 @@ def test_a_node_back_in_the_view_ranks_nowhere_until_its_gradient_arrives():
     # n3 is not waited for either: the others' gradients are the whole step.
     core.handle(nc.ContributionArrived(step=7, sender="n1"), now + 0.6)
     actions = core.handle(nc.ContributionArrived(step=7, sender="n2"), now + 0.7)
-    assert actions == [nc.BuildProposal(step=7, contributors=("n0", "n1", "n2"))]
+    assert actions == [nc.BuildProposal(step=7, contributors=("n0", "n1", "n2"), first=True)]
     # Its first gradient (of any step in the window) makes it ready: it ranks again.
     core.handle(nc.StepBegan(step=8, voters=VOTERS4, members=VOTERS4), now + 5.0)
     core.handle(nc.ContributionArrived(step=9, sender="n3"), now + 5.1)
@@ -294,7 +294,7 @@ def test_a_failed_build_is_retried_with_what_arrives_next():
     core.handle(nc.Tick(), 1.0 + CONFIG.collect_s)
     core.handle(nc.BuildFailed(step=0), 2.5)
     assert core.handle(nc.Tick(), 2.5 + CONFIG.straggler_grace_s) == [
-        nc.BuildProposal(step=0, contributors=("n0",))
+        nc.BuildProposal(step=0, contributors=("n0",), first=True)
     ]
 
 

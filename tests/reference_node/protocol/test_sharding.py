@@ -123,7 +123,7 @@ def _leader_with_all_arrived() -> nc.StepLeader:
     core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.01)
     core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.02)
     assert core.handle(nc.ContributionArrived(step=0, sender="n3"), 1.03) == [
-        nc.BuildProposal(step=0, contributors=NODES)
+        nc.BuildProposal(step=0, contributors=NODES, first=True)
     ]
     return core
 
@@ -132,7 +132,7 @@ def test_a_build_missing_a_contributors_shard_is_retried_without_it():
     core = _leader_with_all_arrived()
     core.handle(nc.BuildFailed(step=0, missing=("n2",)), 2.0)
     assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
-        nc.BuildProposal(step=0, contributors=("n0", "n1", "n3"))
+        nc.BuildProposal(step=0, contributors=("n0", "n1", "n3"), first=True)
     ]
     core.check_valid()
 
@@ -141,7 +141,7 @@ def test_a_leader_never_leaves_its_own_gradient_out():
     core = _leader_with_all_arrived()
     core.handle(nc.BuildFailed(step=0, missing=("n0", "n3")), 2.0)
     assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
-        nc.BuildProposal(step=0, contributors=("n0", "n1", "n2"))
+        nc.BuildProposal(step=0, contributors=("n0", "n1", "n2"), first=True)
     ]
     core.check_valid()
     with pytest.raises(LocalProtocolError):
@@ -156,5 +156,5 @@ def test_a_build_failure_naming_most_contributors_leaves_none_out():
     core = _leader_with_all_arrived()
     core.handle(nc.BuildFailed(step=0, missing=("n1", "n2", "n3")), 2.0)
     assert core.handle(nc.Tick(), 2.0 + nc.NODE_DEFAULTS.straggler_grace_s) == [
-        nc.BuildProposal(step=0, contributors=NODES)
+        nc.BuildProposal(step=0, contributors=NODES, first=True)
     ]
