@@ -209,25 +209,9 @@ def _simulate(
     if never_fired and phases is not None:
         # As the real runner records it (an incident mark), so the reports list it;
         # stamped at the run's end, the harness's last instant (its marks stay in order).
-        recorder.log(
-            RunMark(
-                t_wall=config.duration_s,
-                t_mono=config.duration_s,
-                node=HARNESS,
-                lamport=recorder.next_lamport(HARNESS),
-                mark="incident",
-                data={"kind": "faults_never_fired", "entries": never_fired},
-            )
-        )
-    recorder.log(
-        RunMark(
-            t_wall=config.duration_s,
-            t_mono=config.duration_s,
-            node=HARNESS,
-            lamport=recorder.next_lamport(HARNESS),
-            mark="run_end",
-        )
-    )
+        incident = {"kind": "faults_never_fired", "entries": never_fired}
+        _log_mark(recorder, config.duration_s, "incident", incident)
+    _log_mark(recorder, config.duration_s, "run_end")
     recorder.close()
     sim.release()
     # History's order is (t_mono, lamport, node).  The recorder's events are in Lamport
@@ -284,9 +268,10 @@ def _simulate(
     return SimRun(result=result, history=history, verdict=verdict)
 
 
-def _log_mark(recorder: Recorder, t: float, name: str) -> None:
+def _log_mark(recorder: Recorder, t: float, name: str, data: dict | None = None) -> None:
+    lamport = recorder.next_lamport(HARNESS)
     recorder.log(
-        RunMark(t_wall=t, t_mono=t, node=HARNESS, lamport=recorder.next_lamport(HARNESS), mark=name)
+        RunMark(t_wall=t, t_mono=t, node=HARNESS, lamport=lamport, mark=name, data=data or {})
     )
 
 
