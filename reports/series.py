@@ -217,6 +217,23 @@ def loop_stalls(history: History) -> list[Stall]:
     return stalls
 
 
+# A paused node's loop stalls from the SIGSTOP to a little after the SIGCONT (its first
+# event after waking is the stall report): this much slack on each side of the window.
+PAUSE_STALL_SLACK_S = 0.5
+
+
+def stall_in_own_pause(stall: Stall, windows: list[FaultWindow]) -> bool:
+    """Whether ``stall`` is its node's own pause fault (the harness froze the process),
+    not an overloaded machine."""
+    return any(
+        window.op == "pause"
+        and stall.node in window.targets
+        and window.start - PAUSE_STALL_SLACK_S <= stall.start
+        and stall.end <= window.end + PAUSE_STALL_SLACK_S
+        for window in windows
+    )
+
+
 class _LaneState:
     """One node's flags during the sweep; ``state()`` applies the priority order."""
 

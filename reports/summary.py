@@ -18,7 +18,12 @@ from swarmshake.reports.html import (
 )
 from swarmshake.reports.recovery import RunMeasurement
 from swarmshake.reports.rundir import RunDir
-from swarmshake.reports.series import loop_stalls, run_duration_s
+from swarmshake.reports.series import (
+    fault_windows,
+    loop_stalls,
+    run_duration_s,
+    stall_in_own_pause,
+)
 
 MAX_FAULT_ROWS = 30  # a summary is read in a browser tab; the report holds every fault
 MAX_SUMMARY_BYTES = 1 << 20  # GitHub's job-summary limit per step
@@ -68,13 +73,20 @@ def render_summary(run: RunDir, measurement: RunMeasurement) -> str:
         lines += [f"- {_cell(kind)} at {t:.1f} s: {_cell(text)}" for kind, t, text in shown]
         if len(incidents) > len(shown):
             lines.append(f"- … {len(incidents) - len(shown)} more in events/harness.jsonl")
+    windows = fault_windows(run.history)
     stalls = loop_stalls(run.history)
-    if stalls:
-        worst = max(stalls, key=lambda s: s.stalled_ms)
+    overload = [s for s in stalls if not stall_in_own_pause(s, windows)]
+    if overload:
+        worst = max(overload, key=lambda s: s.stalled_ms)
         lines.append(
-            f"\nControl-loop stalls: **{len(stalls)}** (worst {worst.stalled_ms:.0f} ms on "
+            f"\nControl-loop stalls: **{len(overload)}** (worst {worst.stalled_ms:.0f} ms on "
             f"{_cell(worst.node)}): the machine or a node was overloaded; timing figures "
             "from this run are suspect."
+        )
+    if len(overload) < len(stalls):
+        lines.append(
+            f"\nControl-loop stalls of a paused node during its own pause fault: "
+            f"{len(stalls) - len(overload)} (the fault itself, not overload)."
         )
     if measurement.faults:
         lines += [

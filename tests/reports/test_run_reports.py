@@ -302,3 +302,23 @@ def test_the_summary_says_which_scenario_entries_never_fired(tmp_path: Path, his
         'name="verdict" value="unknown"' in junit and "scenario entries never applied: [0]" in junit
     )
     assert report_main([str(run)]) == 2
+
+
+def test_a_paused_nodes_own_stall_is_not_called_overload(tmp_path: Path, histories) -> None:
+    """The GPU suite pauses n2 for 8 s, and n2's control loop reports an 8 s stall when
+    it wakes: the summary called the machine overloaded and the run's timings suspect
+    for it.  The pause's own stall is listed as the fault; only the others warn."""
+    plan = histories.Plan(
+        faults=[histories.PlannedFault("pause", "n2", 9.0, 9.6)],
+        loop_stalls=[("n2", 9.62, 610.0)],
+    )
+    run = histories.write_run(tmp_path / "paused", plan)
+    write_run_reports(run)
+    summary = (run / "summary.md").read_text()
+    assert "overloaded" not in summary
+    assert "Control-loop stalls of a paused node during its own pause fault: 1" in summary
+    plan.loop_stalls.append(("n1", 5.5, 300.0))  # a stall outside any pause: overload
+    run = histories.write_run(tmp_path / "loaded", plan)
+    write_run_reports(run)
+    summary = (run / "summary.md").read_text()
+    assert "Control-loop stalls: **1** (worst 300 ms on n1)" in summary
