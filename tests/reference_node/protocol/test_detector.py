@@ -627,3 +627,15 @@ def test_a_peers_first_process_is_passed_on_only_where_it_overrides_something():
     actions = _announce(doubting, 1, 0.1)
     assert (1, "alive") in _relayed_about(actions, "n2")
     assert any(isinstance(a, D.DeclaredAlive) and a.peer == "n2" for a in actions)
+
+
+def test_a_stall_before_the_detector_starts_is_ignored_and_other_events_still_refused():
+    """A joiner's process runs (and its loop can stall on a loaded machine) before its
+    detector starts: CI, session 23, the stall report killed the joining n4 with "the
+    first event must be Started()".  With nothing watched, a stall excuses nothing."""
+    a = D.FailureDetector(node="a", members=("a", "b", "c"), seed=1)
+    assert a.handle(D.LocalStall(stalled_s=2.0), 1.0) == []
+    with pytest.raises(LocalProtocolError, match="Started"):
+        a.handle(D.Tick(), 1.1)
+    a.handle(D.Started(), 1.2)
+    assert a.started and a.next_deadline() is not None
