@@ -145,8 +145,9 @@ def with_untested(
         f"entry {index} ({describe_entry(scenario.faults[index])})" for index in untested
     )
     note = f"not tested, never applied: {described}"
-    if status == "valid":
-        return run_status(status, untested), note
+    changed = run_status(status, untested)
+    if changed != status:
+        return changed, note  # the note is the whole story of a valid verdict
     return status, f"{message}; {note}" if message else note
 
 

@@ -73,10 +73,11 @@ def testsuite(run: RunDir) -> ET.Element:
     )
     violated = [n for n, r in run.verdict.results.items() if r.status == "invalid"]
     undecided = [n for n, r in run.verdict.results.items() if r.status == "unknown"]
+    status = run.status
     untested = untested_entries(run.history)
     _outcome(
         whole,
-        run.status,
+        status,
         f"violated: {', '.join(violated)}"
         if violated
         else f"undecided: {', '.join(undecided)}"
@@ -84,8 +85,8 @@ def testsuite(run: RunDir) -> ET.Element:
         else f"scenario entries never applied: {untested}",
         f"report: {run.path / 'report.html'}",
     )
-    failures += run.status == "invalid"
-    errors += run.status == "unknown"
+    failures += status == "invalid"
+    errors += status == "unknown"
     out = ET.SubElement(suite, "system-out")
     out.text = f"reproduce: {reproduce_command(run)}"
     suite.set("tests", str(len(run.verdict.results) + 1))

@@ -61,7 +61,8 @@ def untested_entries(history: History) -> list[int]:
     for mark in history.of_kind(RunMark):
         if mark.mark != "incident":
             continue
-        kind, data = mark.data.get("kind"), mark.data
+        data = mark.data
+        kind = data.get("kind")
         if kind == "faults_never_fired":
             entries = data.get("entries")
             if isinstance(entries, list):

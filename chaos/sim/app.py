@@ -320,8 +320,7 @@ class NodeApp:
         self._lead(t, nc.ViewChanged(alive=tuple(alive)))
         # Pulls whose peer left the view ask the next source now (node_core).
         for key in nc.pulls_to_move_on({k: e[2] for k, e in self.fetches.items()}, alive):
-            if key in self.fetches:
-                self._fetch(t, key)
+            self._fetch(t, key)
 
     def peer_dead(self, t: float, peer: str) -> None:
         if self.rejoin is not None and self.rejoin.source == peer:

@@ -355,7 +355,7 @@ class StepLeader:
         self.proposed = False
         self.replaying = False  # this step re-proposes a stored value: no gradient
         self.learnt = False  # this step was decided before the node got to it: no gradient
-        self.decided = False  # this step's decision is known: nobody leads it
+        self.decided = False  # this step's decision is known: nobody leads it (proposed)
         self._rank: int | None = None  # rank() for the current step and view
         self._waited: frozenset[str] | None = None  # the voters in view, likewise
         self._voter_set: frozenset[str] = frozenset()
@@ -389,7 +389,7 @@ class StepLeader:
         return actions
 
     def next_deadline(self) -> float | None:
-        return None if self.proposed or self.decided else self.deadline
+        return None if self.proposed else self.deadline
 
     def contributes(self) -> bool:
         """Whether this node computes and sends a gradient for its current step: not
@@ -465,9 +465,7 @@ class StepLeader:
             assert self.step <= step <= self.step + self.config.steps_ahead_max, step
         if self.computed_at is not None:
             assert self.node in self.arrived.get(self.step, ()), "own gradient not counted"
-            assert self.deadline is not None or self.proposed or self.decided, (
-                "a computed step with no timer"
-            )
+            assert self.deadline is not None or self.proposed, "a computed step with no timer"
         else:
             assert self.deadline is None and not self.majority_armed
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
@@ -476,6 +474,7 @@ class StepLeader:
         assert self._takeover_shift_s >= 0.0
         assert self._returning <= self.alive and not self._left & self.alive
         assert self.node not in self._returning | self._left
+        assert self.proposed or not self.decided, "a decided step is led by no one"
         if self.learnt:  # a step decided before this node got to it: no gradient, no lead
             assert self.decided and self.computed_at is None and not self.replaying
 
@@ -499,7 +498,7 @@ class StepLeader:
         self.majority_armed = False
         self.proposed = False
         self.replaying = False
-        self.learnt = self.decided = event.decided
+        self.learnt = self.decided = self.proposed = event.decided
         if event.decided:
             return  # nothing to lead or compute: only the bytes to fetch and apply
         stored = event.stored
@@ -563,7 +562,7 @@ class StepLeader:
         by the new rank; ``led``: this node was rank 0 of its computed step before."""
         self._rank = None
         self._waited = None
-        if self.computed_at is None or self.proposed or self.decided:
+        if self.computed_at is None or self.proposed:
             return
         if self.rank() != 0:
             if led:
@@ -586,7 +585,9 @@ class StepLeader:
 
     def _on_decided(self, event: StepDecided, now: float, actions: list) -> None:
         if event.step == self.step:
-            self.decided = True  # _build, _maybe_early and next_deadline stop here
+            # Like a proposal made: no timer, no build (and a failed build of this
+            # node's, still on its way back, re-arms nothing: _on_build_failed).
+            self.decided = self.proposed = True
 
     def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
         if event.step == self.step and self.proposed and not self.decided:
@@ -612,7 +613,7 @@ class StepLeader:
 
     def _maybe_early(self, now: float, actions: list) -> bool:
         """Propose if every voter in the view contributed; whether it proposed."""
-        if self.proposed or self.decided:
+        if self.proposed:
             return False
         got = self.arrived.get(self.step, set())
         waited = self._waited
@@ -631,7 +632,7 @@ class StepLeader:
         # Only members may contribute (the commit core rejects other values): a node
         # removed meanwhile may still have sent a gradient.
         contributors = tuple(sorted(set(self.arrived.get(self.step, ())) & set(self.members)))
-        if not contributors or self.proposed or self.decided or self.computed_at is None:
+        if not contributors or self.proposed or self.computed_at is None:
             return
         self.proposed = True
         actions.append(
