@@ -216,12 +216,14 @@ class Scenario(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
         self._check_system()
 
     def _check_node_sections(self) -> None:
-        """``cluster.step`` and ``cluster.detector`` as the node reads them from its
-        node.toml, so a bad value stops the suite here (exit 64) rather than every
+        """``cluster.step`` and ``cluster.detector`` (with the training section) as the
+        node reads them from its node.toml, so a bad value stops the suite here (exit 64) rather than every
         node at its start (a run that never reaches steady state)."""
         from swarmshake.chaos.systems.reference import node_settings
 
-        node_settings(self.cluster.step, self.cluster.detector)
+        node_settings(
+            self.cluster.step, self.cluster.detector, self.cluster.training_section(self.seed)
+        )
 
     def _check_system(self) -> None:
         """The system exists, takes these options, and can take every fault asked for."""

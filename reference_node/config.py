@@ -127,6 +127,16 @@ class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     # 2 for 5-6).  0 disables replication.
     checkpoint_replicas: int = -1
 
+    def decisions(self, training: TrainingConfig) -> node_core.NodeConfig:
+        """The node core's knobs: ``node``, its ``min_contributors`` raised to what
+        ``training``'s aggregation rule needs (a value from node.toml may only ask
+        for more)."""
+        node = self.node
+        minimum = max(node.min_contributors, training.min_contributors())
+        if minimum == node.min_contributors:
+            return node
+        return msgspec.structs.replace(node, min_contributors=minimum)
+
     def checkpointing(self) -> node_core.CheckpointConfig:
         """The node core's checkpoint configuration these settings name."""
         return node_core.CheckpointConfig(
@@ -152,6 +162,10 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     step: StepSection = StepSection()
 
     # -- derived --------------------------------------------------------------------------
+
+    def decisions(self) -> node_core.NodeConfig:
+        """The node core's knobs (``StepSection.decisions``)."""
+        return self.step.decisions(self.training)
 
     @property
     def node_id(self) -> str:

@@ -15,10 +15,12 @@ reports.  How each part of a suite maps, one decision a line:
   (nothing differs but the faults, and none fires before it);
 - ``cluster.step`` and ``cluster.detector``: the node core's ``NodeConfig`` and
   ``CheckpointConfig`` (through the node's own ``StepSection``, so its defaults:
-  a checkpoint every 50 steps) and the detector's ``DetectorConfig``;
+  a checkpoint every 50 steps) and the detector's ``DetectorConfig``; the
+  aggregation rule's fewest contributors (``TrainingConfig.min_contributors``), which
+  the node core's step leader waits for;
 - not modelled, and said in ``run.json`` (``not_simulated``) and on stderr, never
-  silently: the model and aggregation rule (the simulator's workload moves abstract
-  tensors of fixed size, ``AppSettings``), other ``cluster.training`` fields,
+  silently: the model and the aggregation rule's arithmetic (the simulator's workload
+  moves abstract tensors of fixed size, ``AppSettings``), other ``cluster.training`` fields,
   ``links`` (every message crosses the simulated network) and ``load`` (no HTTP
   server: a client's view needs the real backends);
 - refused (exit 64): a system other than the reference node, and a fault op the
@@ -85,7 +87,10 @@ def plan(scenario: Scenario) -> SimSuite:
         raise SuiteError(f"faults: {error}; fix: use --backend local or docker") from None
     cluster = scenario.cluster
     try:
-        settings = node_settings(cluster.step, cluster.detector)  # as the node reads them
+        # As the node reads them (the aggregation rule's fewest contributors too).
+        settings = node_settings(
+            cluster.step, cluster.detector, cluster.training_section(scenario.seed)
+        )
     except ValueError as error:
         raise SuiteError(str(error)) from None
     try:
@@ -110,7 +115,8 @@ def _not_simulated(scenario: Scenario) -> tuple[str, ...]:
     notes = [
         f"cluster.model {cluster.model!r} and aggregation "
         f"{cluster.aggregation or 'the default'!r}: the simulator's workload moves "
-        "abstract tensors (chaos/sim/app.py AppSettings)"
+        "abstract tensors (chaos/sim/app.py AppSettings); only the rule's fewest "
+        "contributors is the node's (a step leader waits for that many)"
     ]
     if cluster.training:
         notes.append(f"cluster.training {sorted(cluster.training)}: not modelled")

@@ -27,6 +27,7 @@ from swarmshake.reference_node.protocol.bugs import BUGS
 from swarmshake.reference_node.protocol.detector import DetectorConfig
 from swarmshake.reference_node.protocol.errors import ProtocolError
 from swarmshake.reference_node.protocol.history import EVENT_KINDS
+from swarmshake.reference_node.training.config import TrainingConfig
 
 NODE_MODULE = "swarmshake.reference_node"
 # "0,1,2,3": node i sees only GPU gpus[i % len] (CUDA_VISIBLE_DEVICES), so nodes with
@@ -53,20 +54,30 @@ class NodeSettings(NamedTuple):
     detector: DetectorConfig
 
 
-def node_settings(step: Mapping[str, Any], detector: Mapping[str, Any]) -> NodeSettings:
-    """``cluster.step`` and ``cluster.detector`` read as the node reads its node.toml's
-    ``[step]`` and ``[detector]`` (nested tables become structs, unknown keys are
-    refused), so the simulator runs the settings a real node would; ``ValueError``
-    names the section and the field."""
+def node_settings(
+    step: Mapping[str, Any], detector: Mapping[str, Any], training: Mapping[str, Any]
+) -> NodeSettings:
+    """``cluster.step``, ``cluster.detector`` and the training section read as the node
+    reads its node.toml's ``[step]``, ``[detector]`` and ``[training]`` (nested tables
+    become structs, unknown keys are refused), so the simulator runs the settings a
+    real node would (the aggregation rule's fewest contributors among them);
+    ``ValueError`` names the section and the field."""
     try:
         section = msgspec.convert(dict(step), StepSection)
     except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
         raise ValueError(f"cluster.step: {error}") from None
     try:
+        training_config = TrainingConfig.from_dict(dict(training))
+        training_config.min_contributors()
+    except ValueError as error:
+        raise ValueError(f"cluster.training: {error}") from None
+    try:
         detector_config = msgspec.convert(dict(detector), DetectorConfig)
     except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
         raise ValueError(f"cluster.detector: {error}") from None
-    return NodeSettings(section.node, section.checkpointing(), detector_config)
+    return NodeSettings(
+        section.decisions(training_config), section.checkpointing(), detector_config
+    )
 
 
 class ReferenceSystem(System):

@@ -160,6 +160,12 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # ms and one answer is enough, but a lost one must be repeated well inside the
     # detector's suspicion timeout (1 s), or the stale node declares the members dead.
     removal_answer_interval_s: float = 0.25
+    # The aggregation rule's fewest contributions (the runtime sets it from its
+    # training section: TrainingConfig.min_contributors, e.g. 3 for the median with
+    # f = 1): the leader proposes from no fewer.  A build from fewer is refused by the
+    # worker, and the retry came a straggler grace later even when the missing
+    # gradient arrived meanwhile (the GPU run: 1.4 s of a step).  1 for the mean.
+    min_contributors: int = 1
 
     def __post_init__(self) -> None:
         for name in (
@@ -184,12 +190,21 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             "records_kept",
             "steps_ahead_max",
             "aggregates_kept_steps",
+            "min_contributors",
         ):
             check_count(getattr(self, name), f"NodeConfig.{name}")
-        if min(self.records_kept, self.aggregates_kept_steps, self.decision_latency_samples) < 1:
+        if (
+            min(
+                self.records_kept,
+                self.aggregates_kept_steps,
+                self.decision_latency_samples,
+                self.min_contributors,
+            )
+            < 1
+        ):
             raise LocalProtocolError(
-                "NodeConfig.records_kept, aggregates_kept_steps and "
-                "decision_latency_samples must be >= 1"
+                "NodeConfig.records_kept, aggregates_kept_steps, "
+                "decision_latency_samples and min_contributors must be >= 1"
             )
 
 
@@ -335,8 +350,10 @@ class StepLeader:
     proposes ``backup_delay_s`` after its own gradient, rank r >= 2 (learners rank
     last) ``fallback_delay_s + r * fallback_rank_step_s`` after it, if the step has not
     moved on; a coordinator displaced by a node ranked before it (back and ready, or
-    new) waits as its new rank.  At most one proposal per step.  The waits of
-    rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
+    new) waits as its new rank.  At most one proposal per step, and none from fewer
+    contributions than the aggregation rule needs (``NodeConfig.min_contributors``):
+    a node whose time came with fewer proposes at the arrival that makes enough.
+    The waits of rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
     ``takeover_shift_s()``: both say how much slower than nominal this node's recent
     steps decided (NodeConfig.decision_latency_nominal_s says why)."""
 
@@ -356,6 +373,9 @@ class StepLeader:
         self.replaying = False  # this step re-proposes a stored value: no gradient
         self.learnt = False  # this step was decided before the node got to it: no gradient
         self.decided = False  # this step's decision is known: nobody leads it (proposed)
+        # Its time to propose came with fewer contributions than the aggregation rule
+        # needs (NodeConfig.min_contributors): the next arrival proposes, no timer.
+        self.starved = False
         self._rank: int | None = None  # rank() for the current step and view
         self._waited: frozenset[str] | None = None  # the voters in view, likewise
         self._voter_set: frozenset[str] = frozenset()
@@ -465,9 +485,15 @@ class StepLeader:
             assert self.step <= step <= self.step + self.config.steps_ahead_max, step
         if self.computed_at is not None:
             assert self.node in self.arrived.get(self.step, ()), "own gradient not counted"
-            assert self.deadline is not None or self.proposed, "a computed step with no timer"
+            assert (
+                self.deadline is not None or self.proposed or self.starved
+            ), "a computed step with no timer"
         else:
-            assert self.deadline is None and not self.majority_armed
+            assert self.deadline is None and not self.majority_armed and not self.starved
+        if self.starved:  # it waits for contributions only while too few arrived
+            assert not self.proposed
+            arrived = self.arrived.get(self.step, set()) & set(self.members)
+            assert len(arrived) < self.config.min_contributors
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
         assert all(latency >= 0.0 for latency in self.decision_latencies)
         assert 1.0 <= self._pace <= self.config.pace_max
@@ -496,6 +522,7 @@ class StepLeader:
         self.computed_at = None
         self.deadline = None
         self.majority_armed = False
+        self.starved = False
         self.proposed = False
         self.replaying = False
         self.learnt = self.decided = self.proposed = event.decided
@@ -541,9 +568,10 @@ class StepLeader:
             led = self._leads()
             self._returning.discard(event.sender)
             self._rerank(now, actions, led)
-            return
-        if event.step == self.step and self.computed_at is not None and self.rank() == 0:
+        elif event.step == self.step and self.computed_at is not None and self.rank() == 0:
             self._maybe_early(now, actions)
+        if self.starved and step == self.step:
+            self._build(actions)  # its time passed: it proposes once enough arrived
 
     def _on_view(self, event: ViewChanged, now: float, actions: list) -> None:
         led = self._leads()
@@ -588,6 +616,7 @@ class StepLeader:
             # Like a proposal made: no timer, no build (and a failed build of this
             # node's, still on its way back, re-arms nothing: _on_build_failed).
             self.decided = self.proposed = True
+            self.starved = False
 
     def _on_build_failed(self, event: BuildFailed, now: float, actions: list) -> None:
         if event.step == self.step and self.proposed and not self.decided:
@@ -633,6 +662,10 @@ class StepLeader:
         # removed meanwhile may still have sent a gradient.
         contributors = tuple(sorted(set(self.arrived.get(self.step, ())) & set(self.members)))
         if not contributors or self.proposed or self.computed_at is None:
+            return
+        # Fewer than the aggregation rule needs: no worker could build it.
+        self.starved = len(contributors) < self.config.min_contributors
+        if self.starved:
             return
         self.proposed = True
         actions.append(

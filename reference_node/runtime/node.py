@@ -132,7 +132,7 @@ class ControlProcess:
             bugs=config.bug_set,
         )
         self.detector_started = False
-        self.removal_answers = nc.RemovalAnswers(config.step.node)
+        self.removal_answers = nc.RemovalAnswers(config.decisions())
         self.stop_code = 0
         self.run_key = config.run_key(config_path.parent)
         self.book = AddressBook(dict(config.peers))

@@ -160,7 +160,7 @@ class StepDriver:
         self.config = node.config
         self.name = node.node
         self.membership = node.membership
-        self.decisions = node.config.step.node  # the node core's knobs
+        self.decisions = node.config.decisions()  # the node core's knobs
         self.store = AcceptorStore(
             node.config.data_dir / "acceptor", self.decisions, node.config.bug_set
         )

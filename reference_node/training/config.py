@@ -159,6 +159,24 @@ class TrainingConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
                 f"than {2 * f} nodes, the cluster has {n_nodes}"
             )
 
+    def min_contributors(self) -> int:
+        """The fewest contributions the rule aggregates (``check_cluster`` is the one
+        definition: mean 1, median and trimmed mean 2f + 1, Krum 2f + 3, multi-Krum
+        also m + f).  A step leader that proposed from fewer had its build refused and
+        waited a retry (the GPU run: 1.4 s of a step); it waits for this many instead
+        (node_core.NodeConfig.min_contributors)."""
+        # The bound: every rule's minimum is at most 2f + 3 + m.
+        for count in range(1, 2 * self.byzantine_f + self.multi_krum_m + 4):
+            try:
+                self.check_cluster(count)
+            except TrainingConfigError:
+                continue
+            return count
+        raise TrainingConfigError(
+            f"aggregation={self.aggregation!r} with byzantine_f={self.byzantine_f} admits "
+            "no number of contributors"
+        )
+
     def to_dict(self) -> dict[str, object]:
         return msgspec.to_builtins(self)
 

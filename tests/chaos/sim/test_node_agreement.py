@@ -45,6 +45,7 @@ from swarmshake.chaos.sim.app import (
     NodeDisk,
     StateBytes,
 )
+from swarmshake.chaos.systems.reference import node_settings
 from swarmshake.reference_node import config as node_config
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
@@ -117,7 +118,7 @@ class RuntimeNode:
     """What ``StepDriver`` uses of its ``ControlProcess``: links that record, a worker
     that computes with the simulator's training, the event log, a fake clock."""
 
-    def __init__(self, folder: Path, bugs: tuple[str, ...]):
+    def __init__(self, folder: Path, bugs: tuple[str, ...], min_contributors: int = 1):
         self.host_s = 0.0
         self.folder = folder
         section = node_config.NodeSection(
@@ -130,6 +131,7 @@ class RuntimeNode:
             checkpoint_prior_mtbf_s=wanted.prior_mtbf_s, checkpoint_window_s=wanted.window_s,
             checkpoint_min_interval_s=wanted.min_interval_s,
             checkpoint_max_interval_s=wanted.max_interval_s,
+            node=nc.NodeConfig(min_contributors=min_contributors),
         )  # fmt: skip
         assert step.checkpointing() == wanted
         self.config = node_config.NodeConfig(node=section, step=step)
@@ -521,8 +523,11 @@ class RuntimeNode:
 
 
 class SimNode:
-    def __init__(self, bugs: tuple[str, ...]):
+    def __init__(self, bugs: tuple[str, ...], min_contributors: int = 1):
         self.t = 0.0
+        # The node core's knobs as a suite's ``cluster.step`` gives them to the simulator.
+        knobs = node_settings({"node": {"min_contributors": min_contributors}}, {}, {})
+        self.settings = AppSettings(node=knobs.node)
         self.timers: list[tuple[float, int, tuple]] = []
         self._order = itertools.count()
         self.sent: list[tuple[str, Any]] = []
@@ -550,7 +555,7 @@ class SimNode:
         self.strangers_heard: list[str] = []
         self.stopped = ""
         self.app = NodeApp(
-            self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
+            self, self.proc, self.settings, self.disk, nc.is_first_start(self.proc.incarnation)
         )
 
     async def restart(self) -> None:
@@ -561,7 +566,7 @@ class SimNode:
         self.proc.incarnation = nc.next_incarnation(self.proc.incarnation)
         self.proc.started_at = self.t
         self.app = NodeApp(
-            self, self.proc, AppSettings(), self.disk, nc.is_first_start(self.proc.incarnation)
+            self, self.proc, self.settings, self.disk, nc.is_first_start(self.proc.incarnation)
         )
         self.app.start(self.t)
         self._fire_due(self.t)
@@ -880,8 +885,11 @@ async def _run(
     bugs: tuple[str, ...],
     record: bool = False,
     expect_failures: list[int] | None = None,
+    min_contributors: int = 1,
 ) -> tuple[RuntimeNode, SimNode]:
-    runtime, sim = RuntimeNode(folder, bugs), SimNode(bugs)
+    runtime = RuntimeNode(folder, bugs, min_contributors)
+    sim = SimNode(bugs, min_contributors)
+    assert runtime.config.decisions() == sim.settings.node
     nodes = (runtime, sim)
     for node in nodes:
         await node.start()
@@ -1073,10 +1081,16 @@ async def _run(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(sequence=st.lists(EVENTS, min_size=20, max_size=80))
-def test_the_runtime_and_the_simulator_run_the_same_node(tmp_path_factory, sequence):
+@given(
+    sequence=st.lists(EVENTS, min_size=20, max_size=80),
+    # The aggregation rule's fewest contributors: the mean's 1 mostly, else 2 or all 3.
+    min_contributors=st.sampled_from([1, 1, 2, 3]),
+)
+def test_the_runtime_and_the_simulator_run_the_same_node(
+    tmp_path_factory, sequence, min_contributors
+):
     folder = tmp_path_factory.mktemp("runtime")
-    asyncio.run(_run(sequence, folder, (), record=True))
+    asyncio.run(_run(sequence, folder, (), record=True, min_contributors=min_contributors))
 
 
 def _step(*extra: tuple) -> list[tuple]:

@@ -138,6 +138,14 @@ def test_the_suite_node_and_detector_settings_reach_the_node_core():
     )
     suite = plan(resolve(scenario))
     assert suite.config.app.node.collect_s == 2.5
+    assert suite.config.app.node.min_contributors == 1  # the mean
+    # The aggregation rule's fewest contributors reach the simulated leader too.
+    median = loads(
+        "name: median\ncluster: {backend: sim, nodes: 5, aggregation: median,"
+        " training: {byzantine_f: 2}}\n",
+        source="median.yaml",
+    )
+    assert plan(resolve(median)).config.app.node.min_contributors == 5
     assert suite.config.app.checkpoint.every_steps == 5
     assert suite.config.detector.suspicion_floor_s == 0.3
     # A bad value stops the suite when it loads, on every backend (exit 64), naming it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
@@ -17,6 +17,7 @@ from swarmshake.reference_node.protocol.errors import LocalProtocolError
 from swarmshake.reference_node.protocol.messages import StepValue
 
 VOTERS = ("n0", "n1", "n2")
+VOTERS4 = ("n0", "n1", "n2", "n3")
 CONFIG = nc.NODE_DEFAULTS
 
 
@@ -68,6 +69,51 @@ def test_backups_take_over_in_rank_order():
     )
     assert backup.handle(nc.Tick(), 1.0 + CONFIG.backup_delay_s) == [
         nc.BuildProposal(step=0, contributors=("n1",))
+    ]
+
+
+def median_leader(node: str, alive=VOTERS4) -> nc.StepLeader:
+    """A leader of 4 voters whose aggregation rule needs 3 contributions (the median
+    with f = 1)."""
+    core = nc.StepLeader(node=node, config=nc.NodeConfig(min_contributors=3))
+    core.handle(nc.ViewChanged(alive=alive), 0.0)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS4, members=VOTERS4), 0.0)
+    return core
+
+
+def test_no_proposal_from_fewer_contributions_than_the_rule_needs():
+    """The GPU run (median, f = 1): a coordinator alone with one peer's gradient built
+    from two, its worker refused, and the retry came a straggler grace later (1.4 s at
+    that pace) although the third gradient had arrived meanwhile.  Now it waits for
+    the third and proposes on its arrival."""
+    core = median_leader("n0", alive=("n0", "n1", "n3"))  # n2 gone
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n1"), 1.1)
+    assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s) == []  # 2 < 3: nothing to build
+    assert core.next_deadline() is None and core.starved
+    core.check_valid()
+    actions = core.handle(nc.ContributionArrived(step=0, sender="n3"), 2.5)
+    assert actions == [nc.BuildProposal(step=0, contributors=("n0", "n1", "n3"), first=True)]
+    core.check_valid()
+
+
+def test_a_starved_takeover_proposes_when_enough_gradients_arrived():
+    core = median_leader("n2")  # step 0: n0 coordinates, n1 backs up, n2 ranks 2
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    takeover = core.next_deadline()
+    assert core.handle(nc.Tick(), takeover) == [] and core.starved
+    assert core.handle(nc.ContributionArrived(step=0, sender="n3"), takeover + 0.1) == []
+    actions = core.handle(nc.ContributionArrived(step=0, sender="n0"), takeover + 0.2)
+    assert actions == [nc.BuildProposal(step=0, contributors=("n0", "n2", "n3"))]
+
+
+def test_the_mean_proposes_from_one_contribution_as_before():
+    core = nc.StepLeader(node="n0", config=nc.NodeConfig(min_contributors=1))
+    core.handle(nc.ViewChanged(alive=VOTERS), 0.0)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS, members=VOTERS), 0.0)
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    assert core.handle(nc.Tick(), 1.0 + CONFIG.collect_s) == [
+        nc.BuildProposal(step=0, contributors=("n0",), first=True)
     ]
 
 
@@ -127,9 +173,6 @@ def test_later_ranks_are_shifted_not_multiplied_so_a_stuck_coordinator_is_replac
     coordinator.handle(nc.StepBegan(step=6, voters=VOTERS, members=VOTERS), now)  # n0: rank 0
     coordinator.handle(nc.OwnContribution(step=6), now)
     assert coordinator.next_deadline() == pytest.approx(now + CONFIG.collect_s * coordinator.pace())
-
-
-VOTERS4 = ("n0", "n1", "n2", "n3")
 
 
 def slow_leader_with_n3_gone(now: float = 1.0) -> tuple[nc.StepLeader, float]:
@@ -321,6 +364,11 @@ class LeaderMachine(RuleBasedStateMachine):
         super().__init__()
         self.core = nc.StepLeader(node="n1")
         self.now = 0.0
+
+    @initialize(minimum=st.integers(1, 4))
+    def rule_minimum(self, minimum):
+        # The aggregation rule's fewest contributions: 1 (mean) up to all 3 members.
+        self.core = nc.StepLeader(node="n1", config=nc.NodeConfig(min_contributors=minimum))
         self.proposed: dict[tuple[int, int], int] = {}  # (epoch of StepBegan, step) -> count
         self.epoch = 0
 
@@ -332,6 +380,7 @@ class LeaderMachine(RuleBasedStateMachine):
                 assert action.step == self.core.step
                 assert set(action.contributors) <= set(self.core.members)
                 assert "n1" in action.contributors
+                assert len(action.contributors) >= self.core.config.min_contributors
                 assert action.contributors == tuple(sorted(action.contributors))
 
     @rule(step=st.integers(0, 20), learner=st.booleans(), decided=st.booleans())

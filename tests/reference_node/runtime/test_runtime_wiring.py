@@ -14,6 +14,7 @@ from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import history
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.runtime import incarnation as incarnation_store
+from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.bulk import split
 from swarmshake.reference_node.runtime.checkpoint_replication import (
     ReplicaError,
@@ -277,3 +278,25 @@ def test_a_dead_peers_heartbeats_reach_the_detector_core_which_tells_it(tmp_path
     told_b = [m for peer, m in sent if peer == "b" and isinstance(m, Gossip)]
     assert told_b and any(item.subject == "b" for m in told_b for item in m.items)
     assert len(told_b) <= 0.2 / config.dead_notice_gap_s + 1  # rate-limited
+
+
+def test_the_step_leader_waits_for_the_aggregation_rules_fewest_contributions(tmp_path):
+    """The median with f = 1 aggregates no fewer than 3 gradients: the node's leader
+    is built with that minimum (a node.toml may ask for more, never for less)."""
+    from swarmshake.reference_node.runtime.node import ControlProcess
+    from swarmshake.reference_node.runtime.step_driver import StepDriver
+
+    raw = raw_config(tmp_path)
+    raw["training"] = {"aggregation": "median", "byzantine_f": 1}
+    config = from_dict(raw)
+    assert config.decisions().min_contributors == 3
+    control = ControlProcess(config, tmp_path / "node.toml", {})
+    control.worker_ready = ipc.WorkerReady(
+        step=0, param_fp="", bulk_port=0, worker_pid=0, source="initial",
+        torch_version="", threads=1, cpu_flags="",
+    )  # fmt: skip
+    assert StepDriver(control).leader.config.min_contributors == 3
+    control.events.close()
+    raw["step"] = {"node": {"min_contributors": 4}}
+    assert from_dict(raw).decisions().min_contributors == 4
+    assert from_dict(raw_config(tmp_path)).decisions() == nc.NODE_DEFAULTS  # the mean: 1

@@ -37,6 +37,25 @@ def test_trimmed_mean_needs_more_than_2f_nodes() -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "fewest"),
+    [
+        ({"aggregation": "mean"}, 1),
+        ({"aggregation": "median", "byzantine_f": 1}, 3),
+        ({"aggregation": "median", "byzantine_f": 0}, 1),
+        ({"aggregation": "trimmed_mean", "byzantine_f": 2}, 5),
+        ({"aggregation": "krum", "byzantine_f": 1}, 5),
+        ({"aggregation": "multi_krum", "byzantine_f": 1, "multi_krum_m": 6}, 7),
+    ],
+)
+def test_min_contributors_is_the_fewest_the_rule_aggregates(fields, fewest) -> None:
+    config = TrainingConfig(**fields)
+    assert config.min_contributors() == fewest
+    config.check_cluster(fewest)
+    with pytest.raises(TrainingConfigError):
+        config.check_cluster(fewest - 1) if fewest > 1 else config.check_cluster(0)
+
+
+@pytest.mark.parametrize(
     ("fields", "named"),
     [
         ({"learning_rate": 0.0}, "learning_rate"),
