@@ -485,9 +485,9 @@ class StepLeader:
             assert self.step <= step <= self.step + self.config.steps_ahead_max, step
         if self.computed_at is not None:
             assert self.node in self.arrived.get(self.step, ()), "own gradient not counted"
-            assert (
-                self.deadline is not None or self.proposed or self.starved
-            ), "a computed step with no timer"
+            assert self.deadline is not None or self.proposed or self.starved, (
+                "a computed step with no timer"
+            )
         else:
             assert self.deadline is None and not self.majority_armed and not self.starved
         if self.starved:  # it waits for contributions only while too few arrived
