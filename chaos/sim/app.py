@@ -56,6 +56,7 @@ from swarmshake.reference_node.protocol.commit import (
     FetchAggregate,
     HoldsAggregate,
     MessageReceived,
+    PeerAt,
     Persist,
     ProposeValue,
     Send,
@@ -817,6 +818,9 @@ class NodeApp:
     def _contribution(self, t: float, message: Contribution) -> None:
         self._lead(t, nc.ContributionArrived(step=message.step, sender=message.sender))
         commit = self.commit
+        if commit is not None and message.step > commit.step:  # the sender is past ours
+            self._commit(t, PeerAt(peer=message.sender, step=message.step))
+            commit = self.commit
         if commit is not None and commit.learners and message.step == commit.step:
             if message.sender in commit.learners:
                 # A learner computed a gradient for our current step: it holds the

@@ -372,6 +372,8 @@ class StepDriver:
             case ipc.ContributionArrived():
                 self.arrived.setdefault(message.step, set()).add(message.sender)
                 self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
+                if message.step > self.core.step:  # the sender is past this node's step
+                    self.feed(cm.PeerAt(peer=message.sender, step=message.step))
                 self._rebuild_waiting_pulls(message.step)
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the

@@ -1406,3 +1406,13 @@ def test_a_pull_whose_source_leaves_the_view_asks_the_next_source_at_once(tmp_pa
     assert [source for source, _, _ in sim.fetch_requests] == ["n1", "n2"]
     assert not runtime.driver.leader.leads() and not sim.app.leader.leads()
     assert runtime.driver.leader.next_deadline() is None
+
+
+def test_a_peers_gradient_of_a_later_step_asks_it_for_the_decision_in_both_shells(tmp_path):
+    """A node still at step 0 gets n1's gradient of step 1: n1 holds step 0's decision,
+    and both shells have the commit core ask it (the GPU run: a laggard that waited for
+    a commit message its peers could not send, 14.7 s without a commit)."""
+    runtime, sim = asyncio.run(_run([("arrive", "n1", 1), ("arrive", "n1", 1)], tmp_path, ()))
+    for node in (runtime, sim):
+        asks = [(to, m) for to, m in node.sent if isinstance(m, msgs.DecisionRequest)]
+        assert asks == [("n1", msgs.DecisionRequest(sender="n0", step=0))]

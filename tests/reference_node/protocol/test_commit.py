@@ -251,6 +251,11 @@ class CommitMachine(RuleBasedStateMachine):
         self.net.now += seconds
         self.net.feed(node, C.Tick())
 
+    @rule(node=st.sampled_from(NAMES), peer=st.sampled_from(NAMES), ahead=st.integers(0, 3))
+    def peer_at(self, node, peer, ahead):
+        # A peer's gradient of some step: asks for a decision at most, never decides.
+        self.net.feed(node, C.PeerAt(peer=peer, step=self.net.cores[peer].step + ahead))
+
     @rule(node=st.sampled_from(NAMES), alive=st.sets(st.sampled_from(NAMES), min_size=1))
     def view_changes(self, node, alive):
         # The detector view must not matter for safety (it does under no-quorum).
@@ -399,6 +404,41 @@ def test_a_node_that_missed_a_decision_learns_it_from_the_first_peer_ahead():
     assert ("c", 0, step_value(0, NAMES)) in net.committed
     assert ("c", 1, step_value(1, NAMES)) in net.committed
     assert net.cores["c"].step == 2
+
+
+def test_a_peers_gradient_past_this_step_makes_the_node_ask_for_the_decision():
+    """Regression (GPU run, median f = 1): a node back from a rejoin one step behind,
+    another paused; the two at the next step waited for its gradient (3 needed) and
+    sent no commit message, so it never learnt the decision it lacked: 14.7 s
+    without a commit.  Their gradients of the next step show them past it."""
+    net = CommitNet(NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=step_value(0, NAMES)))
+    drain(net, drop_to={"c"})  # c misses step 0's accept and Decided
+    laggard = net.cores["c"]
+    assert laggard.step == 0 and net.cores["a"].step == 1
+    # Its own step's gradient, a non-member's or its own: no evidence.
+    for peer, step in (("a", 0), ("zz", 1), ("c", 1)):
+        assert laggard.handle(C.PeerAt(peer=peer, step=step), net.now) == []
+    ask = C.Send(to=("a",), message=DecisionRequest(sender="c", step=0))
+    assert laggard.handle(C.PeerAt(peer="a", step=1), net.now) == [ask]
+    assert laggard.handle(C.PeerAt(peer="a", step=1), net.now) == []  # once a step
+    net.in_flight.append(("a", ask.message))
+    drain(net)
+    assert ("c", 0, step_value(0, NAMES)) in net.committed and laggard.step == 1
+    laggard.check_valid()
+
+
+def test_a_peer_seen_past_the_next_step_is_asked_when_the_node_gets_there():
+    """Gradients of a step two ahead may arrive while the node is still catching up:
+    it asks for each step's decision as it reaches it, not after the next message."""
+    laggard = C.StepCommit(node="c", voters=NAMES)
+    laggard.handle(C.PeerAt(peer="b", step=2), 0.0)  # asks b for step 0's decision
+    decided = Decided(sender="b", step=0, value=step_value(0, NAMES), quorum=["a", "b"])
+    actions = laggard.handle(C.MessageReceived(message=decided), 0.1)
+    assert [a for a in actions if isinstance(a, C.ApplyStep)]  # fetched, then applied
+    actions = laggard.handle(C.Applied(step=0, param_fp="f0"), 0.3)
+    assert laggard.step == 1
+    assert C.Send(to=("b",), message=DecisionRequest(sender="c", step=1)) in actions
 
 
 def test_a_decision_request_is_answered_only_with_a_decision_held():
