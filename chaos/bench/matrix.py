@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from swarmshake.chaos import faults as F
 from swarmshake.chaos.scenario import Cluster, Scenario, SteadyState
@@ -174,6 +174,24 @@ BENCH_SYSTEM_OPTIONS: dict[str, dict[str, object]] = {
 
 
 @dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a matrix runs besides its cell: the model preset
+    (``Cluster.model``: every system trains the same MLP) and, per system, options over
+    the bench's own (``BENCH_SYSTEM_OPTIONS``): a throughput side-by-side wants
+    torchft's ``step_interval_s`` at 0, which the recovery cells keep at 0.2 s so four
+    groups share two cores."""
+
+    model: str = Cluster().model
+    options: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+    def system_options(self, system: str) -> dict[str, object]:
+        return {**BENCH_SYSTEM_OPTIONS.get(system, {}), **self.options.get(system, {})}
+
+
+DEFAULT_SETUP = TrialSetup()
+
+
+@dataclass(frozen=True)
 class Cell:
     fault: str
     nodes: int
@@ -193,7 +211,9 @@ class Cell:
         )
 
 
-def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Scenario:
+def trial_scenario(
+    cell: Cell, trial: int, base_seed: int, timing: Timing, setup: TrialSetup = DEFAULT_SETUP
+) -> Scenario:
     """The scenario of one trial; its seed fixes the victim, the moment and the run.
 
     The draw does not depend on the system, so trial *t* of a cell hits the same
@@ -208,9 +228,11 @@ def trial_scenario(cell: Cell, trial: int, base_seed: int, timing: Timing) -> Sc
         description=f"recovery benchmark cell {cell.key}, trial {trial}",
         seed=seed,
         system=cell.system,
-        system_options=dict(BENCH_SYSTEM_OPTIONS.get(cell.system, {})),
+        system_options=setup.system_options(cell.system),
         cluster=Cluster(
-            nodes=cell.nodes, backend="docker" if cell.backend == "docker" else "local"
+            nodes=cell.nodes,
+            backend="docker" if cell.backend == "docker" else "local",
+            model=setup.model,
         ),
         steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
         duration_s=timing.duration_s,

@@ -26,10 +26,11 @@ from typing import Any
 import msgspec
 
 from swarmshake.chaos.bench.matrix import (
-    BENCH_SYSTEM_OPTIONS,
+    DEFAULT_SETUP,
     FAULT_TYPES,
     Cell,
     Timing,
+    TrialSetup,
     model_description,
     trial_scenario,
 )
@@ -40,6 +41,7 @@ from swarmshake.chaos.bench.trials import (
     default_runner,
     unsupported_ops,
 )
+from swarmshake.chaos.scenario import Cluster
 from swarmshake.chaos.systems import DEFAULT_SYSTEM
 from swarmshake.reference_node.protocol.history import History, HistoryError
 from swarmshake.reports.recovery import FaultMeasurement, measure_run
@@ -172,6 +174,7 @@ def run_matrix(
     *,
     timing: Timing,
     seed: int = 0,
+    setup: TrialSetup = DEFAULT_SETUP,
     runner: TrialRunner = default_runner,
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> tuple[list[CellResult], list[dict[str, Any]]]:
@@ -187,7 +190,7 @@ def run_matrix(
     for cell in cells:
         result = CellResult(cell=cell)
         try:
-            missing = unsupported_ops(trial_scenario(cell, 0, seed, timing), cell.backend)
+            missing = unsupported_ops(trial_scenario(cell, 0, seed, timing, setup), cell.backend)
         except ValueError as error:
             # The system cannot take this fault (Scenario._check_system says why): a
             # cell that is not run, like one the backend cannot inject.
@@ -202,7 +205,7 @@ def run_matrix(
             results.append(result)
             continue
         for trial in range(trials):
-            scenario = trial_scenario(cell, trial, seed, timing)
+            scenario = trial_scenario(cell, trial, seed, timing, setup)
             started = time.monotonic()
             try:
                 run_dir = runner(scenario, cell.backend, out / "runs")
@@ -260,6 +263,7 @@ def bench_document(
     quick: bool,
     seed: int,
     timing: Timing,
+    setup: TrialSetup = DEFAULT_SETUP,
 ) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -268,12 +272,13 @@ def bench_document(
         "quick": quick,
         "seed": seed,
         "backends": sorted({r.cell.backend for r in results}),
-        # system -> the options its trials ran with (matrix.BENCH_SYSTEM_OPTIONS)
+        # system -> the options its trials ran with (matrix.BENCH_SYSTEM_OPTIONS and
+        # --system-option)
         "systems": {
-            system: dict(BENCH_SYSTEM_OPTIONS.get(system, {}))
+            system: setup.system_options(system)
             for system in dict.fromkeys(r.cell.system for r in results)
         },
-        "model": model_description(),
+        "model": model_description(Cluster(model=setup.model)),
         "timing": {
             "fault_window_s": list(timing.fault_window_s),
             "hold_s": timing.hold_s,

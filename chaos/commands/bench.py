@@ -4,7 +4,8 @@ Every benchmark takes the same two flags (``_args.bench_flags``): ``--quick`` ru
 its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
 
 - ``recovery [--system reference,torchft,torchelastic] [--backend sim|local|docker]
-  [--faults A,B] [--sizes 4,8] [--trials N] [--seed S] [--out DIR]``: the recovery
+  [--faults A,B] [--sizes 4,8] [--trials N] [--seed S] [--model M]
+  [--system-option SYSTEM.KEY=VALUE] [--out DIR]``: the recovery
   matrix; writes ``bench.json``, ``report.html``, ``junit.xml`` and ``summary.md`` into
   ``--out``; ``--json`` prints the results keyed by fault type.  Several systems run
   the same faults (trial *t* hits the same victim at the same moment on each) one
@@ -59,6 +60,7 @@ from swarmshake.chaos.commands._args import (
     bench_flags,
     parse_duration_s,
 )
+from swarmshake.chaos.scenario import MODEL_SIZES, Cluster
 
 SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "bugs", "kernels", "sim")
 
@@ -102,6 +104,20 @@ def recovery_parser() -> ArgumentParser:
         help="trials per cell (default: 20; --quick 3 on sim, 1 on real backends)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODEL_SIZES),
+        default=Cluster().model,
+        help=f"the model every system trains (cluster.model; default {Cluster().model})",
+    )
+    parser.add_argument(
+        "--system-option",
+        action="append",
+        default=[],
+        metavar="SYSTEM.KEY=VALUE",
+        help="a system's option over the bench's own, e.g. torchft.step_interval_s=0 "
+        "(repeat; VALUE is read as JSON, else as text)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-recovery"))
     parser.add_argument(
         "--combine",
@@ -144,6 +160,38 @@ def _combine(text: str, out: Path, reference: str) -> int:
 
 
 MAX_SYSTEMS = 16  # a side-by-side of more systems than this is not a table anyone reads
+MAX_SYSTEM_OPTIONS = 64  # more overrides than any system has options is a typo
+
+
+def _system_options(texts: list[str], systems: list[str]) -> dict[str, dict[str, object]]:
+    """``--system-option SYSTEM.KEY=VALUE``s by system, each checked by the system
+    itself (an unknown key or a value out of range is exit 64, naming it)."""
+    from swarmshake.chaos.bench.matrix import BENCH_SYSTEM_OPTIONS
+    from swarmshake.chaos.systems import SystemConfigError, load_system
+
+    if len(texts) > MAX_SYSTEM_OPTIONS:
+        raise UsageError(f"--system-option: at most {MAX_SYSTEM_OPTIONS}")
+    options: dict[str, dict[str, object]] = {}
+    for text in texts:
+        name, dot, rest = text.partition(".")
+        key, equals, raw = rest.partition("=")
+        if not (dot and equals and name and key):
+            raise UsageError(f"--system-option {text!r}: write SYSTEM.KEY=VALUE")
+        if name not in systems:
+            raise UsageError(
+                f"--system-option {text!r}: {name!r} is not one of --system {','.join(systems)}"
+            )
+        try:
+            value: object = json.loads(raw)
+        except ValueError:
+            value = raw
+        options.setdefault(name, {})[key] = value
+    for name, overrides in options.items():
+        try:
+            load_system(name, {**BENCH_SYSTEM_OPTIONS.get(name, {}), **overrides})
+        except SystemConfigError as error:
+            raise UsageError(f"--system-option: {error}") from None
+    return options
 
 
 def _systems(text: str) -> list[str]:
@@ -187,6 +235,9 @@ def _recovery_main(argv: list[str]) -> int:
     systems = _systems(args.system)
     if args.combine is not None:
         return _combine(args.combine, args.out, systems[0])
+    setup = matrix.TrialSetup(
+        model=args.model, options=_system_options(args.system_option, systems)
+    )
     from swarmshake.chaos.systems import load_system
 
     loaded = [load_system(name) for name in systems]
@@ -227,7 +278,7 @@ def _recovery_main(argv: list[str]) -> int:
     try:
         for cells, trials in plan:
             done, failed = recovery.run_matrix(
-                cells, trials, args.out, timing=timing, seed=args.seed
+                cells, trials, args.out, timing=timing, seed=args.seed, setup=setup
             )
             results += done
             errors += failed
@@ -238,7 +289,13 @@ def _recovery_main(argv: list[str]) -> int:
         raise UsageError(str(error)) from None
     command = shlex.join(["swarmshake", "bench", "recovery", *argv])
     document = recovery.bench_document(
-        results, errors, command=command, quick=args.quick, seed=args.seed, timing=timing
+        results,
+        errors,
+        command=command,
+        quick=args.quick,
+        seed=args.seed,
+        timing=timing,
+        setup=setup,
     )
     paths = recovery.write_bench_files(document, args.out)
     if len(systems) > 1:

@@ -47,6 +47,39 @@ def test_system_arguments_are_checked_before_anything_runs() -> None:
         bench_command.main(["recovery", "--system", "torchft", "--faults", "meteor"])
 
 
+def test_a_throughput_side_by_side_trains_one_model_with_each_systems_options() -> None:
+    """``--model medium --system-option torchft.step_interval_s=0``: every system trains
+    the same 0.8M-parameter MLP, torchft without its pause between steps (the recovery
+    cells keep 0.2 s so four groups share two cores)."""
+    cells = recovery.cells_for(["crash"], [4], ["local"], ["reference", "torchft"])
+    setup = matrix.TrialSetup(
+        model="medium",
+        options=bench_command._system_options(
+            ["torchft.step_interval_s=0", "torchft.heartbeat_timeout_ms=500"],
+            ["reference", "torchft"],
+        ),
+    )
+    ours, theirs = (matrix.trial_scenario(c, 0, 0, matrix.FULL_TIMING, setup) for c in cells)
+    assert ours.cluster.model == theirs.cluster.model == "medium"
+    assert theirs.system_options == {
+        "join_timeout_ms": 5000, "step_interval_s": 0, "heartbeat_timeout_ms": 500
+    }  # fmt: skip
+    assert ours.system_options == {} and ours.faults == theirs.faults
+    document = recovery.bench_document(
+        [], [], command="", quick=False, seed=0, timing=matrix.FULL_TIMING, setup=setup
+    )
+    assert document["model"]["preset"] == "medium"
+    # Checked by the system itself, and only for the systems measured.
+    for bad, named in (
+        (["torchft.step_interval_s=-1"], "step_interval_s"),
+        (["torchft.no_such=1"], "no_such"),
+        (["torchelastic.collective_timeout_s=5"], "not one of --system"),
+        (["torchft-step_interval_s"], "SYSTEM.KEY=VALUE"),
+    ):
+        with pytest.raises(UsageError, match=named):
+            bench_command._system_options(bad, ["reference", "torchft"])
+
+
 def test_combine_rejects_files_that_are_not_a_recovery_bench(tmp_path: Path) -> None:
     other = tmp_path / "verdict.json"
     other.write_text('{"schema": "swarmshake.verdict/1"}')
