@@ -60,7 +60,6 @@ from swarmshake.chaos.commands._args import (
     bench_flags,
     parse_duration_s,
 )
-from swarmshake.chaos.scenario import MODEL_SIZES, Cluster
 
 SUBCOMMANDS = ("recovery", "overhead", "load", "rejoin", "harness", "bugs", "kernels", "sim")
 
@@ -77,6 +76,7 @@ def _csv_ints(text: str, flag: str = "--sizes") -> list[int]:
 
 def recovery_parser() -> ArgumentParser:
     from swarmshake.chaos.bench import matrix
+    from swarmshake.chaos.scenario import MODEL_SIZES, Cluster
 
     parser = ArgumentParser(
         prog="swarmshake bench recovery",
@@ -166,7 +166,7 @@ MAX_SYSTEM_OPTIONS = 64  # more overrides than any system has options is a typo
 def _system_options(texts: list[str], systems: list[str]) -> dict[str, dict[str, object]]:
     """``--system-option SYSTEM.KEY=VALUE``s by system, each checked by the system
     itself (an unknown key or a value out of range is exit 64, naming it)."""
-    from swarmshake.chaos.bench.matrix import BENCH_SYSTEM_OPTIONS
+    from swarmshake.chaos.bench.matrix import TrialSetup
     from swarmshake.chaos.systems import SystemConfigError, load_system
 
     if len(texts) > MAX_SYSTEM_OPTIONS:
@@ -186,9 +186,10 @@ def _system_options(texts: list[str], systems: list[str]) -> dict[str, dict[str,
         except ValueError:
             value = raw
         options.setdefault(name, {})[key] = value
-    for name, overrides in options.items():
+    merged = TrialSetup(options=options)  # the bench's own options, these over them
+    for name in options:
         try:
-            load_system(name, {**BENCH_SYSTEM_OPTIONS.get(name, {}), **overrides})
+            load_system(name, merged.system_options(name))
         except SystemConfigError as error:
             raise UsageError(f"--system-option: {error}") from None
     return options

@@ -67,17 +67,16 @@ def node_settings(
     except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
         raise ValueError(f"cluster.step: {error}") from None
     try:
-        training_config = TrainingConfig.from_dict(dict(training))
-        training_config.min_contributors()
+        # The rule's fewest contributors raise the node core's minimum (and a rule that
+        # admits no count of them is refused here).
+        decisions = section.decisions(TrainingConfig.from_dict(dict(training)))
     except ValueError as error:
         raise ValueError(f"cluster.training: {error}") from None
     try:
         detector_config = msgspec.convert(dict(detector), DetectorConfig)
     except (msgspec.ValidationError, ProtocolError, TypeError, ValueError) as error:
         raise ValueError(f"cluster.detector: {error}") from None
-    return NodeSettings(
-        section.decisions(training_config), section.checkpointing(), detector_config
-    )
+    return NodeSettings(decisions, section.checkpointing(), detector_config)
 
 
 class ReferenceSystem(System):
