@@ -206,9 +206,11 @@ ConfigChange ==
 -----------------------------------------------------------------------------
 (* Step commit (single-decree Paxos per step). *)
 
+\* A promise at least the last one: a duplicated Prepare is answered again (the
+\* acceptor's rule is b >= p; commit.py), which promises nothing new.
 Promise ==
     /\ ev.k = "promise" /\ Logs(ev.n)
-    /\ promised[ev.n].step = ev.st => BallotLess(promised[ev.n].bal, ev.bal)
+    /\ promised[ev.n].step = ev.st => BallotAtLeast(ev.bal, promised[ev.n].bal)
     /\ promised' = [promised EXCEPT ![ev.n] = [step |-> ev.st, bal |-> ev.bal]]
     /\ UNCHANGED <<up, paused, inc, bornInc, suspected, epoch, voters, accepted, applied,
                    paramsAt, valueAt, envelope, declared>>

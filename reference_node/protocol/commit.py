@@ -541,23 +541,31 @@ class StepCommit:
         return self._proposer.retry_at
 
     def _deliver_locally(self, actions: list, now: float) -> list:
-        """Messages this node sends to itself are handled here, *before* the same
-        message goes to the others: the coordinator's own accept of a round-0 value is
+        """Messages this node sends to itself are handled here, after everything the
+        handler did and *before* the same message goes to the others.
+
+        After: a message to oneself arrives once the handler that sent it is done, so
+        the actions come out in the order the state changed.  The shells log and
+        persist in that order; a local promise placed before an accept the handler
+        made after sending it was logged ahead of it (History.tla rejected a real run
+        at shutdown: a takeover's promise, then the coordinator's round-0 accept) and
+        the record persisted last held the older promise.
+        Before the others: the coordinator's own accept of a round-0 value is
         persisted before any peer can see that value, so a restarted coordinator finds
         it and never proposes a second value at ballot (0, index)."""
         if not actions:
             return actions  # most messages change nothing visible
-        out: list = []
-        for action in actions:
-            if isinstance(action, Send) and self.node in action.to:
-                local: list = []
-                self._dispatch(action.message, now, local)
-                out.extend(self._deliver_locally(local, now))
-                others = tuple(name for name in action.to if name != self.node)
-                if others:
-                    out.append(Send(to=others, message=action.message))
-            else:
-                out.append(action)
+        to_self = [a for a in actions if isinstance(a, Send) and self.node in a.to]
+        if not to_self:
+            return actions
+        out = [a for a in actions if not (isinstance(a, Send) and self.node in a.to)]
+        for send in to_self:
+            local: list = []
+            self._dispatch(send.message, now, local)
+            out.extend(self._deliver_locally(local, now))
+            others = tuple(name for name in send.to if name != self.node)
+            if others:
+                out.append(Send(to=others, message=send.message))
         return out
 
     @property

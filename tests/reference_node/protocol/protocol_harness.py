@@ -263,6 +263,10 @@ class CommitNet:
         self.model = ConsensusModel()
         self.accepts: dict[tuple[int, tuple[int, int]], dict[str, StepValue]] = {}
         self.committed: list[tuple[str, int, StepValue]] = []
+        # The ballot each node last logged (Promised or AcceptedValue) per step, kept
+        # across restarts as History.tla keeps it: the action order must be a
+        # behaviour of that spec, not only the state.
+        self.logged_ballot: dict[str, dict[int, tuple[int, int]]] = {n: {} for n in names}
 
     def majority(self) -> int:
         return len(self.names) // 2 + 1
@@ -272,7 +276,17 @@ class CommitNet:
             return []
         actions = self.cores[node].handle(event, self.now)
         for action in actions:
+            self._check_log_order(node, action)
             if isinstance(action, C.Persist):
+                before = self.persisted[node].get(action.record.step)
+                if before is not None and before.promised is not None:
+                    # A durable promise never goes back (a record written later in
+                    # the same batch must not hold an older state than an earlier one).
+                    assert action.record.promised is not None
+                    assert tuple(action.record.promised) >= tuple(before.promised), (
+                        f"{node} persisted step {action.record.step} promised "
+                        f"{action.record.promised} after {before.promised}"
+                    )
                 self.persisted[node][action.record.step] = action.record
             elif isinstance(action, C.Send):
                 assert node not in action.to
@@ -296,6 +310,21 @@ class CommitNet:
                 self.committed.append((node, action.step, action.value))
                 self.steps_done[node] = action.step + 1
         return actions
+
+    def _check_log_order(self, node: str, action) -> None:
+        """History.tla's Promise and Accept rules, on the order the actions come out
+        (the order the shells log them in): a promise or an accept at least at the
+        last ballot the node logged for the step."""
+        if not isinstance(action, C.Promised | C.AcceptedValue):
+            return
+        ballot = tuple(action.ballot)
+        last = self.logged_ballot[node].get(action.step)
+        if last is not None and "forget-vote" not in self.bugs:
+            kind = type(action).__name__
+            assert ballot >= last, (
+                f"{node} logged {kind} {ballot} of step {action.step} after {last}"
+            )
+        self.logged_ballot[node][action.step] = ballot
 
     def _check_decided(self, step: int, value: StepValue, what: str) -> None:
         chosen = self.model.chosen.get(step)

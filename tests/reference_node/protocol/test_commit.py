@@ -507,3 +507,28 @@ def test_a_proposer_the_node_core_ranks_first_starts_its_round_at_once():
         C.ProposeValue(step=0, value=step_value(0, NAMES), first=True), 1.0
     )
     assert [type(a.message).__name__ for a in actions if isinstance(a, C.Send)] == ["AcceptRequest"]
+
+
+def test_a_takeover_that_also_accepts_the_coordinators_value_logs_in_the_order_it_acted():
+    # b holds a's round-0 request without its bytes; a leaves b's view; b's own
+    # aggregate is the same value.  b accepts (0, 0) with the bytes it now holds and
+    # starts its own round (1, 1).  Found by CI (a real smoke run at shutdown): the
+    # promise to itself came out before the accept it followed, and the record
+    # persisted last held the older promise.
+    net = CommitNet(NAMES)
+    value = step_value(0, NAMES)
+    net.feed("a", C.ProposeValue(step=0, value=value))
+    request = next(m for to, m in net.in_flight if to == "b" and isinstance(m, AcceptRequest))
+    net.in_flight.clear()
+    net.feed("b", C.MessageReceived(message=request))
+    net.fetches.clear()
+    net.feed("b", C.ViewUpdated(alive=("b", "c")))
+    actions = net.feed("b", C.ProposeValue(step=0, value=value))
+    logged = [
+        (type(a).__name__, tuple(a.ballot))
+        for a in actions
+        if isinstance(a, C.Promised | C.AcceptedValue)
+    ]
+    assert logged == [("AcceptedValue", (0, 0)), ("Promised", (1, 1))]
+    last_record = [a.record for a in actions if isinstance(a, C.Persist)][-1]
+    assert tuple(last_record.promised) == (1, 1) and tuple(last_record.accepted_ballot) == (0, 0)
