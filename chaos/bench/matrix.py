@@ -183,6 +183,22 @@ class TrialSetup:
 
     model: str = Cluster().model
     options: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # ``cluster.training`` fields over the preset's, for every system (the reference
+    # node's aggregation_path, a learning rate): TrainingConfig checks them.
+    training: Mapping[str, object] = field(default_factory=dict)
+    # ``cluster.links``: "direct" measures the node without the harness's proxy hop
+    # (torchft's and TorchElastic's links never take one: netns); no link faults then.
+    links: str = Cluster().links
+
+    def cluster(self, nodes: int, backend: str) -> Cluster:
+        """The cluster of one trial (``ValueError`` names a field the preset refuses)."""
+        return Cluster(
+            nodes=nodes,
+            backend="docker" if backend == "docker" else "local",
+            model=self.model,
+            training=dict(self.training),
+            links=self.links,  # type: ignore[arg-type]  # checked by Cluster
+        )
 
     def system_options(self, system: str) -> dict[str, object]:
         return {**BENCH_SYSTEM_OPTIONS.get(system, {}), **self.options.get(system, {})}
@@ -229,11 +245,7 @@ def trial_scenario(
         seed=seed,
         system=cell.system,
         system_options=setup.system_options(cell.system),
-        cluster=Cluster(
-            nodes=cell.nodes,
-            backend="docker" if cell.backend == "docker" else "local",
-            model=setup.model,
-        ),
+        cluster=setup.cluster(cell.nodes, cell.backend),
         steady_state=SteadyState(min_commit_step=2, timeout_s=120.0),
         duration_s=timing.duration_s,
         quiesce_s=timing.quiesce_s,

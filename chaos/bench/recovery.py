@@ -278,7 +278,10 @@ def bench_document(
             system: setup.system_options(system)
             for system in dict.fromkeys(r.cell.system for r in results)
         },
-        "model": model_description(Cluster(model=setup.model)),
+        "model": model_description(Cluster(model=setup.model, training=dict(setup.training))),
+        # --training's fields over the preset's, and --links (cluster.links)
+        "training": dict(setup.training),
+        "links": setup.links,
         "timing": {
             "fault_window_s": list(timing.fault_window_s),
             "hold_s": timing.hold_s,

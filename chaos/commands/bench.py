@@ -5,7 +5,8 @@ its CI size, ``--json`` prints one JSON document on stdout (progress on stderr).
 
 - ``recovery [--system reference,torchft,torchelastic] [--backend sim|local|docker]
   [--faults A,B] [--sizes 4,8] [--trials N] [--seed S] [--model M]
-  [--system-option SYSTEM.KEY=VALUE] [--out DIR]``: the recovery
+  [--system-option SYSTEM.KEY=VALUE] [--training KEY=VALUE] [--links proxied|direct]
+  [--out DIR]``: the recovery
   matrix; writes ``bench.json``, ``report.html``, ``junit.xml`` and ``summary.md`` into
   ``--out``; ``--json`` prints the results keyed by fault type.  Several systems run
   the same faults (trial *t* hits the same victim at the same moment on each) one
@@ -118,6 +119,22 @@ def recovery_parser() -> ArgumentParser:
         help="a system's option over the bench's own, e.g. torchft.step_interval_s=0 "
         "(repeat; VALUE is read as JSON, else as text)",
     )
+    parser.add_argument(
+        "--training",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a cluster.training field of every trial, e.g. aggregation_path=sharded "
+        "(repeat; VALUE is read as JSON, else as text); torchft and TorchElastic read "
+        "its model shape only (their own settings are --system-option)",
+    )
+    parser.add_argument(
+        "--links",
+        choices=("proxied", "direct"),
+        default=Cluster().links,
+        help="cluster.links: direct dials the reference node's peers without the "
+        "Toxiproxy hop (local backend, no link faults); default proxied",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/bench-recovery"))
     parser.add_argument(
         "--combine",
@@ -195,6 +212,25 @@ def _system_options(texts: list[str], systems: list[str]) -> dict[str, dict[str,
     return options
 
 
+MAX_TRAINING_FIELDS = 32  # more than TrainingConfig has fields is a typo
+
+
+def _key_values(texts: list[str], flag: str) -> dict[str, object]:
+    """``KEY=VALUE``s of ``flag``, each VALUE read as JSON, else as text."""
+    if len(texts) > MAX_TRAINING_FIELDS:
+        raise UsageError(f"{flag}: at most {MAX_TRAINING_FIELDS}")
+    values: dict[str, object] = {}
+    for text in texts:
+        key, equals, raw = text.partition("=")
+        if not (equals and key.strip()):
+            raise UsageError(f"{flag} {text!r}: write KEY=VALUE")
+        try:
+            values[key.strip()] = json.loads(raw)
+        except ValueError:
+            values[key.strip()] = raw
+    return values
+
+
 def _systems(text: str) -> list[str]:
     """``--system``'s names, each one a system this environment knows (else exit 64
     naming it) and each one installed (else exit 2 saying what to install)."""
@@ -237,7 +273,10 @@ def _recovery_main(argv: list[str]) -> int:
     if args.combine is not None:
         return _combine(args.combine, args.out, systems[0])
     setup = matrix.TrialSetup(
-        model=args.model, options=_system_options(args.system_option, systems)
+        model=args.model,
+        options=_system_options(args.system_option, systems),
+        training=_key_values(args.training, "--training"),
+        links=args.links,
     )
     from swarmshake.chaos.systems import load_system
 
@@ -272,6 +311,12 @@ def _recovery_main(argv: list[str]) -> int:
                 else matrix.default_trials(backend, quick=args.quick)
             )
             plan.append((recovery.cells_for(faults, sizes, [backend], systems), trials))
+        for cells, _ in plan:
+            for cell in cells:  # the scenario checks --training and --links against the cell
+                try:
+                    matrix.trial_scenario(cell, 0, args.seed, timing, setup)
+                except ValueError as error:
+                    raise ValueError(f"cell {cell.key} with --training/--links: {error}") from None
     except ValueError as error:
         raise UsageError(str(error)) from None
     results: list[recovery.CellResult] = []

@@ -80,6 +80,40 @@ def test_a_throughput_side_by_side_trains_one_model_with_each_systems_options() 
             bench_command._system_options(bad, ["reference", "torchft"])
 
 
+def test_training_fields_and_direct_links_reach_every_systems_cluster() -> None:
+    """``--training aggregation_path=sharded --links direct``: the reference node's
+    sharded path without the proxy hop, beside torchft on the same cluster settings;
+    the document records both, and the scenario refuses what cannot run."""
+    cells = recovery.cells_for(["crash"], [4], ["local"], ["reference", "torchft"])
+    setup = matrix.TrialSetup(
+        model="medium",
+        training=bench_command._key_values(
+            ["aggregation_path=sharded", "learning_rate=0.02"], "--training"
+        ),
+        links="direct",
+    )
+    for cell in cells:
+        cluster = matrix.trial_scenario(cell, 0, 0, matrix.FULL_TIMING, setup).cluster
+        assert cluster.links == "direct" and cluster.model == "medium"
+        assert cluster.training_section(0)["aggregation_path"] == "sharded"
+        assert cluster.training_section(0)["learning_rate"] == 0.02  # JSON: a number, not text
+    document = recovery.bench_document(
+        [], [], command="", quick=False, seed=0, timing=matrix.FULL_TIMING, setup=setup
+    )
+    assert document["training"] == {"aggregation_path": "sharded", "learning_rate": 0.02}
+    assert document["links"] == "direct"
+    for argv, named in (
+        (["--training", "aggregation_path=ring"], "aggregation_path"),
+        (["--training", "no_such=1"], "no_such"),
+        (["--training", "lr"], "KEY=VALUE"),
+        (["--links", "direct", "--faults", "partition_minority"], "partition acts on links"),
+    ):
+        with pytest.raises(UsageError, match=named):
+            bench_command.main(["recovery", "--backend", "local", "--sizes", "4", *argv])
+    with pytest.raises(SystemExit):  # argparse: not one of the choices
+        bench_command.main(["recovery", "--links", "tunnel"])
+
+
 def test_combine_rejects_files_that_are_not_a_recovery_bench(tmp_path: Path) -> None:
     other = tmp_path / "verdict.json"
     other.write_text('{"schema": "swarmshake.verdict/1"}')
