@@ -168,16 +168,9 @@ def test_a_sign_flipping_node_is_tolerated_by_median_but_not_by_mean(
 # Bugs not yet shown caught by 9 of 10 real runs, with the measured figure (the
 # simulator's explore catches each: tests/chaos/sim/test_explore.py).
 REAL_RUN_OPEN: dict[str, str] = {
-    # forget-vote left this list in session 9 (suites/bugs/lost-vote.yaml, twelve
-    # lost-vote blocks: 15 of 15 runs caught it, docs/bench-results/session9-bugs/) and
-    # is back since 9fb2cbb (commit core PeerAt): 0 of 3 real runs.  Each block needs
-    # n3 undecided on step k when the restarted n1 votes again; n1's gradient of step
-    # k + 1 leaves a few ms after its accept, before the crash lands (10-40 ms), and
-    # now makes n3 ask n1 for step k's decision, which it gets.  The simulator's
-    # explore still finds and shrinks forget-vote (tests/chaos/sim/test_explore.py);
-    # the suite's schedule must be re-timed (cut n1 -> n3 before that gradient).
-    "forget-vote": "0 of 3 real runs since PeerAt (9fb2cbb): the lost-vote schedule "
-    "lets n3 learn step k's decision from n1's gradient of k + 1",
+    # Empty since 2026-11-29.  forget-vote was here from 9fb2cbb (commit core PeerAt:
+    # n3 learnt step k's decision from n1's gradient of k + 1, 0 of 3 real runs) until
+    # suites/bugs/lost-vote.yaml cut n1 -> n3 around the crash: 3 of 3 runs caught it.
 }
 
 
