@@ -37,6 +37,7 @@ import msgspec
 from swarmshake.reference_node.protocol import node_core
 from swarmshake.reference_node.protocol.bugs import BugSet, UnknownBugError
 from swarmshake.reference_node.protocol.detector import DetectorConfig
+from swarmshake.reference_node.protocol.sharding import uses_sharding
 from swarmshake.reference_node.runtime.frames import NODE_ID_PATTERN
 from swarmshake.reference_node.runtime.links import LinkTimeouts, PeerAddress
 from swarmshake.reference_node.runtime.mqtt import MqttSettings
@@ -130,12 +131,18 @@ class StepSection(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     def decisions(self, training: TrainingConfig) -> node_core.NodeConfig:
         """The node core's knobs: ``node``, its ``min_contributors`` raised to what
         ``training``'s aggregation rule needs (a value from node.toml may only ask
-        for more)."""
+        for more) and ``sharded_contributions`` set when ``training``'s
+        contributions travel sharded."""
         node = self.node
         minimum = max(node.min_contributors, training.min_contributors())
-        if minimum == node.min_contributors:
+        sharded = node.sharded_contributions or uses_sharding(
+            training.aggregation_path, training.aggregation
+        )
+        if (minimum, sharded) == (node.min_contributors, node.sharded_contributions):
             return node
-        return msgspec.structs.replace(node, min_contributors=minimum)
+        return msgspec.structs.replace(
+            node, min_contributors=minimum, sharded_contributions=sharded
+        )
 
     def checkpointing(self) -> node_core.CheckpointConfig:
         """The node core's checkpoint configuration these settings name."""

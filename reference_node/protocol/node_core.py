@@ -166,6 +166,13 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # worker, and the retry came a straggler grace later even when the missing
     # gradient arrived meanwhile (the GPU run: 1.4 s of a step).  1 for the mean.
     min_contributors: int = 1
+    # Contributions travel sharded (protocol.sharding; the runtime sets it from its
+    # training section): a contributor out of the view is left out of a proposal.  Its
+    # own shard's inputs died with it (contributors keep their shards at the owner),
+    # so no set holding it can be gathered unless its owner broadcast that exact set
+    # first; the bench's crash on medium waited 1.3 s (the owner's input wait, then
+    # BuildFailed) in 2 of 3 trials for a set that still named the dead node.
+    sharded_contributions: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -353,6 +360,7 @@ class StepLeader:
     new) waits as its new rank.  At most one proposal per step, and none from fewer
     contributions than the aggregation rule needs (``NodeConfig.min_contributors``):
     a node whose time came with fewer proposes at the arrival that makes enough.
+    With sharded contributions a proposal names only contributors in the view.
     The waits of rank 0 are multiplied by ``pace()`` and the takeovers of the other ranks shifted by
     ``takeover_shift_s()``: both say how much slower than nominal this node's recent
     steps decided (NodeConfig.decision_latency_nominal_s says why)."""
@@ -660,7 +668,10 @@ class StepLeader:
     def _build(self, actions: list) -> None:
         # Only members may contribute (the commit core rejects other values): a node
         # removed meanwhile may still have sent a gradient.
-        contributors = tuple(sorted(set(self.arrived.get(self.step, ())) & set(self.members)))
+        usable = set(self.arrived.get(self.step, ())) & set(self.members)
+        if self.config.sharded_contributions:
+            usable &= self.alive | {self.node}  # a dead contributor's own shard died with it
+        contributors = tuple(sorted(usable))
         if not contributors or self.proposed or self.computed_at is None:
             return
         # Fewer than the aggregation rule needs: no worker could build it.

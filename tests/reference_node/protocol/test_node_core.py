@@ -126,6 +126,24 @@ def test_a_dead_coordinator_is_replaced_at_its_declaration():
     assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2"), first=True)]
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_dead_contributor_is_left_out_only_when_contributions_travel_sharded(sharded):
+    """All-to-all, a dead node's gradient that arrived is whole at every peer: keep it.
+    Sharded, its own shard's inputs died with it and no set naming it can be gathered
+    (the bench's crash on medium: 1.3 s of input waits, then BuildFailed)."""
+    core = nc.StepLeader(node="n1", config=nc.NodeConfig(sharded_contributions=sharded))
+    core.handle(nc.ViewChanged(alive=VOTERS), 0.0)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS, members=VOTERS), 0.0)
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n0"), 1.01)
+    core.handle(nc.ContributionArrived(step=0, sender="n2"), 1.02)
+    # n0, the coordinator, dies before it proposes: n1 leads at its declaration.
+    actions = core.handle(nc.ViewChanged(alive=("n1", "n2")), 1.0 + CONFIG.collect_s + 0.5)
+    expected = ("n1", "n2") if sharded else ("n0", "n1", "n2")
+    assert actions == [nc.BuildProposal(step=0, contributors=expected, first=True)]
+    core.check_valid()
+
+
 def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 1.0) -> float:
     """Run ``core`` through one step per latency, each moving on that long after its
     gradient; returns the time of the last step's start."""

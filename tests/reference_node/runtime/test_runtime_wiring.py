@@ -300,3 +300,9 @@ def test_the_step_leader_waits_for_the_aggregation_rules_fewest_contributions(tm
     raw["step"] = {"node": {"min_contributors": 4}}
     assert from_dict(raw).decisions().min_contributors == 4
     assert from_dict(raw_config(tmp_path)).decisions() == nc.NODE_DEFAULTS  # the mean: 1
+    # Sharded contributions: the leader leaves dead contributors out; Krum stays
+    # all-to-all (protocol.sharding), so its leader keeps them.
+    raw["training"] = {"aggregation": "median", "aggregation_path": "sharded"}
+    assert from_dict(raw).decisions().sharded_contributions
+    raw["training"] = {"aggregation": "krum", "byzantine_f": 0, "aggregation_path": "sharded"}
+    assert not from_dict(raw).decisions().sharded_contributions
