@@ -118,7 +118,9 @@ class RuntimeNode:
     """What ``StepDriver`` uses of its ``ControlProcess``: links that record, a worker
     that computes with the simulator's training, the event log, a fake clock."""
 
-    def __init__(self, folder: Path, bugs: tuple[str, ...], min_contributors: int = 1):
+    def __init__(
+        self, folder: Path, bugs: tuple[str, ...], min_contributors: int = 1, sharded: bool = False
+    ):
         self.host_s = 0.0
         self.folder = folder
         section = node_config.NodeSection(
@@ -131,7 +133,7 @@ class RuntimeNode:
             checkpoint_prior_mtbf_s=wanted.prior_mtbf_s, checkpoint_window_s=wanted.window_s,
             checkpoint_min_interval_s=wanted.min_interval_s,
             checkpoint_max_interval_s=wanted.max_interval_s,
-            node=nc.NodeConfig(min_contributors=min_contributors),
+            node=nc.NodeConfig(min_contributors=min_contributors, sharded_contributions=sharded),
         )  # fmt: skip
         assert step.checkpointing() == wanted
         self.config = node_config.NodeConfig(node=section, step=step)
@@ -523,10 +525,14 @@ class RuntimeNode:
 
 
 class SimNode:
-    def __init__(self, bugs: tuple[str, ...], min_contributors: int = 1):
+    def __init__(self, bugs: tuple[str, ...], min_contributors: int = 1, sharded: bool = False):
         self.t = 0.0
         # The node core's knobs as a suite's ``cluster.step`` gives them to the simulator.
-        knobs = node_settings({"node": {"min_contributors": min_contributors}}, {}, {})
+        knobs = node_settings(
+            {"node": {"min_contributors": min_contributors, "sharded_contributions": sharded}},
+            {},
+            {},
+        )
         self.settings = AppSettings(node=knobs.node)
         self.timers: list[tuple[float, int, tuple]] = []
         self._order = itertools.count()
@@ -886,9 +892,10 @@ async def _run(
     record: bool = False,
     expect_failures: list[int] | None = None,
     min_contributors: int = 1,
+    sharded: bool = False,
 ) -> tuple[RuntimeNode, SimNode]:
-    runtime = RuntimeNode(folder, bugs, min_contributors)
-    sim = SimNode(bugs, min_contributors)
+    runtime = RuntimeNode(folder, bugs, min_contributors, sharded)
+    sim = SimNode(bugs, min_contributors, sharded)
     assert runtime.config.decisions() == sim.settings.node
     nodes = (runtime, sim)
     for node in nodes:
@@ -1085,12 +1092,16 @@ async def _run(
     sequence=st.lists(EVENTS, min_size=20, max_size=80),
     # The aggregation rule's fewest contributors: the mean's 1 mostly, else 2 or all 3.
     min_contributors=st.sampled_from([1, 1, 2, 3]),
+    # Sharded contributions: a dead contributor is left out of a proposal.
+    sharded=st.booleans(),
 )
 def test_the_runtime_and_the_simulator_run_the_same_node(
-    tmp_path_factory, sequence, min_contributors
+    tmp_path_factory, sequence, min_contributors, sharded
 ):
     folder = tmp_path_factory.mktemp("runtime")
-    asyncio.run(_run(sequence, folder, (), record=True, min_contributors=min_contributors))
+    asyncio.run(
+        _run(sequence, folder, (), record=True, min_contributors=min_contributors, sharded=sharded)
+    )
 
 
 def _step(*extra: tuple) -> list[tuple]:
