@@ -411,8 +411,10 @@ class NodeApp:
 
     def _propose(self, t: float, action: nc.BuildProposal) -> None:
         commit = self.commit
-        if commit is None or commit.step != action.step:
-            return  # the step moved on while the leader decided: nothing to propose
+        if commit is None or commit.step != action.step or commit.has_proposal():
+            # The step moved on while the leader decided, or this node already proposed
+            # (a sharded rebuild after the value was built: the runtime ignores it too).
+            return
         contributors = action.contributors
         value_fp = training.fingerprint(
             training.aggregate(self.sim.seed, action.step, contributors)

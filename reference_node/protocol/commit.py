@@ -617,6 +617,11 @@ class StepCommit:
                 return voter
         return voters[first]
 
+    def has_proposal(self) -> bool:
+        """Whether this node proposed a value for its current step (``ProposeValue``):
+        a driver asked to build another (the leader's sharded rebuild) ignores it."""
+        return self._proposer.candidate is not None
+
     def decided_value(self, step: int) -> StepValue | None:
         entry = self._decided.get(step)
         return None if entry is None else entry[0]

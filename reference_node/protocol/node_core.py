@@ -378,6 +378,8 @@ class StepLeader:
         self.deadline: float | None = None  # the earliest armed proposal time
         self.majority_armed = False  # the straggler bound is armed once per step
         self.proposed = False
+        # The contributors of this step's BuildProposal (None: none asked, or it failed)
+        self.built: tuple[str, ...] | None = None
         self.replaying = False  # this step re-proposes a stored value: no gradient
         self.learnt = False  # this step was decided before the node got to it: no gradient
         self.decided = False  # this step's decision is known: nobody leads it (proposed)
@@ -500,8 +502,10 @@ class StepLeader:
             assert self.deadline is None and not self.majority_armed and not self.starved
         if self.starved:  # it waits for contributions only while too few arrived
             assert not self.proposed
-            arrived = self.arrived.get(self.step, set()) & set(self.members)
-            assert len(arrived) < self.config.min_contributors
+            assert len(self._usable()) < self.config.min_contributors
+        if self.built is not None:
+            assert self.proposed and self.computed_at is not None
+            assert set(self.built) <= self.arrived.get(self.step, set()) | {self.node}
         assert len(self.decision_latencies) <= self.config.decision_latency_samples
         assert all(latency >= 0.0 for latency in self.decision_latencies)
         assert 1.0 <= self._pace <= self.config.pace_max
@@ -532,6 +536,7 @@ class StepLeader:
         self.majority_armed = False
         self.starved = False
         self.proposed = False
+        self.built = None
         self.replaying = False
         self.learnt = self.decided = self.proposed = event.decided
         if event.decided:
@@ -588,6 +593,19 @@ class StepLeader:
         self._left = (self._left | (self.alive - alive)) - alive
         self._returning = (self._returning & alive) | back
         self.alive = alive
+        if (
+            self.config.sharded_contributions
+            and self.built is not None
+            and not self.decided
+            and not set(self.built) - {self.node} <= alive
+        ):
+            # A contributor of the build in flight left the view: its own shard died
+            # with it, so no owner can aggregate that set (the owner's input wait, then
+            # BuildFailed: 1.3-1.5 s in the bench's sharded pause cells).  Build again
+            # without it now; a shell whose value is already proposed ignores this.
+            self.proposed = False
+            self.built = None
+            self._build(actions)
         self._rerank(now, actions, led)
 
     def _leads(self) -> bool:
@@ -636,6 +654,7 @@ class StepLeader:
                 # not be aggregated or committed any better).
                 got.intersection_update(left)
             self.proposed = False  # propose again with what arrives next
+            self.built = None
             self._arm(now + self.config.straggler_grace_s * self._pace)
 
     def _on_tick(self, event: Tick, now: float, actions: list) -> None:
@@ -665,13 +684,17 @@ class StepLeader:
             self._arm(now + self.config.straggler_grace_s * self._pace)
         return False
 
-    def _build(self, actions: list) -> None:
-        # Only members may contribute (the commit core rejects other values): a node
-        # removed meanwhile may still have sent a gradient.
+    def _usable(self) -> set[str]:
+        """The contributions a proposal may name: members' (a node removed meanwhile
+        may still have sent a gradient), and with sharded contributions only those of
+        nodes in the view (a dead contributor's own shard died with it)."""
         usable = set(self.arrived.get(self.step, ())) & set(self.members)
         if self.config.sharded_contributions:
-            usable &= self.alive | {self.node}  # a dead contributor's own shard died with it
-        contributors = tuple(sorted(usable))
+            usable &= self.alive | {self.node}
+        return usable
+
+    def _build(self, actions: list) -> None:
+        contributors = tuple(sorted(self._usable()))
         if not contributors or self.proposed or self.computed_at is None:
             return
         # Fewer than the aggregation rule needs: no worker could build it.
@@ -679,6 +702,7 @@ class StepLeader:
         if self.starved:
             return
         self.proposed = True
+        self.built = contributors
         actions.append(
             BuildProposal(step=self.step, contributors=contributors, first=self.rank() == 0)
         )

@@ -241,6 +241,9 @@ class AggregateMissing(_Msg, tag="aggregate_missing"):
     missing: NodeList
     agg_fp: str = ""
     reason: str = ""
+    # A BuildAggregate that could not run: the contributors it was asked for (a build
+    # the leader replaced meanwhile fails too, and is not the current one's failure).
+    contributors: NodeList = []
 
 
 class Applied(_Msg, tag="applied"):

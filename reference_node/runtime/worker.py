@@ -518,7 +518,12 @@ class Worker:
             missing = sorted(set(contributors) - set(held))
             if missing:
                 self.channel.send(
-                    ipc.AggregateMissing(step=step, missing=missing, reason="contributions")
+                    ipc.AggregateMissing(
+                        step=step,
+                        missing=missing,
+                        reason="contributions",
+                        contributors=sorted(contributors),
+                    )
                 )
                 return
             chosen = {name: held[name] for name in contributors}
@@ -527,7 +532,12 @@ class Worker:
             # Sharded: the contributors a live owner never got a shard from.
             missing = sorted(outcome.missing) if isinstance(outcome, ShardInputsMissing) else []
             self.channel.send(
-                ipc.AggregateMissing(step=step, missing=missing, reason=str(outcome)[:120])
+                ipc.AggregateMissing(
+                    step=step,
+                    missing=missing,
+                    reason=str(outcome)[:120],
+                    contributors=sorted(contributors),
+                )
             )
             return
         result, agg_fp = outcome

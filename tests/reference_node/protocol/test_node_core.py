@@ -144,6 +144,35 @@ def test_a_dead_contributor_is_left_out_only_when_contributions_travel_sharded(s
     core.check_valid()
 
 
+def test_a_sharded_build_in_flight_is_rebuilt_without_a_contributor_the_view_lost():
+    """The bench's sharded pause cells: the coordinator built from all four at once,
+    then one was paused; its own shard never came, and the step waited 1.3-1.5 s for
+    the owner's input wait and a BuildFailed.  Now the view change rebuilds at once."""
+    core = nc.StepLeader(node="n0", config=nc.NodeConfig(sharded_contributions=True))
+    core.handle(nc.ViewChanged(alive=VOTERS4), 0.0)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS4, members=VOTERS4), 0.0)
+    for sender in ("n1", "n2", "n3"):
+        core.handle(nc.ContributionArrived(step=0, sender=sender), 0.9)
+    assert core.handle(nc.OwnContribution(step=0), 1.0) == [
+        nc.BuildProposal(step=0, contributors=VOTERS4, first=True)
+    ]
+    rebuilt = core.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 1.14)
+    assert rebuilt == [nc.BuildProposal(step=0, contributors=("n0", "n1", "n2"), first=True)]
+    core.check_valid()
+    # A view change that loses no contributor of the build rebuilds nothing, nor does
+    # one after the decision, nor the all-to-all path (the whole gradient is here).
+    assert core.handle(nc.ViewChanged(alive=("n0", "n1", "n2", "n3")), 1.2) == []
+    core.handle(nc.StepDecided(step=0), 1.3)
+    assert core.handle(nc.ViewChanged(alive=("n0", "n1")), 1.4) == []
+    plain = nc.StepLeader(node="n0")
+    plain.handle(nc.ViewChanged(alive=VOTERS4), 0.0)
+    plain.handle(nc.StepBegan(step=0, voters=VOTERS4, members=VOTERS4), 0.0)
+    for sender in ("n1", "n2", "n3"):
+        plain.handle(nc.ContributionArrived(step=0, sender=sender), 0.9)
+    plain.handle(nc.OwnContribution(step=0), 1.0)
+    assert plain.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 1.14) == []
+
+
 def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 1.0) -> float:
     """Run ``core`` through one step per latency, each moving on that long after its
     gradient; returns the time of the last step's start."""
@@ -383,23 +412,34 @@ class LeaderMachine(RuleBasedStateMachine):
         self.core = nc.StepLeader(node="n1")
         self.now = 0.0
 
-    @initialize(minimum=st.integers(1, 4))
-    def rule_minimum(self, minimum):
+    @initialize(minimum=st.integers(1, 4), sharded=st.booleans())
+    def rule_minimum(self, minimum, sharded):
         # The aggregation rule's fewest contributions: 1 (mean) up to all 3 members.
-        self.core = nc.StepLeader(node="n1", config=nc.NodeConfig(min_contributors=minimum))
+        config = nc.NodeConfig(min_contributors=minimum, sharded_contributions=sharded)
+        self.core = nc.StepLeader(node="n1", config=config)
         self.proposed: dict[tuple[int, int], int] = {}  # (epoch of StepBegan, step) -> count
         self.epoch = 0
+        self.built: tuple[str, ...] | None = None  # the last BuildProposal's contributors
 
     def _feed(self, event) -> None:
         for action in self.core.handle(event, self.now):
             key = (self.epoch, action.step)
-            self.proposed[key] = self.proposed.get(key, 0) + 1
+            rebuild = isinstance(event, nc.ViewChanged) and self.proposed.get(key, 0) > 0
+            if rebuild:
+                # Sharded only: the build in flight named a node the view lost.
+                assert self.core.config.sharded_contributions and self.built is not None
+                assert set(self.built) - set(event.alive) - {"n1"}
+            else:
+                self.proposed[key] = self.proposed.get(key, 0) + 1
             if isinstance(action, nc.BuildProposal):
+                self.built = action.contributors
                 assert action.step == self.core.step
                 assert set(action.contributors) <= set(self.core.members)
                 assert "n1" in action.contributors
                 assert len(action.contributors) >= self.core.config.min_contributors
                 assert action.contributors == tuple(sorted(action.contributors))
+                if self.core.config.sharded_contributions:
+                    assert set(action.contributors) <= set(self.core.alive) | {"n1"}
 
     @rule(step=st.integers(0, 20), learner=st.booleans(), decided=st.booleans())
     def begin(self, step, learner, decided):
@@ -441,6 +481,7 @@ class LeaderMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_proposal_per_step(self):
+        # Besides a sharded rebuild after a contributor left the view (``_feed``).
         assert all(count == 1 for count in self.proposed.values()), self.proposed
 
 
