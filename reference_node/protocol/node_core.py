@@ -606,6 +606,10 @@ class StepLeader:
             self.proposed = False
             self.built = None
             self._build(actions)
+        elif self.starved and self.config.sharded_contributions:
+            # Its time came with too few usable contributions: a contributor back in
+            # the view may make enough, as an arrival does.
+            self._build(actions)
         self._rerank(now, actions, led)
 
     def _leads(self) -> bool:

@@ -173,6 +173,25 @@ def test_a_sharded_build_in_flight_is_rebuilt_without_a_contributor_the_view_los
     assert plain.handle(nc.ViewChanged(alive=("n0", "n1", "n2")), 1.14) == []
 
 
+def test_a_starved_sharded_takeover_proposes_when_a_contributor_is_back_in_its_view():
+    """Sharded, a contributor out of the view is not usable: a takeover whose time came
+    then is starved.  Its gradient had already arrived, so no arrival would wake the
+    leader again: the view change that brings it back must (the leader's invariant
+    broke here before)."""
+    config = nc.NodeConfig(sharded_contributions=True, min_contributors=3)
+    core = nc.StepLeader(node="n2", config=config)
+    core.handle(nc.ViewChanged(alive=VOTERS4), 0.0)
+    core.handle(nc.StepBegan(step=0, voters=VOTERS4, members=VOTERS4), 0.0)
+    core.handle(nc.ContributionArrived(step=0, sender="n3"), 0.5)
+    core.handle(nc.ContributionArrived(step=0, sender="n1"), 0.6)
+    core.handle(nc.OwnContribution(step=0), 1.0)
+    core.handle(nc.ViewChanged(alive=("n0", "n2")), 1.1)  # n1 and n3 suspected
+    assert core.handle(nc.Tick(), core.next_deadline()) == [] and core.starved
+    actions = core.handle(nc.ViewChanged(alive=VOTERS4), 6.0)
+    assert actions == [nc.BuildProposal(step=0, contributors=("n1", "n2", "n3"))]
+    core.check_valid()
+
+
 def decided_steps(core: nc.StepLeader, latencies_s: list[float], start: float = 1.0) -> float:
     """Run ``core`` through one step per latency, each moving on that long after its
     gradient; returns the time of the last step's start."""
