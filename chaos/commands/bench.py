@@ -198,11 +198,7 @@ def _system_options(texts: list[str], systems: list[str]) -> dict[str, dict[str,
             raise UsageError(
                 f"--system-option {text!r}: {name!r} is not one of --system {','.join(systems)}"
             )
-        try:
-            value: object = json.loads(raw)
-        except ValueError:
-            value = raw
-        options.setdefault(name, {})[key] = value
+        options.setdefault(name, {})[key] = _json_or_text(raw)
     merged = TrialSetup(options=options)  # the bench's own options, these over them
     for name in options:
         try:
@@ -224,11 +220,16 @@ def _key_values(texts: list[str], flag: str) -> dict[str, object]:
         key, equals, raw = text.partition("=")
         if not (equals and key.strip()):
             raise UsageError(f"{flag} {text!r}: write KEY=VALUE")
-        try:
-            values[key.strip()] = json.loads(raw)
-        except ValueError:
-            values[key.strip()] = raw
+        values[key.strip()] = _json_or_text(raw)
     return values
+
+
+def _json_or_text(raw: str) -> object:
+    """A flag's VALUE: JSON (numbers, booleans, lists) when it parses, else the text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
 
 
 def _systems(text: str) -> list[str]:

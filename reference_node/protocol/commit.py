@@ -555,10 +555,15 @@ class StepCommit:
         it and never proposes a second value at ballot (0, index)."""
         if not actions:
             return actions  # most messages change nothing visible
-        to_self = [a for a in actions if isinstance(a, Send) and self.node in a.to]
+        out: list = []
+        to_self: list[Send] = []
+        for action in actions:
+            if isinstance(action, Send) and self.node in action.to:
+                to_self.append(action)
+            else:
+                out.append(action)
         if not to_self:
             return actions
-        out = [a for a in actions if not (isinstance(a, Send) and self.node in a.to)]
         for send in to_self:
             local: list = []
             self._dispatch(send.message, now, local)

@@ -610,7 +610,7 @@ class StepDriver:
     def _on_aggregate_missing(self, message: ipc.AggregateMissing) -> None:
         if not message.agg_fp:  # a BuildAggregate that could not run
             failed = (message.step, tuple(sorted(message.contributors)))
-            if self.building is not None and tuple(self.building) == failed:
+            if self.building == failed:
                 self.building = None  # propose later with what arrives next
                 missing = tuple(message.missing)  # left out next time (node core)
                 self.lead(nc.BuildFailed(step=message.step, missing=missing))
