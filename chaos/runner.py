@@ -53,6 +53,7 @@ from swarmshake.chaos.backends.base import (
     UnsupportedFault,
 )
 from swarmshake.chaos.nemesis import FaultNotApplicable, Nemesis
+from swarmshake.chaos.node_status import save_statuses
 from swarmshake.chaos.progress import Progress, live_allowed
 from swarmshake.chaos.scenario import Scenario, dumps
 from swarmshake.chaos.systems import load_system
@@ -533,6 +534,8 @@ class Harness:
             except (RunAborted, BackendError) as error:
                 message = str(error)
                 self.incident("aborted", reason=message)
+                if backend is not None:
+                    await self._save_statuses(backend)
             except asyncio.CancelledError:
                 interrupted = True  # Ctrl-C or SIGTERM
                 raise
@@ -555,6 +558,16 @@ class Harness:
                 if self.registry is not None:
                     self.registry.close()
         return await self.finish(status, message)
+
+    async def _save_statuses(self, backend: Backend) -> None:
+        """Each node's own status page, kept before the cluster goes down
+        (chaos/node_status.py says why); recorded as an incident naming the files."""
+        try:
+            saved = await save_statuses(backend, self.run_dir / "logs")
+        except (BackendError, OSError) as error:
+            saved = {"*": f"not saved: {error}"}
+        if saved:
+            self.incident("node_status_saved", nodes=saved)
 
     async def _down(self, backend: Backend) -> None:
         try:

@@ -275,6 +275,11 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Addresses and pids/containers, for ``swarmshake status`` and the run record."""
 
+    def node_endpoint(self, name: str, port_name: str) -> tuple[str, int] | None:
+        """Where the harness reaches node ``name``'s port ``port_name`` (one of its
+        system's ``ports``), or None where this backend cannot say."""
+        return None
+
     def links(self) -> list[Link]:
         nodes = self.spec.nodes
         return [self.link(a, b) for a in nodes for b in nodes if a != b]

@@ -748,6 +748,13 @@ class DockerBackend(Backend):
                 await self.node(name).exec(["tc", "qdisc", "del", "dev", "eth0", "root"])
             self._netem_nodes.discard(name)
 
+    def node_endpoint(self, name: str, port_name: str) -> tuple[str, int] | None:
+        node = self._nodes.get(name)
+        ports = DockerPlan.of(self.system).ports
+        if node is None or not node.address or port_name not in ports:
+            return None
+        return node.address, ports[port_name]  # the project network's address: reachable here
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,

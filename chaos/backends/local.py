@@ -722,6 +722,13 @@ class LocalBackend(Backend):
     def broker_address(self) -> tuple[str, int]:
         return HOST, self.broker.port
 
+    def node_endpoint(self, name: str, port_name: str) -> tuple[str, int] | None:
+        ports = self.node_ports.get(name)
+        if ports is None or port_name not in self.system.ports:
+            return None
+        address = self.netns.addresses[name] if self.netns else HOST
+        return address, ports[self.system.ports.index(port_name)]
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,

@@ -200,6 +200,11 @@ class System(abc.ABC):
     fault_triggers: ClassVar[frozenset[str] | None] = None
     #: how long a cluster that explore builds may take to reach steady state
     steady_timeout_s: ClassVar[float] = 60.0
+    #: (port name, HTTP path) of a node's own status page, which the harness saves
+    #: for every node when a run aborts (a cluster that never reached steady state
+    #: leaves only its history otherwise, which shows what was sent, not why nobody
+    #: acted on it); None: the system serves none
+    status_endpoint: ClassVar[tuple[str, str] | None] = None
     #: after a fault heals, how long the system may take to train again (rejoin, or
     #: a restart from a checkpoint); a recovery bench quiesces the longest of these
     settle_s: ClassVar[float] = 8.0

@@ -98,6 +98,7 @@ class ReferenceSystem(System):
     # A step takes ~0.1 s: explore's timed draws already land inside every phase of
     # one, so no history kind fires them (a trigger would add a ~10 ms delay, no reach).
     fault_triggers: ClassVar[frozenset[str] | None] = frozenset()
+    status_endpoint: ClassVar[tuple[str, str] | None] = ("http", "/status")
 
     def config_path(self, ctx: NodeContext) -> Path:
         return ctx.node_dir / "node.toml"

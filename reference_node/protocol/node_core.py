@@ -487,6 +487,25 @@ class StepLeader:
         self._rank = [v for v in order if v in ready].index(self.node)
         return self._rank
 
+    def status(self, now: float) -> dict[str, object]:
+        """What this leader waits for, for a node's ``/status`` (a cluster that never
+        reached steady state is judged by these pages: chaos/node_status.py)."""
+        return {
+            "step": self.step,
+            "rank": self.rank(),
+            "computed": self.computed_at is not None,
+            "deadline_in_s": None if self.deadline is None else round(self.deadline - now, 3),
+            "proposed": self.proposed,
+            "decided": self.decided,
+            "starved": self.starved,
+            "built": None if self.built is None else list(self.built),
+            "arrived": sorted(self.arrived.get(self.step, ())),
+            "usable": sorted(self._usable()),
+            "alive": sorted(self.alive),
+            "returning": sorted(self._returning),
+            "pace": round(self._pace, 3),
+        }
+
     def check_valid(self) -> None:
         """The leader's invariants (called after every rule of its stateful test)."""
         assert self.voters == tuple(sorted(self.voters))

@@ -55,7 +55,7 @@ class BulkChunk(msgspec.Struct, kw_only=True, frozen=True, tag="chunk", forbid_u
 class BulkRequest(
     msgspec.Struct, kw_only=True, frozen=True, tag="request", forbid_unknown_fields=True
 ):
-    kind: Literal["aggregate", "state", "replica", "shard_aggregate"]
+    kind: Literal["aggregate", "state", "replica", "shard_aggregate", "shard"]
     step: int = -1
     key: str = ""
 

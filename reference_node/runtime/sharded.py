@@ -19,6 +19,15 @@ view and handed over as ``ipc.ShardPlan``.  Per step this moves:
    ``REQUEST_RETRY_S`` (and at once when the plan moves the shard), and gives up
    after ``GATHER_TIMEOUT_S``: the control process then proposes again or fetches
    the whole aggregate from the proposer, as on the all-to-all path.
+4. Repair: an owner that still lacks a member's shard ``INPUT_WAIT_S`` after its own
+   contribution (or when asked for a set naming that member) asks the member for it
+   (``BulkRequest(kind="shard")``), and the member sends it again from the payload it
+   keeps until the step is applied.  A shard lost on the way is otherwise never sent
+   again, and no set naming its sender can be aggregated: the leader leaves missing
+   contributors out only while a majority stays in, and never itself.  Session 26
+   caught this at start-up, 2 runs in 21: Toxiproxy accepts a connection and drops it
+   when the peer's listener is not up yet, taking the frames written into it, so one
+   owner lacked two members' shards of step 0 and no node ever proposed.
 
 An aggregated shard is computed by ``training.aggregation.aggregate`` over the
 shard's slices of the contributors' (decoded) gradients, the same kernels as the
@@ -95,6 +104,10 @@ WAITING_PER_STEP_MAX = 256
 # within ~0.1 s of each other, a 100M model's within ~0.5 s; the asker then leaves
 # them out (node_core.BuildFailed.missing) instead of failing the same way again.
 INPUT_WAIT_S = 1.0
+# An owner asks a member for a shard it lacks (step 4 of the module docstring) at most
+# once per this long: the member's answer is one shard, on a link that delivered the
+# request, so a second ask within this time would only send the same bytes twice.
+PULL_RETRY_S = INPUT_WAIT_S
 
 
 class ShardInputsMissing(AggregationError):
@@ -135,6 +148,12 @@ class ShardExchange:
         # step -> its shard count as the keys of its shards say (a rejoining owner
         # has no plan for the steps it aggregates for the others)
         self.counts: dict[int, int] = {}
+        # (step, shard, member) -> node time this owner last asked the member for its
+        # shard; (step, shard, owner) -> when this member last sent its shard there.
+        # Bounded: only steps whose inputs or payload are held (forget_through and
+        # _keep_newest_input_steps drop the rest), times their shards and members.
+        self.pulled: dict[tuple[int, int, str], float] = {}
+        self.shard_sent_at: dict[tuple[int, int, str], float] = {}
 
     # -- plan and contribution ----------------------------------------------------------------
 
@@ -172,6 +191,7 @@ class ShardExchange:
             self.non_finite.setdefault(step, set()).add(self.node)
         for index in range(len(self.plans[step])):
             self._place_own_shard(step, index)
+        self.worker.spawn(self._watch_inputs(step))
 
     def _place_own_shard(self, step: int, index: int) -> None:
         owner = self.plans[step][index]
@@ -180,12 +200,76 @@ class ShardExchange:
             start, end = self.bounds(count)[index]
             self._add_input(step, index, self.node, self.own[step][start:end])
             return
+        self._send_own_shard(step, index, owner)
+
+    def _send_own_shard(self, step: int, index: int, owner: str) -> None:
+        self.shard_sent_at[(step, index, owner)] = self.worker.clock.now()
+        count = len(self.plans[step])
         start, end = self.bounds(count)[index]
         piece = shard_payload(self.config, self.payloads[step], self.numel, start, end)
         self.worker.log(history.AggSend, step=step, to=owner, nbytes=piece.nbytes)
         finite = self.node not in self.non_finite.get(step, ())
         chunks = split("shard", step, sh.shard_key(index, count, finite), piece)
         self.worker.spawn(self.worker.send_blob(owner, chunks))
+
+    # -- repair: an owner asks for the shards it lacks --------------------------------------------
+
+    async def _watch_inputs(self, step: int) -> None:
+        """While this node's payload of ``step`` is held (until the step is applied),
+        every ``INPUT_WAIT_S`` ask the members whose shard of a shard this node owns
+        never came (step 4 of the module docstring).  Bounded by ``GATHER_MAX_S``."""
+        clock = self.worker.clock
+        started = clock.now()
+        while clock.now() - started < GATHER_MAX_S:
+            await asyncio.sleep(clock.host_delay_s(INPUT_WAIT_S))
+            plan, owners = self.plans.get(step), self.owners.get(step)
+            if step not in self.payloads or plan is None or owners is None:
+                return  # applied, or a state was installed
+            now = clock.now()
+            lacking_any = False
+            for index, owner in enumerate(plan):
+                if owner != self.node:
+                    continue
+                held = self.inputs.get((step, index), {})
+                lacking = self._silent(step, index, set(owners) - held.keys(), now)
+                lacking_any = lacking_any or bool(lacking)
+                self._pull_inputs(step, index, len(plan), lacking, now)
+            if not lacking_any:
+                return
+
+    def _pull_inputs(
+        self, step: int, index: int, count: int, members: list[str], now: float
+    ) -> None:
+        """Ask each of ``members`` for its shard ``index`` of ``step`` (PULL_RETRY_S
+        apart): it was lost on the way, or its sender is dead and never answers."""
+        request = BulkRequest(kind="shard", step=step, key=sh.shard_key(index, count))
+        for member in members:
+            key = (step, index, member)
+            if member == self.node or now - self.pulled.get(key, -math.inf) < PULL_RETRY_S:
+                continue
+            self.pulled[key] = now
+            self.worker.spawn(self.worker.send_blob(member, iter([request])))
+
+    def on_shard_request(self, sender: str, request: BulkRequest) -> None:
+        """An owner lacks this node's shard: send it again (the payload is kept until
+        the step is applied; a step this node has not computed yet is sent when it
+        is, by ``contribute``)."""
+        try:
+            index, count, contributors, _ = sh.parse_shard_key(request.key)
+        except ValueError:
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        step = request.step
+        plan = self.plans.get(step)
+        if contributors is not None or (plan is not None and len(plan) != count):
+            self.worker.drops.drop("bad_shard_key", sender)
+            return
+        if plan is None or step not in self.payloads:
+            return  # not computed yet (contribute sends it), or applied: moot
+        sent_at = self.shard_sent_at.get((step, index, sender), -math.inf)
+        if self.worker.clock.now() - sent_at < PULL_RETRY_S:
+            return  # sent there just now: on its way
+        self._send_own_shard(step, index, sender)
 
     # -- inbound --------------------------------------------------------------------------------
 
@@ -294,6 +378,7 @@ class ShardExchange:
             step, index, set(contributors) - self.inputs.get((step, index), {}).keys(), now
         )
         if now - since > INPUT_WAIT_S and lacking:
+            self._pull_inputs(step, index, count, lacking, now)
             refusal = BulkRefusal(
                 kind="shard_aggregate",
                 step=step,
@@ -328,7 +413,7 @@ class ShardExchange:
             self.counts.pop(old, None)
             for key in [k for k in self.inputs if k[0] == old]:
                 del self.inputs[key]
-            for table in (self.waiting, self.waiting_since):
+            for table in (self.waiting, self.waiting_since, self.pulled):
                 for key in [k for k in table if k[0] == old]:
                     del table[key]
 
@@ -501,6 +586,7 @@ class ShardExchange:
                         now,
                     )
                     if lacking and now - started > INPUT_WAIT_S:
+                        self._pull_inputs(step, index, count, lacking, now)
                         return ShardInputsMissing(
                             f"shard {index}: no input from {', '.join(lacking)}", tuple(lacking)
                         )
@@ -557,6 +643,8 @@ class ShardExchange:
             self.refused,
             self.waiting_since,
             self.arriving,
+            self.pulled,
+            self.shard_sent_at,
         ):
             for key in [k for k in table if k[0] <= step]:
                 del table[key]

@@ -1122,6 +1122,7 @@ class StepDriver:
             "core_step": self.core.step,
             "phase": self.core.phase,
             "leader_rank": self.leader.rank(),
+            "leader": self.leader.status(self.node.clock.now()),
             "rejoining": self.rejoin.phase if self.rejoin else "",
             "rejoin_retry_in_s": None
             if self.fetch.retry_at is None

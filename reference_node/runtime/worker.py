@@ -898,6 +898,8 @@ class Worker:
                 self.group.create_task(self.replicas.serve(sender))
             elif message.kind == "shard_aggregate" and self.sharded is not None:
                 self.sharded.on_request(sender, message)
+            elif message.kind == "shard" and self.sharded is not None:
+                self.sharded.on_shard_request(sender, message)  # an owner lacks our shard
             else:
                 self.drops.drop("unsupported_request", sender)  # state goes via StateRequest
         elif isinstance(message, BulkRefusal) and message.kind == "replica":

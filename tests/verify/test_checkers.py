@@ -569,6 +569,23 @@ def test_l2_a_stall_with_a_live_connected_majority_is_invalid():
     assert verdict.results["L2"].status == "invalid"
 
 
+@pytest.mark.parametrize(
+    ("end_at", "status"), [(11.0, "valid"), (14.0, "unknown"), (16.0, "invalid")]
+)
+def test_l2_a_history_that_ends_in_a_stall_shorter_than_r_is_undecided(end_at, status):
+    """Steps a second apart until 10.5 s, then none until the history ends: 0.5 s is a
+    step's time (valid); 3.5 s is longer than every gap before it and R / 4 but not R
+    (R = 5 s): a stall may have begun, the run is too short to say (unknown); 5.5 s
+    is a stall (invalid).  Session 26's sharded cluster was dead for the last 9 s of
+    a run called valid."""
+    run = healthy(10)
+    run.events.append(RunMark(t_wall=end_at, t_mono=end_at, node=HARNESS, mark="run_end"))
+    result = run.check().results["L2"]
+    assert result.status == status, result.message
+    if status == "unknown":
+        assert "ends 3.5s after the last new step" in result.message
+
+
 def test_l2_a_stall_during_a_partition_is_not_held_against_progress():
     run = healthy(10)
     run.fault("partition", ["*"], 10.6, grouping="halves")

@@ -205,6 +205,20 @@ def test_l2_gaps_of_exactly_r_meet_r_and_the_window_edges_are_judged():
     assert result.message.startswith("steps committed at most 5.00s apart over 15.0s")
 
 
+@pytest.mark.parametrize(
+    ("end_at", "status"), [(10.2, "valid"), (13.0, "unknown"), (15.5, "invalid")]
+)
+def test_l2_a_history_that_ends_in_a_stall_shorter_than_r_is_undecided(end_at, status):
+    # A commit a second until 9 s; the run ends 1.2, 4 or 6.5 s later (R = 5 s).
+    events = [_mark("steady_state", 0.0), *_steps(WORLD, range(10), float)]
+    events += [_mark("run_end", end_at)]
+    result = neutral.check_l2(_history(events), R5)
+    assert result.status == status, result.message
+    if status == "unknown":
+        assert result.message.startswith("the history ends 4.00s after the last commit")
+        assert [ref.index for ref in result.evidence] == [len(events) - 2]
+
+
 def test_l2_a_gap_cites_the_last_commit_before_it_first():
     # The commit before the gap is the history's first event (index 0).
     events = [_commit("n1", 0, 0.0), _commit("n1", 1, 9.0), _group("n2", 9.5, WORLD)]

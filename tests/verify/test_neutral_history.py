@@ -129,7 +129,7 @@ def test_l1_invalid_when_no_group_forms_within_d():
 def test_l2_and_l3_after_a_restart():
     events = steady(0, 2) + [fault("crash", "inject", "n3", 2.2), fault("crash", "heal", "n3", 3.0)]
     events += steady(4, 6, quorum="q1")
-    events.append(RunMark(t_wall=9, t_mono=9.0, node=HARNESS, mark="run_end"))
+    events.append(RunMark(t_wall=6, t_mono=6.0, node=HARNESS, mark="run_end"))
     history = History.from_events(events)
     assert neutral.check_l2(history, Bounds(recovery_s=5)).status == "valid"
     assert neutral.check_l3(history, Bounds(rejoin_s=5)).status == "valid"
@@ -332,5 +332,10 @@ def test_l2_no_commit_in_the_last_part_of_a_stretch_is_invalid():
     assert "no step committed in the last 37.50s" in result.message
     assert "n1, n2 were left alone" in result.message
     assert result.evidence[0].kind == "step_committed" and result.evidence[0].t_mono == 2.5
+    # Ended 27.5 s after the last commit (R = 30 s): no violation yet, but commits
+    # were 0.5 s apart before, so a stall may have begun: undecided, not valid.
     short = [e for e in events if e.t_mono < 40.0] + [mark("run_end", 30.0)]
-    assert neutral.check_l2(History.from_events(short), Bounds(recovery_s=30)).status == "valid"
+    result = neutral.check_l2(History.from_events(short), Bounds(recovery_s=30))
+    assert result.status == "unknown" and "ends 27.50s after the last commit" in result.message
+    shorter = [e for e in events if e.t_mono < 40.0] + [mark("run_end", 5.0)]
+    assert neutral.check_l2(History.from_events(shorter), Bounds(recovery_s=30)).status == "valid"

@@ -107,6 +107,15 @@ def overall_status(results: dict[str, PropertyResult]) -> Status:
     return "valid"
 
 
+def tail_undecided(tail_s: float, longest_gap_s: float, recovery_s: float) -> bool:
+    """Whether a history that ends ``tail_s`` after its last new step, with a majority
+    left alone all that time, leaves L2 undecided: shorter than R, so no violation
+    yet, but longer than every gap before it and than R / 4, so the cluster may well
+    be stalled (session 26: a sharded cluster dead for the last 9 s of a run was
+    called valid; R = 10 s).  A run decides it with a quiesce of at least R."""
+    return longest_gap_s < tail_s <= recovery_s and tail_s > recovery_s / 4
+
+
 class Findings:
     """Accumulates one property's outcome: a violation beats missing evidence."""
 

@@ -40,7 +40,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
+from swarmshake.verify.checkers.model import (
+    Bounds,
+    EventRef,
+    Findings,
+    PropertyResult,
+    tail_undecided,
+)
 from swarmshake.verify.history import (
     HARNESS,
     Fault,
@@ -406,7 +412,8 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
         return ", ".join(sorted(set.intersection(*groups))) if groups else "a majority"
 
     longest = 0.0
-    for start, end, opened_by in _joined(stretches):
+    joined = _joined(stretches)
+    for span, (start, end, opened_by) in enumerate(joined):
         inside = [v for v in commits if start <= v.t_mono <= end]
         findings.checked += len(inside)
         before_t, before_index = start, opened_by
@@ -417,7 +424,8 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
                 worst = (gap, before_t, before_index, position)
             before_t, before_index = view.t_mono, view.index
         tail = end - before_t
-        longest = max(longest, tail, worst[0] if worst else 0.0)
+        gaps_before = longest = max(longest, worst[0] if worst else 0.0)
+        longest = max(longest, tail)
         if worst is not None and worst[0] > bounds.recovery_s:
             gap, since, before, position = worst
             after = inside[position]
@@ -437,6 +445,18 @@ def check_l2(history: History, bounds: Bounds) -> PropertyResult:
                 f"stretch in which {alone_during(before_t, end)} were left alone by the harness"
                 f"{_fault_before(history, end)}",
                 *(refs if before_index >= 0 else []),
+            )
+        elif (
+            span == len(joined) - 1
+            and inside
+            and tail_undecided(tail, gaps_before, bounds.recovery_s)
+        ):
+            findings.unknown(
+                f"the history ends {tail:.2f}s after the last commit with "
+                f"{alone_during(before_t, end)} left alone by the harness: longer than any "
+                f"gap before it ({gaps_before:.2f}s), shorter than R = {bounds.recovery_s}s, "
+                "so a stall is not decided (a quiesce of at least R decides it)",
+                EventRef.of(before_index, history.events[before_index], "last commit"),
             )
     for death in self_deaths(history):
         if not any(s.start <= death.t <= s.end and death.node in s.left_alone for s in stretches):

@@ -26,7 +26,13 @@ from swarmshake.reference_node.protocol.history import (
     RunMark,
     Start,
 )
-from swarmshake.verify.checkers.model import Bounds, EventRef, Findings, PropertyResult
+from swarmshake.verify.checkers.model import (
+    Bounds,
+    EventRef,
+    Findings,
+    PropertyResult,
+    tail_undecided,
+)
 from swarmshake.verify.checkers.safety import Membership, majority
 from swarmshake.verify.checkers.timeline import Timeline
 
@@ -82,12 +88,17 @@ def check_l2(
             rises.append((event.t_mono, index))
     bound = bounds.recovery_s
     judged_from = judging_start(history, rises)
-    for stretch_start, end in stable_stretches(timeline, membership, history):
+    stretches = stable_stretches(timeline, membership, history)
+    longest = 0.0  # the longest gap between new steps in a judged stretch, tails aside
+    for position, (stretch_start, end) in enumerate(stretches):
         start = max(stretch_start, judged_from)
+        inside = [t for t, _ in rises if start < t <= end]
+        longest = max([longest, *(b - a for a, b in zip(inside, inside[1:], strict=False))])
         if end - start < bound:
+            if position == len(stretches) - 1 and inside:
+                _judge_tail(findings, end - inside[-1], longest, bound, inside[-1])
             continue
         findings.checked += 1
-        inside = [t for t, _ in rises if start < t <= end]
         previous = start
         for t in [*inside, end]:
             if t - previous > bound:
@@ -97,7 +108,23 @@ def check_l2(
                 )
                 break
             previous = t
+        else:
+            if position == len(stretches) - 1 and inside:
+                _judge_tail(findings, end - inside[-1], longest, bound, inside[-1])
     return findings.result(f"{findings.checked} stable stretches, each committing within R")
+
+
+def _judge_tail(
+    findings: Findings, tail_s: float, longest_s: float, bound: float, t: float
+) -> None:
+    """The last stable stretch runs to the end of the history (model.tail_undecided)."""
+    if tail_undecided(tail_s, longest_s, bound):
+        findings.unknown(
+            f"the history ends {tail_s:.1f}s after the last new step (t={t:.3f}) with a "
+            f"majority alive and connected: longer than any gap before it "
+            f"({longest_s:.2f}s), shorter than R={bound}s, so a stall is not decided "
+            "(a quiesce of at least R decides it)"
+        )
 
 
 def judging_start(history: History, rises: list[tuple[float, int]]) -> float:

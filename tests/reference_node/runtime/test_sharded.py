@@ -250,3 +250,40 @@ def test_a_shard_on_its_way_is_not_asked_for_again_and_keeps_its_gather_going(mo
         f for peer, frames in sent for f in frames if isinstance(f, BulkRequest) and peer == "n2"
     ]
     assert asks  # asked again once the chunks stopped
+
+
+def test_an_owner_asks_members_for_the_shards_it_lacks_and_they_send_them_again():
+    """A shard lost on the way is asked for: the owner refusing a set whose input it
+    lacks also asks the silent members for their shard (once per PULL_RETRY_S), and a
+    member holding its payload sends that shard again, once per PULL_RETRY_S."""
+    import torch
+
+    from swarmshake.reference_node.protocol.sharding import aggregate_shard_key, shard_key
+    from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRequest
+    from swarmshake.reference_node.runtime.sharded import INPUT_WAIT_S, PULL_RETRY_S
+
+    host = [100.0]
+    owner, sent = _owner_exchange(host)
+    ask = BulkRequest(kind="shard_aggregate", step=3, key=aggregate_shard_key(0, 2, ["n1", "n2"]))
+    owner.on_request("n3", ask)
+    host[0] += INPUT_WAIT_S + 0.01
+    owner.on_request("n3", ask)
+    owner.on_request("n3", ask)  # again at once: not asked twice
+    pulls = [(peer, f) for peer, frames in sent for f in frames if isinstance(f, BulkRequest)]
+    assert pulls == [("n2", BulkRequest(kind="shard", step=3, key=shard_key(0, 2)))]
+    host[0] += PULL_RETRY_S
+    owner.on_request("n3", ask)
+    assert sum(1 for peer, frames in sent for f in frames if isinstance(f, BulkRequest)) == 2
+
+    member, member_sent = _owner_exchange(host)  # "n1" here plays the member asked
+    member.worker.log = lambda *args, **kwargs: None
+    member.plans[3] = ("n2", "n1")
+    member.payloads[3] = memoryview(torch.arange(8, dtype=torch.float32).numpy()).cast("B")
+    member.on_shard_request("n2", BulkRequest(kind="shard", step=3, key=shard_key(0, 2)))
+    member.on_shard_request("n2", BulkRequest(kind="shard", step=3, key=shard_key(0, 2)))
+    resent = [(peer, f) for peer, frames in member_sent for f in frames]
+    assert [(peer, f.kind, f.key) for peer, f in resent if isinstance(f, BulkChunk)] == [
+        ("n2", "shard", shard_key(0, 2))
+    ]
+    member.on_shard_request("n2", BulkRequest(kind="shard", step=4, key=shard_key(0, 2)))
+    assert len(member_sent) == 1  # a step it holds no payload of: nothing to send
