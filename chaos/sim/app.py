@@ -524,9 +524,7 @@ class NodeApp:
             elif isinstance(action, Committed):
                 self._committed(t, action)
             elif isinstance(action, Behind):
-                self.peer_steps[action.peer] = max(
-                    self.peer_steps.get(action.peer, -1), action.peer_step
-                )
+                nc.note_peer_step(self.peer_steps, action.peer, action.peer_step)
                 self._start_rejoin(t, evidence=action.peer)
         # Told after the list is done: the core is not re-entered mid-list.
         for key in rebuilt:
@@ -772,7 +770,7 @@ class NodeApp:
         if type(message) is Contribution:  # the most frequent message by far
             self._contribution(t, message)
         elif isinstance(message, _COMMIT_MESSAGES):
-            step = message.step  # node_core.running_step, without the call (hot path)
+            step = message.step  # running_step + note_peer_step, without the calls (hot path)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
             if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):

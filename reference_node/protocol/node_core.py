@@ -924,6 +924,15 @@ def running_step(message: object) -> int | None:
     return None
 
 
+def note_peer_step(peer_steps: dict[str, int], peer: str, step: int) -> None:
+    """Keep the highest step ``peer`` was seen running (``peer_ahead`` reads it): from
+    its commit messages (``running_step``) and from a ``Behind`` (a Nack's
+    ``sender_step`` may be past the message's own step).  Issue 12: the simulator kept
+    a ``Behind``'s step and the runtime did not."""
+    if step > peer_steps.get(peer, -1):
+        peer_steps[peer] = step
+
+
 def rejoins_at_start(*, first_start: bool, joining: bool) -> bool:
     """Whether a node whose process just started fetches the cluster's state before
     its first step.

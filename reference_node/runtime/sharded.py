@@ -154,6 +154,9 @@ class ShardExchange:
         # _keep_newest_input_steps drop the rest), times their shards and members.
         self.pulled: dict[tuple[int, int, str], float] = {}
         self.shard_sent_at: dict[tuple[int, int, str], float] = {}
+        # (step, shard, owner) -> sends of this node's shard there not yet handed to
+        # the link (bounded like shard_sent_at; an entry leaves when its sends end)
+        self.shards_sending: dict[tuple[int, int, str], int] = {}
 
     # -- plan and contribution ----------------------------------------------------------------
 
@@ -203,14 +206,27 @@ class ShardExchange:
         self._send_own_shard(step, index, owner)
 
     def _send_own_shard(self, step: int, index: int, owner: str) -> None:
-        self.shard_sent_at[(step, index, owner)] = self.worker.clock.now()
+        key = (step, index, owner)
+        self.shard_sent_at[key] = self.worker.clock.now()
         count = len(self.plans[step])
         start, end = self.bounds(count)[index]
         piece = shard_payload(self.config, self.payloads[step], self.numel, start, end)
         self.worker.log(history.AggSend, step=step, to=owner, nbytes=piece.nbytes)
         finite = self.node not in self.non_finite.get(step, ())
         chunks = split("shard", step, sh.shard_key(index, count, finite), piece)
-        self.worker.spawn(self.worker.send_blob(owner, chunks))
+        # On its way until the link took it: an owner's ask for it meanwhile sends
+        # nothing more (a 100M model's shard, 100 MB, queued behind a checkpoint
+        # replica to the same peer, would otherwise be sent once per ask).
+        self.shards_sending[key] = self.shards_sending.get(key, 0) + 1
+        self.worker.spawn(self._send_shard(key, owner, chunks))
+
+    async def _send_shard(self, key: tuple[int, int, str], owner: str, chunks) -> None:  # noqa: ANN001
+        try:
+            await self.worker.send_blob(owner, chunks)
+        finally:
+            left = self.shards_sending.pop(key, 1) - 1
+            if left > 0:
+                self.shards_sending[key] = left
 
     # -- repair: an owner asks for the shards it lacks --------------------------------------------
 
@@ -266,9 +282,10 @@ class ShardExchange:
             return
         if plan is None or step not in self.payloads:
             return  # not computed yet (contribute sends it), or applied: moot
-        sent_at = self.shard_sent_at.get((step, index, sender), -math.inf)
-        if self.worker.clock.now() - sent_at < PULL_RETRY_S:
-            return  # sent there just now: on its way
+        key = (step, index, sender)
+        sent_at = self.shard_sent_at.get(key, -math.inf)
+        if key in self.shards_sending or self.worker.clock.now() - sent_at < PULL_RETRY_S:
+            return  # on its way (or sent just now)
         self._send_own_shard(step, index, sender)
 
     # -- inbound --------------------------------------------------------------------------------
@@ -645,6 +662,7 @@ class ShardExchange:
             self.arriving,
             self.pulled,
             self.shard_sent_at,
+            self.shards_sending,
         ):
             for key in [k for k in table if k[0] <= step]:
                 del table[key]

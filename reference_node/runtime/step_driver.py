@@ -298,7 +298,7 @@ class StepDriver:
             return
         step = nc.running_step(message)
         if step is not None:
-            self.peer_steps[message.sender] = max(self.peer_steps.get(message.sender, -1), step)
+            nc.note_peer_step(self.peer_steps, message.sender, step)
         if isinstance(message, msgs.StateRequest):
             self._serve_state(message.sender)
             return
@@ -510,6 +510,7 @@ class StepDriver:
                     action.step, changes_configuration=action.value.config_change is not None
                 )
             case cm.Behind():
+                nc.note_peer_step(self.peer_steps, action.peer, action.peer_step)
                 self._start_rejoin(action.peer)
 
     def _history(self, action: object) -> None:

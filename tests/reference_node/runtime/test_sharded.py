@@ -255,11 +255,13 @@ def test_a_shard_on_its_way_is_not_asked_for_again_and_keeps_its_gather_going(mo
 def test_an_owner_asks_members_for_the_shards_it_lacks_and_they_send_them_again():
     """A shard lost on the way is asked for: the owner refusing a set whose input it
     lacks also asks the silent members for their shard (once per PULL_RETRY_S), and a
-    member holding its payload sends that shard again, once per PULL_RETRY_S."""
+    member holding its payload sends that shard again, unless it is on its way."""
+    import asyncio
+
     import torch
 
     from swarmshake.reference_node.protocol.sharding import aggregate_shard_key, shard_key
-    from swarmshake.reference_node.runtime.bulk import BulkChunk, BulkRequest
+    from swarmshake.reference_node.runtime.bulk import BulkRequest
     from swarmshake.reference_node.runtime.sharded import INPUT_WAIT_S, PULL_RETRY_S
 
     host = [100.0]
@@ -275,15 +277,33 @@ def test_an_owner_asks_members_for_the_shards_it_lacks_and_they_send_them_again(
     owner.on_request("n3", ask)
     assert sum(1 for peer, frames in sent for f in frames if isinstance(f, BulkRequest)) == 2
 
-    member, member_sent = _owner_exchange(host)  # "n1" here plays the member asked
-    member.worker.log = lambda *args, **kwargs: None
-    member.plans[3] = ("n2", "n1")
-    member.payloads[3] = memoryview(torch.arange(8, dtype=torch.float32).numpy()).cast("B")
-    member.on_shard_request("n2", BulkRequest(kind="shard", step=3, key=shard_key(0, 2)))
-    member.on_shard_request("n2", BulkRequest(kind="shard", step=3, key=shard_key(0, 2)))
-    resent = [(peer, f) for peer, frames in member_sent for f in frames]
-    assert [(peer, f.kind, f.key) for peer, f in resent if isinstance(f, BulkChunk)] == [
-        ("n2", "shard", shard_key(0, 2))
-    ]
-    member.on_shard_request("n2", BulkRequest(kind="shard", step=4, key=shard_key(0, 2)))
-    assert len(member_sent) == 1  # a step it holds no payload of: nothing to send
+    member, _ = _owner_exchange(host)  # "n1" here plays the member asked
+    sends: list[tuple[str, list]] = []
+    link_free = asyncio.Event()  # the link takes the shard when this is set
+
+    async def send_blob(peer: str, frames) -> None:  # noqa: ANN001
+        await link_free.wait()
+        sends.append((peer, list(frames)))
+
+    async def scenario() -> None:
+        tasks: list[asyncio.Task] = []
+        member.worker.send_blob = send_blob
+        member.worker.spawn = lambda coro: tasks.append(asyncio.ensure_future(coro))
+        member.worker.log = lambda *args, **kwargs: None
+        member.plans[3] = ("n2", "n1")
+        member.payloads[3] = memoryview(torch.arange(8, dtype=torch.float32).numpy()).cast("B")
+        ask_n1 = BulkRequest(kind="shard", step=3, key=shard_key(0, 2))
+        member.on_shard_request("n2", ask_n1)
+        host[0] += PULL_RETRY_S  # asked again while the first send still waits for the link
+        member.on_shard_request("n2", ask_n1)
+        link_free.set()
+        await asyncio.gather(*tasks)
+        member.on_shard_request("n2", BulkRequest(kind="shard", step=4, key=shard_key(0, 2)))
+        assert len(tasks) == 1  # a step it holds no payload of: nothing to send
+        member.on_shard_request("n2", ask_n1)  # sent PULL_RETRY_S ago and lost: again
+        member.on_shard_request("n2", ask_n1)  # just sent: not again
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+    shards = [(peer, f.kind, f.key) for peer, frames in sends for f in frames]
+    assert shards == [("n2", "shard", shard_key(0, 2))] * 2
