@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 STATUS_TIMEOUT_S = 2.0
 # A status page is a few KB; more is not a status page (and not worth a run dir's disk).
 STATUS_MAX_BYTES = 1 << 20
+# Where each page goes, relative to the run directory.
+STATUS_FILE = "logs/{node}.status.json"
 
 
-def _save(url: str, target: Path) -> str:
-    """Write the page at ``url`` (a JSON object) to ``target``; returns the file's path,
-    or a one-line reason there is none."""
+def _save(url: str, target: Path) -> str | None:
+    """Write the page at ``url`` (a JSON object) to ``target``; None once written, else
+    a one-line reason there is no file."""
     try:
         with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_S) as response:  # noqa: S310
             body = response.read(STATUS_MAX_BYTES + 1)
@@ -51,12 +53,13 @@ def _save(url: str, target: Path) -> str:
         return f"not a JSON object: {type(page).__name__}"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(page, indent=1, sort_keys=True, default=str) + "\n")
-    return str(target)
+    return None
 
 
-async def save_statuses(backend: Backend, logs_dir: Path) -> dict[str, str]:
-    """Write ``logs_dir/<node>.status.json`` for every node that answers; returns, per
-    node, the file written or why there is none (empty if the system serves no page)."""
+async def save_statuses(backend: Backend, run_dir: Path) -> dict[str, str]:
+    """Write ``logs/<node>.status.json`` under ``run_dir`` for every node that answers;
+    returns, per node, that path (relative to ``run_dir``) or why there is no file
+    (empty if the system serves no page)."""
     endpoint = backend.system.status_endpoint
     if endpoint is None:
         return {}
@@ -71,11 +74,10 @@ async def save_statuses(backend: Backend, logs_dir: Path) -> dict[str, str]:
             outcome[name] = "not running"
         else:
             urls[name] = f"http://{where[0]}:{where[1]}{path}"
-    saved = await asyncio.gather(
-        *(
-            asyncio.to_thread(_save, url, logs_dir / f"{name}.status.json")
-            for name, url in urls.items()
-        )
+    files = {name: STATUS_FILE.format(node=name) for name in urls}
+    failures = await asyncio.gather(
+        *(asyncio.to_thread(_save, url, run_dir / files[name]) for name, url in urls.items())
     )
-    outcome.update(zip(urls, saved, strict=True))
+    for name, failure in zip(urls, failures, strict=True):
+        outcome[name] = failure or files[name]
     return outcome

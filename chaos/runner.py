@@ -563,7 +563,7 @@ class Harness:
         """Each node's own status page, kept before the cluster goes down
         (chaos/node_status.py says why); recorded as an incident naming the files."""
         try:
-            saved = await save_statuses(backend, self.run_dir / "logs")
+            saved = await save_statuses(backend, self.run_dir)
         except (BackendError, OSError) as error:
             saved = {"*": f"not saved: {error}"}
         if saved:

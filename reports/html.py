@@ -209,6 +209,8 @@ INCIDENT_MEANINGS = {
     "so a valid verdict makes the run unknown",
     "load_failed": "the load did not start: the run went on without it",
     "checks_unavailable": "a check could not run",
+    "node_status_saved": "the run aborted: each running node's own status page (what it "
+    "waited for) was kept in the file named, before the cluster went down",
 }
 MAX_INCIDENTS_SHOWN = 20  # a run logs a handful; a flood must not bury the verdict
 
