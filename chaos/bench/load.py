@@ -203,29 +203,22 @@ def node_http_targets(backend: Any) -> tuple[dict[str, str], list[IPNetwork]]:
     """``{node: base URL}`` of every node's HTTP API on a cluster that is up, and the
     networks those addresses lie in (for ``start_load(allowed_networks=…)``).
 
-    Local nodes listen on loopback (``describe()`` names each node's ``http_port``);
-    Docker nodes on their container's address in the project's own network, port
-    ``docker.HTTP_PORT``."""
-    described = backend.describe().get("nodes", {})
+    ``Backend.node_endpoint`` says where each node's ``http`` port is: loopback for
+    local nodes, the container's address in the project's own network for Docker ones
+    (whose subnet is then allowed too)."""
     targets: dict[str, str] = {}
-    networks: list[IPNetwork] = []
     for name in backend.spec.nodes:
-        port = described.get(name, {}).get("http_port")
-        if port is not None:
-            targets[name] = f"http://127.0.0.1:{int(port)}"
-            continue
-        address = getattr(backend.node(name), "address", "")
-        network = getattr(backend, "network", None)
-        if not address or network is None:
+        where = backend.node_endpoint(name, "http")
+        if where is None:
             raise LoadConfigError(f"node {name}: the {backend.name} backend names no HTTP address")
-        from swarmshake.chaos.backends.docker import HTTP_PORT
-
-        targets[name] = f"http://{address}:{HTTP_PORT}"
-        if not networks:
-            network.reload()
-            for pool in network.attrs.get("IPAM", {}).get("Config") or []:
-                if pool.get("Subnet"):
-                    networks.append(ipaddress.ip_network(pool["Subnet"], strict=False))
+        targets[name] = f"http://{where[0]}:{where[1]}"
+    networks: list[IPNetwork] = []
+    network = getattr(backend, "network", None)
+    if network is not None:
+        network.reload()
+        for pool in network.attrs.get("IPAM", {}).get("Config") or []:
+            if pool.get("Subnet"):
+                networks.append(ipaddress.ip_network(pool["Subnet"], strict=False))
     return targets, networks
 
 

@@ -90,13 +90,13 @@ def check_l2(
     judged_from = judging_start(history, rises)
     stretches = stable_stretches(timeline, membership, history)
     longest = 0.0  # the longest gap between new steps in a judged stretch, tails aside
-    for position, (stretch_start, end) in enumerate(stretches):
+    last: tuple[list[float], float] = ([], 0.0)  # the last stretch's new steps and end
+    for stretch_start, end in stretches:
         start = max(stretch_start, judged_from)
         inside = [t for t, _ in rises if start < t <= end]
         longest = max([longest, *(b - a for a, b in zip(inside, inside[1:], strict=False))])
+        last = (inside, end)
         if end - start < bound:
-            if position == len(stretches) - 1 and inside:
-                _judge_tail(findings, end - inside[-1], longest, bound, inside[-1])
             continue
         findings.checked += 1
         previous = start
@@ -108,23 +108,15 @@ def check_l2(
                 )
                 break
             previous = t
-        else:
-            if position == len(stretches) - 1 and inside:
-                _judge_tail(findings, end - inside[-1], longest, bound, inside[-1])
-    return findings.result(f"{findings.checked} stable stretches, each committing within R")
-
-
-def _judge_tail(
-    findings: Findings, tail_s: float, longest_s: float, bound: float, t: float
-) -> None:
-    """The last stable stretch runs to the end of the history (model.tail_undecided)."""
-    if tail_undecided(tail_s, longest_s, bound):
+    inside, end = last  # the last stable stretch runs to the end of the history
+    if inside and tail_undecided(end - inside[-1], longest, bound):
         findings.unknown(
-            f"the history ends {tail_s:.1f}s after the last new step (t={t:.3f}) with a "
-            f"majority alive and connected: longer than any gap before it "
-            f"({longest_s:.2f}s), shorter than R={bound}s, so a stall is not decided "
-            "(a quiesce of at least R decides it)"
+            f"the history ends {end - inside[-1]:.1f}s after the last new step "
+            f"(t={inside[-1]:.3f}) with a majority alive and connected: longer than any gap "
+            f"before it ({longest:.2f}s), shorter than R={bound}s, so a stall is not "
+            "decided (a quiesce of at least R decides it)"
         )
+    return findings.result(f"{findings.checked} stable stretches, each committing within R")
 
 
 def judging_start(history: History, rises: list[tuple[float, int]]) -> float:
