@@ -208,10 +208,20 @@ cluster:
   model: tiny
   training: {aggregation: median, aggregation_path: sharded}
 steady_state: {min_commit_step: 2, timeout_s: 60}
-duration_s: 4
+duration_s: 16
 quiesce_s: 12
+# Eight holds: a hold that begins after a step's shards left drops only aggregated
+# shards, which are asked for again anyway (CI, once); one that catches the shards
+# themselves needs the repair.
 faults:
   - {at_s: 1, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 3, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 5, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 7, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 9, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 11, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 13, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
+  - {at_s: 15, op: {op: hold_bulk, nodes: [n1, n3], to: [n4]}, heal_after_s: 0.4}
 """
 
 
