@@ -17,7 +17,24 @@ cd "$ROOT"
 TOXIPROXY_VERSION="v2.12.0" # newest release the Go module proxy serves that builds with Go 1.26
 SWARMSHAKE_CACHE="${SWARMSHAKE_CACHE:-$HOME/.cache/swarmshake}"
 WHEELHOUSE="$SWARMSHAKE_CACHE/wheelhouse"
-PYTHON="${PYTHON:-python3}"
+# The interpreter of the venv.  Debian's /usr/bin/python3.11 first: it is built with
+# profile-guided optimisation and LTO and links libpython statically, where pyenv's
+# default build (what `python3` finds first on the CI machine) has neither and calls
+# through the shared library.  The simulator, the checkers and most tests are
+# pure-Python loops: the same simulation runs ~15 % faster on Debian's build
+# (BENCHMARKS.md, "Session 27").  PYTHON=... overrides; `python3` is the fallback.
+pick_python() {
+  local candidate
+  for candidate in /usr/bin/python3.11 python3; do
+    if command -v "$candidate" >/dev/null \
+      && "$candidate" -c 'import ensurepip, sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo python3
+}
+PYTHON="${PYTHON:-$(pick_python)}"
 DOCKERD_LOG_DIR=/var/log/swarmshake
 DOCKERD_WAIT_S=60 # dockerd answers within a few seconds; a minute means it will not
 
@@ -58,14 +75,22 @@ step_disk() {
 step_venv() {
   local stamp=.venv/.swarmshake-installed
   local want
-  want="$(inputs_hash pyproject.toml setup.py constraints.txt)"
+  local interpreter='import sys; print(sys.base_prefix, sys.version.split()[0])'
+  want="$(inputs_hash pyproject.toml setup.py constraints.txt) $("$PYTHON" -c "$interpreter" 2>/dev/null)"
   if [[ -f $stamp && "$(cat "$stamp")" == "$want" ]] && .venv/bin/python -c "import swarmshake" 2>/dev/null; then
     say "venv: up to date"
     return
   fi
   "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' \
     || die "Python >= 3.11 is required (found $("$PYTHON" --version 2>&1)); set PYTHON=python3.11"
+  if [[ -x .venv/bin/python && "$(.venv/bin/python -c "$interpreter" 2>/dev/null)" != "$("$PYTHON" -c "$interpreter")" ]]; then
+    # A venv of another interpreter (an earlier set-up's pick): packages with C
+    # extensions are built for the interpreter they were installed with.
+    say "venv: made with another interpreter; making it again with $PYTHON"
+    rm -rf .venv
+  fi
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+  say "venv: $("$PYTHON" -c "$interpreter")"
   step_wheelhouse
   say "venv: installing pinned dependencies offline from $WHEELHOUSE"
   .venv/bin/pip install -q --no-index --find-links "$WHEELHOUSE" -r constraints.txt
@@ -83,7 +108,9 @@ step_wheelhouse() {
   say "wheelhouse: fetching pinned wheels into $WHEELHOUSE (first time: a few GB, minutes)"
   # pip wheel keeps wheels that are already there and builds the few sdists
   # (toxiproxy-python, future) into wheels, so the node image installs offline.
-  "$PYTHON" -m pip wheel -q --no-deps -w "$WHEELHOUSE" -r constraints.txt setuptools wheel
+  local pip_python="$PYTHON"
+  [[ -x .venv/bin/python ]] && pip_python=.venv/bin/python # has pip; a system Python may not
+  "$pip_python" -m pip wheel -q --no-deps -w "$WHEELHOUSE" -r constraints.txt setuptools wheel
   touch "$stamp"
 }
 

@@ -158,6 +158,10 @@ class NodeDisk:
     # fetched from no one and commits stopped).  Kept for the node core's
     # ``aggregates_kept_steps`` below the applied step.
     aggregates: dict[tuple[int, str], tuple[str, ...]] = field(default_factory=dict)
+    # The value each kept record accepted (step -> aggregate fp), kept with the records
+    # as the runtime's aggregate store keeps ``accepted``: node_core's
+    # aggregates_to_keep reads it after every apply.
+    accepted: dict[int, str] = field(default_factory=dict)
     # The highest step whose acceptor record was pruned (node_core.prune_records),
     # written before the records go: this node never votes at or below it again.
     floor: int = -1
@@ -397,16 +401,14 @@ class NodeApp:
             return  # a gradient of a step this node has left: never sent
         # To every other member, as the runtime's worker does: whoever ends up
         # proposing holds the gradients, and every acceptor can rebuild the aggregate.
-        # (The most frequent event and message of a run: sim.log and sim.send are
-        # called directly, and the peers share one read-only message.)
-        sim, proc, name = self.sim, self.proc, self.name
+        # (The most frequent event and message of a run: the engine logs and sends
+        # them in one loop, and the peers share one read-only message.)
+        name = self.name
+        peers = [peer for peer in commit.members if peer != name]
         nbytes = self.settings.aggregate_nbytes
-        contribution = Contribution(step, name)
-        for peer in commit.members:
-            if peer == name:
-                continue
-            sim.log(AggSend, proc, t, step=step, to=peer, nbytes=nbytes)
-            sim.send(proc, t, peer, contribution, nbytes=nbytes, channel="bulk")
+        self.sim.send_each_logged(
+            self.proc, t, peers, Contribution(step, name), nbytes, AggSend, step
+        )
         self._lead(t, nc.OwnContribution(step=step))
 
     def _propose(self, t: float, action: nc.BuildProposal) -> None:
@@ -533,10 +535,15 @@ class NodeApp:
     def _persist(self, record: AcceptorRecord) -> None:
         disk = self.disk
         disk.records[record.step] = record
+        if record.accepted_value is not None:
+            disk.accepted[record.step] = record.accepted_value.agg_fp
+        else:
+            disk.accepted.pop(record.step, None)
         pruning = nc.prune_records(disk.records, disk.floor, config=self.config, bugs=self.bugs)
         disk.floor = pruning.floor  # durable before the records go
         for step in pruning.steps:
             del disk.records[step]
+            disk.accepted.pop(step, None)
 
     def _hold(self, step: int, value_fp: str, contributors: tuple[str, ...]) -> None:
         """This node now holds the aggregate's bytes: durably, as the runtime's worker
@@ -550,12 +557,7 @@ class NodeApp:
         runtime's worker does after an apply.  An installed state prunes the disk only,
         as the worker's ``install_staged``: the bytes it holds in memory stay until its
         next apply (a checkpoint fallback below them may still re-propose them)."""
-        accepted = {
-            step: record.accepted_value.agg_fp
-            for step, record in self.disk.records.items()
-            if record.accepted_value is not None
-        }
-        kept = nc.aggregates_to_keep(accepted, applied_step, config=self.config)
+        kept = nc.aggregates_to_keep(self.disk.accepted, applied_step, config=self.config)
         pinned = set(kept.pinned)
         aggregates = self.disk.aggregates
         for key in [k for k in aggregates if k[0] < kept.from_step and k not in pinned]:

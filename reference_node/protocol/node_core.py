@@ -55,6 +55,7 @@ of this module; the drivers only move bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -70,6 +71,7 @@ from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import LocalProtocolError
 from swarmshake.reference_node.protocol.messages import ConfigChangeRequest, StateOffer, StepValue
 from swarmshake.reference_node.protocol.structs import (
+    VALID_NAMES,
     Clock,
     CoreAction,
     CoreEvent,
@@ -278,8 +280,13 @@ class ContributionArrived(CoreEvent, frozen=True, kw_only=True):
     sender: str
 
     def __post_init__(self) -> None:
-        check_count(self.step, "ContributionArrived.step")
-        check_name(self.sender, "ContributionArrived.sender")
+        # The most frequent event (one per peer per step): the checks' common cases
+        # without their calls (2 % of a simulated run), the calls for the rest.
+        step, sender = self.step, self.sender
+        if type(step) is not int or step < 0:
+            check_count(step, "ContributionArrived.step")
+        if type(sender) is not str or sender not in VALID_NAMES:
+            check_name(sender, "ContributionArrived.sender")
 
 
 class ViewChanged(CoreEvent, frozen=True, kw_only=True):
@@ -409,7 +416,9 @@ class StepLeader:
     # -- public API -------------------------------------------------------------------------
 
     def handle(self, event: LeaderEvent, now: float) -> list[LeaderAction]:
-        self._clock.check(now)
+        clock = self._clock
+        if type(now) is not float or not -math.inf < now < math.inf or now < clock.last:
+            clock.check(now)  # raises; the common case (a finite float, in order) needs no call
         handler = _LEADER_HANDLERS.get(type(event))
         if handler is None:
             raise LocalProtocolError(f"StepLeader cannot handle {type(event).__name__}")
@@ -905,8 +914,13 @@ def peer_ahead(
     claim of a later step is either stale or (it was added back) shown by the
     members that added it too.  (Issue 12, session 17: the runtime checked after a
     removed peer's refused message and rejoined from it, the simulator did not.)"""
+    threshold = own_step + gap_steps
+    # Called after every commit-core event of both shells and nearly always None:
+    # no peer's step reaches the threshold, and then the view need not be looked at.
+    if not peer_steps or max(peer_steps.values()) < threshold:
+        return None
     alive_set = set(alive).intersection(members)
-    ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= own_step + gap_steps]
+    ahead = [(s, p) for p, s in peer_steps.items() if p in alive_set and s >= threshold]
     return max(ahead)[1] if ahead else None
 
 

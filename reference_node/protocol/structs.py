@@ -19,9 +19,10 @@ from swarmshake.reference_node.protocol.messages import MAX_NODE_NAME_CHARS, NOD
 
 _NAME = re.compile(NODE_NAME_PATTERN)
 # Names that passed ``check_name``: a run checks the same few names millions of times
-# (a regex each was a tenth of a simulated run).  Exact ``str`` only, bounded.
-_VALID_NAMES: set[str] = set()
-_VALID_NAMES_MAX = 8192  # > MAX_CLUSTER_NODES names plus the harness's; past it, no caching
+# (a regex each was a tenth of a simulated run).  Exact ``str`` only, bounded; a hot
+# event may test membership itself before calling ``check_name``.
+VALID_NAMES: set[str] = set()
+VALID_NAMES_MAX = 8192  # > MAX_CLUSTER_NODES names plus the harness's; past it, no caching
 _NUMBER = (int, float)
 _FINITE_LOW, _FINITE_HIGH = -math.inf, math.inf
 
@@ -35,7 +36,7 @@ class CoreAction(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_name(value: object, what: str) -> None:
-    if type(value) is str and value in _VALID_NAMES:
+    if type(value) is str and value in VALID_NAMES:
         return
     if (
         not isinstance(value, str)
@@ -46,8 +47,8 @@ def check_name(value: object, what: str) -> None:
             f"{what} must be a node name of 1..{MAX_NODE_NAME_CHARS} chars matching "
             f"{NODE_NAME_PATTERN}, got {value!r}"
         )
-    if type(value) is str and len(_VALID_NAMES) < _VALID_NAMES_MAX:
-        _VALID_NAMES.add(value)
+    if type(value) is str and len(VALID_NAMES) < VALID_NAMES_MAX:
+        VALID_NAMES.add(value)
 
 
 def check_names(values: object, what: str) -> None:

@@ -603,6 +603,20 @@ class SimNode:
     def send(self, proc: Any, t: float, to: str, message: Any, **kwargs: Any) -> None:
         self.sent.append((to, message))
 
+    def send_each_logged(
+        self,
+        proc: Any,
+        t: float,
+        peers: list[str],
+        message: Any,
+        nbytes: int,
+        log_cls: type,
+        step: int,
+    ) -> None:
+        for peer in peers:  # the engine's loop, by its definition: a log, then a send, each
+            self.log(log_cls, proc, t, step=step, to=peer, nbytes=nbytes)
+            self.send(proc, t, peer, message, nbytes=nbytes, channel="bulk")
+
     def timer(self, proc: Any, t: float, payload: tuple) -> None:
         heapq.heappush(self.timers, (t, next(self._order), payload))
 

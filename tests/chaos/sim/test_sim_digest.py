@@ -44,11 +44,14 @@ from swarmshake.reference_node.protocol.history import (
 # purpose again (session 12): a node that learns a peer's first process while holding
 # it alive no longer re-gossips it (detector.py, ``FIRST_PROCESS``), so start-up sends
 # fewer gossip messages and the control links' delays are drawn in another order
-# (seed 1: 81 agg_send events more); the same commits.
+# (seed 1: 81 agg_send events more); the same commits.  Re-pinned (session 27) with
+# the same histories: the recorder's digest became SHA-256 (first 128 bits) instead of
+# blake2b-128, for speed; the blake2b-128 of these runs' lines is still session 12's
+# 2e2bc836..., af338759... and 7359e636... (checked when the algorithm changed).
 PINNED = {
-    (10, 1, 120.0): ("2e2bc836b9924faf194078817275d1a6", 11979, 1060),
-    (10, 2, 120.0): ("af33875958a9ecc20114e2e728083ea4", 11988, 1060),
-    (64, 1, 15.0): ("7359e63603b0c812b7bab1ffa8568e22", 54351, 832),
+    (10, 1, 120.0): ("1a9ddceb534183aec5d5ac97c78656c8", 11979, 1060),
+    (10, 2, 120.0): ("b7dce0877cc5f9f668b9da31056d4faf", 11988, 1060),
+    (64, 1, 15.0): ("119eb5ec2a3355386dd56e532f65820c", 54351, 832),
 }
 
 # Event-triggered faults: a crash fired by the third agg_send of a step (in the middle
