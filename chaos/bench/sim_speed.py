@@ -16,6 +16,7 @@ single-threaded: run this on a quiet machine, the figures move with the load.
 from __future__ import annotations
 
 import json
+import platform
 import sys
 
 from swarmshake.chaos import faults
@@ -47,6 +48,10 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     duration_s = 60.0 if args.quick else 600.0
+    # The figures move with the interpreter's build as much as with the code (Debian's
+    # PGO build runs the simulator ~14 % faster than pyenv's default one): say which.
+    python = f"{platform.python_implementation()} {platform.python_version()} ({sys.base_prefix})"
+    print(f"bench sim: {python}", file=sys.stderr)
     rows = []
     for label, knobs, schedule, goal in FIGURES:
         result = run_simulation(SimConfig(duration_s=duration_s, **knobs), schedule).result
@@ -69,5 +74,5 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
     if args.json:
-        sys.stdout.write(json.dumps({"figures": rows}) + "\n")
+        sys.stdout.write(json.dumps({"python": python, "figures": rows}) + "\n")
     return 0
