@@ -452,7 +452,8 @@ class NodeApp:
             actions = self.commit.handle(event, self.proc.clock.local(t))
         except RemoteProtocolError as error:
             sender = getattr(getattr(event, "message", None), "sender", "")
-            self._log(FrameDrop, t, peer=sender or "?", reason=error.reason)
+            reason = nc.refusal_reason("commit", error.reason)
+            self._log(FrameDrop, t, peer=sender or "?", reason=reason)
             self.refused(t, sender, error.reason)
             # Its step counts all the same (the runtime checks on every wake).
             self._rejoin_if_behind(t)
@@ -928,7 +929,8 @@ class NodeApp:
         try:
             actions = self.rejoin.handle(event, self._local(t))
         except RemoteProtocolError as error:
-            self._log(FrameDrop, t, peer=getattr(event, "source", "?"), reason=error.reason)
+            reason = nc.refusal_reason("rejoin", error.reason)
+            self._log(FrameDrop, t, peer=getattr(event, "source", "?"), reason=reason)
             return
         for action in actions:
             self._history(t, action)

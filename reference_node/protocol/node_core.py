@@ -1718,6 +1718,14 @@ class Checkpointing:
 # --- history: one mapping from core actions to events --------------------------------------
 
 
+def refusal_reason(core: str, reason: str) -> str:
+    """The ``frame_drop`` reason logged when the ``core`` core ("commit" or "rejoin")
+    refuses a peer's message with ``RemoteProtocolError.reason``: named after the core,
+    as the runtime's frame layer names its own (``rejected_...``, ``message_...``), so
+    one history reads the same from either shell (the simulator logged the bare reason)."""
+    return f"{core}_{reason}"
+
+
 def history_of(action: object, *, node: str, step: int = -1) -> tuple[type, dict[str, Any]] | None:
     """The history event logged for a core's action, as (event class, fields), or None
     for an action that is not logged.  ``step`` is the node's current step (logged

@@ -437,7 +437,7 @@ class StepDriver:
             actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         except RemoteProtocolError as error:
             sender = getattr(getattr(event, "message", None), "sender", "")
-            self.node.drops.drop(f"commit_{error.reason}", sender)
+            self.node.drops.drop(nc.refusal_reason("commit", error.reason), sender)
             self.node.refused(sender, error.reason)
             return
         self.perform(actions)
@@ -709,7 +709,9 @@ class StepDriver:
         try:
             actions = self.rejoin.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         except RemoteProtocolError as error:
-            self.node.drops.drop(f"rejoin_{error.reason}", getattr(event, "source", ""))
+            self.node.drops.drop(
+                nc.refusal_reason("rejoin", error.reason), getattr(event, "source", "")
+            )
             return
         for action in actions:
             self._history(action)  # logged before the action it describes

@@ -94,6 +94,10 @@ def _offer(
 IGNORED_KINDS = {
     "rejoin_begin", "rejoin_done", "agg_send", "frame_drop", "checkpoint_write", "checkpoint_fail"
 }  # fmt: skip
+# frame_drop is compared apart (``refusals``): the runtime's frame layer also drops
+# frames the simulator never builds (bad MACs, cut frames); the commit and rejoin
+# cores' refusals of a peer's message are the node's own and named the same.
+REFUSING_CORES = (nc.refusal_reason("commit", ""), nc.refusal_reason("rejoin", ""))
 # Incarnations are compared: both shells count them with node_core.next_incarnation.
 STAMPS = {"t_wall", "t_mono", "lamport", "epoch", "node"}
 
@@ -187,7 +191,8 @@ class RuntimeNode:
             core=SimpleNamespace(alive_view=lambda: self.alive),
             stranger_heard=self.strangers_heard.append,
         )
-        self.drops = SimpleNamespace(drop=lambda reason, peer: None)
+        self.dropped: list[tuple[str, str]] = []  # (reason, peer), as the frame layer counts
+        self.drops = SimpleNamespace(drop=lambda reason, peer: self.dropped.append((reason, peer)))
         self.removal_answers = nc.RemovalAnswers(self.config.step.node)  # as ControlProcess
         self.worker_ready = ipc.WorkerReady(
             step=ready_step,
@@ -504,6 +509,10 @@ class RuntimeNode:
         events = history.read_events(self.events._writer.path).events  # noqa: SLF001
         return [e for e in map(_normal_event, events) if e is not None]
 
+    def refusals(self) -> list[tuple[str, str]]:
+        """The peers' messages a core refused, as (drop reason, peer)."""
+        return [(r, p) for r, p in self.dropped if r.startswith(REFUSING_CORES)]
+
     def step(self) -> int:
         # A joiner runs no step, nor does a node fetching the state: its commit core is
         # a placeholder (the simulator's shell builds none until the node is added or
@@ -735,6 +744,14 @@ class SimNode:
 
     def history(self) -> list[tuple]:
         return [e for e in map(_normal_event, self.logged) if e is not None]
+
+    def refusals(self) -> list[tuple[str, str]]:
+        """The peers' messages a core refused, as (frame_drop reason, peer)."""
+        return [
+            (e.reason, e.peer)
+            for e in self.logged
+            if isinstance(e, history.FrameDrop) and e.reason.startswith(REFUSING_CORES)
+        ]
 
     @property
     def checkpoints(self) -> list[int]:
@@ -1060,6 +1077,7 @@ async def _run(
         assert runtime.step() == sim.step(), where
         assert runtime.commit_sends() == sim.commit_sends(), where
         assert runtime.history() == sim.history(), where
+        assert runtime.refusals() == sim.refusals(), where
         assert runtime.checkpoints == sim.checkpoints, where
         assert runtime.checkpoint_failures == sim.checkpoint_failures, where
         assert runtime.writes_failed() == sim.writes_failed(), where
