@@ -10,6 +10,7 @@ maximum instead (stricter), and the table says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -116,6 +117,18 @@ def matrix_rows(document: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def unsafe_trials(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every trial whose history broke a safety property (chaos/bench/judged.py: left
+    out of the figures), with its cell."""
+    found = []
+    for fault, pooled in document.get("results", {}).items():
+        for cell in pooled.get("cells", []):
+            cell_key = f"{fault}/{cell.get('backend', '?')}/{cell.get('nodes', '?')}"
+            for entry in cell.get("unsafe", []):
+                found.append({"cell": cell_key, **entry})
+    return found
+
+
 def render_bench_markdown(document: dict[str, Any]) -> str:
     lines = [
         "## Recovery benchmark",
@@ -153,6 +166,16 @@ def render_bench_markdown(document: dict[str, Any]) -> str:
         lines += [
             "",
             f"{len(errors)} trial(s) failed; first: `{errors[0]['cell']}`: {errors[0]['error']}",
+        ]
+    unsafe = unsafe_trials(document)
+    if unsafe:
+        lines += [
+            "",
+            f"**{len(unsafe)} trial(s) broke a safety property** (left out of the figures):",
+        ]
+        lines += [
+            f"- `{u['cell']}` `{Path(u['run_dir']).name}`: {', '.join(u['violated'])}: {u['message']}"
+            for u in unsafe
         ]
     return "\n".join(lines) + "\n"
 
@@ -210,6 +233,7 @@ def render_bench_html(document: dict[str, Any]) -> str:
         fmt=_fmt,
         ranges_svg=ranges_svg(results) if results else "",
         errors=document.get("errors", []),
+        unsafe=unsafe_trials(document),
     )
 
 
@@ -265,6 +289,19 @@ def render_bench_junit(document: dict[str, Any]) -> bytes:
             failures += 1
     for fault, pooled in document.get("results", {}).items():
         for cell in pooled.get("cells", []):
+            if cell.get("unsafe_trials"):
+                name = f"{fault}/{cell['backend']}/{cell['nodes']} safety"
+                case = ET.SubElement(
+                    suite, "testcase", classname="swarmshake.bench.recovery", name=name, time="0"
+                )
+                broken = sorted({p for u in cell.get("unsafe", []) for p in u["violated"]})
+                ET.SubElement(
+                    case,
+                    "failure",
+                    type="unsafe",
+                    message=f"{cell['unsafe_trials']} trial(s) broke {', '.join(broken)}",
+                )
+                failures += 1
             if cell.get("failed_trials"):
                 name = f"{fault}/{cell['backend']}/{cell['nodes']} trials"
                 case = ET.SubElement(

@@ -46,6 +46,7 @@ from typing import Any
 import msgspec
 
 from swarmshake.chaos.bench.cpu_usage import CpuSampler
+from swarmshake.chaos.bench.judged import judge_run
 from swarmshake.chaos.commands._args import (
     EXIT_UNKNOWN,
     EXIT_VALID,
@@ -339,6 +340,13 @@ def swarmshake_steady_rate(
         # A rate from a run that never reached steady state (a node killed for memory
         # at 100M, the others training on) is not the cluster's: say why instead.
         raise RuntimeError(f"the run never reached steady state: {aborted}")
+    verdict = judge_run(result.run_dir)
+    if verdict.unsafe():
+        # A rate of a run whose nodes committed different values, or split, is not a
+        # training rate (chaos/bench/judged.py): say what broke instead.
+        raise RuntimeError(
+            f"the run broke {', '.join(verdict.unsafe())}: {verdict.message} ({result.run_dir})"
+        )
     lost = nodes_lost(history)
     if lost:
         # The survivors' rate is not the cluster's (a node can die after steady state
@@ -365,7 +373,9 @@ def swarmshake_steady_rate(
         # cost the cluster a removal or a rejoin, so the rate says how many it paid.
         "declarations": sum(isinstance(event, DeclareDead) for event in history.events),
         "run_dir": str(result.run_dir),
-        "status": result.status,
+        # The history as `swarmshake verify` judges it (chaos/bench/judged.py).
+        "status": verdict.status,
+        "violated": list(verdict.violated),
     }
 
 

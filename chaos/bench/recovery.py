@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from swarmshake.chaos.bench.judged import TrialVerdict, UnjudgedRun, judge_run
 from swarmshake.chaos.bench.matrix import (
     DEFAULT_SETUP,
     FAULT_TYPES,
@@ -66,6 +67,11 @@ class CellResult:
     skipped: str = ""  # why the cell was not run (the backend cannot inject its fault)
     # The run's commit rate before its first fault (steps/s), per measured trial.
     steady_rates: list[float | None] = field(default_factory=list)
+    # Each measured trial's verdict, in the order of ``faults``: (status, violated).
+    verdicts: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    # Trials whose history broke a safety property (judged.FIGURES_VOID): run, not
+    # measured; each with its run, the properties and their findings.
+    unsafe: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         detection = [f.detection_s for f in self.faults if f.detection_s is not None]
@@ -84,6 +90,14 @@ class CellResult:
             "nodes": self.cell.nodes,
             "trials": self.trials,
             "failed_trials": self.failed_trials,
+            "unsafe_trials": len(self.unsafe),
+            "unsafe": list(self.unsafe),
+            # The measured trials' verdicts: an invalid one broke a bound the figures
+            # measure (L1-L3) or declared a live node dead (S4), and is in them.
+            "verdicts": {
+                status: sum(1 for s, _ in self.verdicts if s == status)
+                for status in ("valid", "invalid", "unknown")
+            },
             "detection_ms": summarize_ms(detection, self.trials),
             "recovery_ms": summarize_ms(recovery, self.trials),
             "rejoin_ms": summarize_ms(rejoin, self.trials),
@@ -111,6 +125,8 @@ class CellResult:
             "rejoin_from_restart_s": fault.rejoin_from_restart_s,
             "throughput_kept": fault.throughput_kept,
             "steady_steps_per_s": rates[position] if position < len(rates) else None,
+            "verdict": self.verdicts[position][0] if position < len(self.verdicts) else None,
+            "violated": list(self.verdicts[position][1]) if position < len(self.verdicts) else [],
             "why": dict(fault.why),
         }
 
@@ -121,6 +137,8 @@ def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
     for result in cells:
         merged.trials += result.trials
         merged.failed_trials += result.failed_trials
+        merged.unsafe += result.unsafe
+        merged.verdicts += result.verdicts
         merged.faults += result.faults
         merged.false_positives += result.false_positives
         merged.loop_stalls += result.loop_stalls
@@ -135,6 +153,8 @@ def pooled(cells: Sequence[CellResult]) -> dict[str, Any]:
         "loop_stalls": summary["loop_stalls"],
         "trials": summary["trials"],
         "failed_trials": summary["failed_trials"],
+        "unsafe_trials": summary["unsafe_trials"],
+        "verdicts": summary["verdicts"],
         "cells": [c.summary() for c in cells],
     }
 
@@ -143,9 +163,26 @@ class TrialNotRun(RuntimeError):
     """The run ended before its fault was injected (no steady state, an abort)."""
 
 
-def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int, float | None]:
-    """The trial's fault (its first inject), the run's false positives, loop stalls and
-    steady commit rate (steps/s before the fault)."""
+class UnsafeTrial(RuntimeError):
+    """The trial's history broke a safety property: its figures are not a recovery's."""
+
+    def __init__(self, run_dir: Path, verdict: TrialVerdict):
+        super().__init__(
+            f"{run_dir.name}: unsafe ({', '.join(verdict.unsafe())}): {verdict.message}"
+        )
+        self.run_dir = run_dir
+        self.verdict = verdict
+
+
+def measure_trial(
+    run_dir: Path,
+) -> tuple[FaultMeasurement, int, int, float | None, TrialVerdict]:
+    """The trial's fault (its first inject), the run's false positives, loop stalls,
+    steady commit rate (steps/s before the fault) and verdict; :class:`UnsafeTrial`
+    when its history breaks a safety property (chaos/bench/judged.py says why)."""
+    verdict = judge_run(run_dir)
+    if verdict.unsafe():
+        raise UnsafeTrial(run_dir, verdict)
     history = History.load(run_dir)
     measurement = measure_run(history)
     if not measurement.faults:
@@ -164,6 +201,7 @@ def measure_trial(run_dir: Path) -> tuple[FaultMeasurement, int, int, float | No
         measurement.false_positives,
         len(loop_stalls(history)),
         measurement.steady_commits_per_s,
+        verdict,
     )
 
 
@@ -209,10 +247,20 @@ def run_matrix(
             started = time.monotonic()
             try:
                 run_dir = runner(scenario, cell.backend, out / "runs")
-                fault, false_positives, stalls, steady_rate = measure_trial(run_dir)
+                fault, false_positives, stalls, steady_rate, verdict = measure_trial(run_dir)
             except BackendUnavailable:
                 raise
-            except (OSError, HistoryError, RuntimeError, ValueError) as error:
+            except UnsafeTrial as unsafe:
+                result.unsafe.append(
+                    {
+                        "run_dir": str(unsafe.run_dir),
+                        "violated": list(unsafe.verdict.unsafe()),
+                        "message": unsafe.verdict.message,
+                    }
+                )
+                progress(f"{cell.key} trial {trial}: UNSAFE, not measured: {unsafe}")
+                continue
+            except (OSError, HistoryError, RuntimeError, ValueError, UnjudgedRun) as error:
                 result.failed_trials += 1
                 if len(errors) < MAX_RECORDED_ERRORS:
                     errors.append(
@@ -230,9 +278,12 @@ def run_matrix(
             result.loop_stalls += stalls
             result.faults.append(fault)
             result.steady_rates.append(steady_rate)
+            result.verdicts.append((verdict.status, verdict.violated))
             progress(
                 f"{cell.key} trial {trial}: detection {_ms(fault.detection_s)} "
                 f"recovery {_ms(fault.recovery_s)} rejoin {_ms(fault.rejoin_s)} "
+                f"history {verdict.status}"
+                f"{' (' + ', '.join(verdict.violated) + ')' if verdict.violated else ''} "
                 f"({time.monotonic() - started:.1f}s)"
             )
         results.append(result)

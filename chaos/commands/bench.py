@@ -54,6 +54,7 @@ import sys
 from pathlib import Path
 
 from swarmshake.chaos.commands._args import (
+    EXIT_INVALID,
     EXIT_UNKNOWN,
     EXIT_VALID,
     ArgumentParser,
@@ -350,6 +351,18 @@ def _recovery_main(argv: list[str]) -> int:
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(document["results"], indent=2) + "\n")
+    unsafe = [entry for r in results for entry in r.unsafe]
+    if unsafe:
+        # A trial that broke a safety property is a finding, not a slow recovery: say
+        # so, and exit as `swarmshake run` does for an invalid run (its figures are
+        # left out, chaos/bench/judged.py).
+        for entry in unsafe:
+            print(
+                f"swarmshake bench recovery: UNSAFE trial {entry['run_dir']}: "
+                f"{', '.join(entry['violated'])}: {entry['message']}",
+                file=sys.stderr,
+            )
+        return EXIT_INVALID
     measured = sum(r.trials for r in results)
     return EXIT_VALID if measured else EXIT_UNKNOWN
 

@@ -44,8 +44,9 @@ def load_bounds(path: Path) -> Bounds:
         ) from None
 
 
-def verify_run_dir(run_dir: Path, bounds: Bounds | None = None) -> Verdict:
-    """Check ``run_dir`` and write its ``verdict.json``; ``UsageError`` on bad input."""
+def verify_run_dir(run_dir: Path, bounds: Bounds | None = None, *, write: bool = True) -> Verdict:
+    """Check ``run_dir`` and (``write``) write its ``verdict.json``; ``UsageError`` on
+    bad input."""
     if bounds is None:
         bounds_file = run_dir / "bounds.json"
         bounds = load_bounds(bounds_file) if bounds_file.is_file() else Bounds()
@@ -58,7 +59,8 @@ def verify_run_dir(run_dir: Path, bounds: Bounds | None = None) -> Verdict:
             f"{error} (fix or remove the line; only a torn last line is skipped)"
         ) from None
     verdict = check_history(history, bounds, RunSystem.of(run_dir))
-    (run_dir / "verdict.json").write_bytes(verdict.to_json())
+    if write:
+        (run_dir / "verdict.json").write_bytes(verdict.to_json())
     return verdict
 
 

@@ -164,3 +164,95 @@ def test_cli_rejects_bad_usage() -> None:
         bench_command.main(["recovery", "--sizes", "0"])
     with pytest.raises(UsageError, match="unknown benchmark"):
         bench_command.main(["warp"])
+
+
+def test_a_trial_that_breaks_a_safety_property_is_reported_not_measured(
+    tmp_path: Path, histories, monkeypatch, capsys
+) -> None:
+    """A recovery time of a run whose committed values diverged (S1) is not a
+    recovery: the trial is listed as unsafe, left out of the figures, and the command
+    exits 1 (chaos/bench/judged.py)."""
+    played = _played_trial(histories, {0: 0.2, 1: 0.9, 2: 0.3})
+
+    def diverging_second(scenario, backend: str, out: Path) -> Path:
+        run_dir = played(scenario, backend, out)
+        if scenario.name.endswith("-t1"):
+            entry = scenario.faults[0]
+            plan = histories.Plan(
+                nodes=scenario.cluster.nodes,
+                duration_s=8.0,
+                detection_s=0.9,
+                faults=[histories.PlannedFault(entry.op.name, entry.op.nodes[0], entry.at_s)],
+                diverge_step=20,
+            )
+            run_dir = histories.write_run(out / scenario.name, plan)
+        return run_dir
+
+    cells = recovery.cells_for(["crash"], [4], ["local"])
+    results, errors = recovery.run_matrix(
+        cells, 3, tmp_path, timing=matrix.QUICK_TIMING, runner=diverging_second,
+        progress=lambda _: None,
+    )  # fmt: skip
+    assert errors == []
+    summary = results[0].summary()
+    assert summary["trials"] == 2 and summary["unsafe_trials"] == 1
+    assert summary["unsafe"][0]["violated"] == ["S1"]
+    assert summary["unsafe"][0]["run_dir"].endswith("-t1")
+    # The diverging trial's 900 ms detection is in no figure.
+    assert summary["detection_ms"]["max"] == 300.0
+    assert summary["verdicts"] == {"valid": 2, "invalid": 0, "unknown": 0}
+    assert [t["verdict"] for t in summary["per_trial"]] == ["valid", "valid"]
+
+    real_matrix = recovery.run_matrix
+
+    def matrix_with(cells, trials, out, **kwargs):
+        return real_matrix(
+            cells, trials, out, **kwargs, runner=diverging_second, progress=lambda _: None
+        )
+
+    monkeypatch.setattr(recovery, "run_matrix", matrix_with)
+    code = bench_command.main(
+        ["recovery", "--backend", "local", "--faults", "crash", "--sizes", "4",
+         "--trials", "3", "--out", str(tmp_path / "cli")]
+    )  # fmt: skip
+    assert code == 1
+    assert "UNSAFE trial" in capsys.readouterr().err
+    document = json.loads((tmp_path / "cli" / "bench.json").read_text())
+    assert document["results"]["crash"]["unsafe_trials"] == 1
+    # Every format says so: the summary, the page and a failing JUnit case.
+    assert "1 trial(s) broke a safety property" in (tmp_path / "cli" / "summary.md").read_text()
+    page = lxml_html.fromstring((tmp_path / "cli" / "report.html").read_text())
+    assert page.xpath('//table[@id="unsafe"]/tbody/tr/td[3]')[0].text == "S1"
+    junit = etree.parse(str(tmp_path / "cli" / "junit.xml")).getroot().find("testsuite")
+    failing = [c.get("name") for c in junit.findall("testcase") if c.find("failure") is not None]
+    assert "crash/local/4 safety" in failing
+
+
+def test_a_trial_past_a_bound_it_measures_keeps_its_figures_and_its_verdict(
+    tmp_path: Path, histories
+) -> None:
+    """S4 (a live node declared dead) and L1-L3 are what the bench measures: such a
+    trial stays in the figures, its verdict beside them (leaving it out would make the
+    figures look better than the system)."""
+
+    def false_positive_first(scenario, backend: str, out: Path) -> Path:
+        entry = scenario.faults[0]
+        plan = histories.Plan(
+            nodes=scenario.cluster.nodes,
+            duration_s=8.0,
+            detection_s=0.25,
+            faults=[histories.PlannedFault(entry.op.name, entry.op.nodes[0], entry.at_s)],
+            false_positive_at_s=1.0 if scenario.name.endswith("-t0") else None,
+        )
+        return histories.write_run(out / scenario.name, plan)
+
+    cells = recovery.cells_for(["crash"], [4], ["local"])
+    results, _ = recovery.run_matrix(
+        cells, 2, tmp_path, timing=matrix.QUICK_TIMING, runner=false_positive_first,
+        progress=lambda _: None,
+    )  # fmt: skip
+    summary = results[0].summary()
+    assert summary["trials"] == 2 and summary["unsafe_trials"] == 0
+    assert summary["verdicts"]["invalid"] == 1
+    assert summary["per_trial"][0]["violated"] == ["S4"]
+    assert summary["false_positives"] >= 1

@@ -251,7 +251,7 @@ def _events(run_dir: Path) -> list[dict]:
 
 
 def test_a_torchft_history_is_measured_from_its_membership_and_commits() -> None:
-    fault, _, _, _ = recovery.measure_trial(TORCHFT_RUN)
+    fault, _, _, _, _ = recovery.measure_trial(TORCHFT_RUN)
     assert fault.victims == ("n2",)
     assert fault.detection_s == pytest.approx(5.066729223000948)
     assert fault.recovery_s == pytest.approx(5.055800644000556)
@@ -275,7 +275,7 @@ def test_a_torchft_history_is_measured_from_its_membership_and_commits() -> None
 
 
 def test_a_torchelastic_group_that_never_left_the_victim_out_has_no_detection() -> None:
-    fault, _, _, _ = recovery.measure_trial(TORCHELASTIC_RUN)
+    fault, _, _, _, _ = recovery.measure_trial(TORCHELASTIC_RUN)
     assert fault.detection_s is None
     assert fault.why["detection"] == (
         "no observer's group left the victim out while the fault lasted"
