@@ -24,6 +24,7 @@ import msgspec
 from swarmshake.chaos.commands._args import UsageError
 from swarmshake.chaos.commands.verify import verify_run_dir
 from swarmshake.chaos.runner import verdict_message
+from swarmshake.reference_node.protocol.history import History
 from swarmshake.reports.rundir import read_verdict
 
 # Agreement, durability, no split brain, exactly once, bounded divergence: what makes
@@ -46,14 +47,19 @@ class UnjudgedRun(RuntimeError):
     """The run directory's history could not be read or checked (the message says why)."""
 
 
-def judge_run(run_dir: Path) -> TrialVerdict:
+def judge_run(run_dir: Path, history: History) -> TrialVerdict:
     """The verdict of ``run_dir``: its ``verdict.json`` when the run wrote one (the
-    simulator always does; a harness run with verification on), else checked now with
-    the run's own bounds (``bounds.json``) and its system's checkers.  Writes nothing:
-    a run directory may be someone's record (a test's recorded history)."""
+    simulator always does; a harness run with verification on), else ``history`` (the
+    run's, read by the caller, which measures from it too) checked now with the run's
+    own bounds (``bounds.json``) and its system's checkers.  Writes nothing: a run
+    directory may be someone's record (a test's recorded history)."""
     path = run_dir / "verdict.json"
     try:
-        verdict = read_verdict(path) if path.is_file() else verify_run_dir(run_dir, write=False)
+        verdict = (
+            read_verdict(path)
+            if path.is_file()
+            else verify_run_dir(run_dir, history=history, write=False)
+        )
     except (UsageError, ValueError, OSError) as error:
         raise UnjudgedRun(f"{run_dir.name}: cannot judge its history: {error}") from None
     message = "" if verdict.status == "valid" else verdict_message(verdict)

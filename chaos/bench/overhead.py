@@ -340,7 +340,7 @@ def swarmshake_steady_rate(
         # A rate from a run that never reached steady state (a node killed for memory
         # at 100M, the others training on) is not the cluster's: say why instead.
         raise RuntimeError(f"the run never reached steady state: {aborted}")
-    verdict = judge_run(result.run_dir)
+    verdict = judge_run(result.run_dir, history)
     if verdict.unsafe():
         # A rate of a run whose nodes committed different values, or split, is not a
         # training rate (chaos/bench/judged.py): say what broke instead.

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from swarmshake.chaos.bench.judged import TrialVerdict, UnjudgedRun, judge_run
+from swarmshake.chaos.bench.judged import TrialVerdict, judge_run
 from swarmshake.chaos.bench.matrix import (
     DEFAULT_SETUP,
     FAULT_TYPES,
@@ -180,10 +180,10 @@ def measure_trial(
     """The trial's fault (its first inject), the run's false positives, loop stalls,
     steady commit rate (steps/s before the fault) and verdict; :class:`UnsafeTrial`
     when its history breaks a safety property (chaos/bench/judged.py says why)."""
-    verdict = judge_run(run_dir)
+    history = History.load(run_dir)
+    verdict = judge_run(run_dir, history)
     if verdict.unsafe():
         raise UnsafeTrial(run_dir, verdict)
-    history = History.load(run_dir)
     measurement = measure_run(history)
     if not measurement.faults:
         reason = ""
@@ -260,7 +260,12 @@ def run_matrix(
                 )
                 progress(f"{cell.key} trial {trial}: UNSAFE, not measured: {unsafe}")
                 continue
-            except (OSError, HistoryError, RuntimeError, ValueError, UnjudgedRun) as error:
+            except (
+                OSError,
+                HistoryError,
+                RuntimeError,
+                ValueError,
+            ) as error:  # judged.UnjudgedRun too
                 result.failed_trials += 1
                 if len(errors) < MAX_RECORDED_ERRORS:
                     errors.append(

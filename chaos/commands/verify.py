@@ -44,14 +44,20 @@ def load_bounds(path: Path) -> Bounds:
         ) from None
 
 
-def verify_run_dir(run_dir: Path, bounds: Bounds | None = None, *, write: bool = True) -> Verdict:
-    """Check ``run_dir`` and (``write``) write its ``verdict.json``; ``UsageError`` on
-    bad input."""
+def verify_run_dir(
+    run_dir: Path,
+    bounds: Bounds | None = None,
+    *,
+    history: History | None = None,
+    write: bool = True,
+) -> Verdict:
+    """Check ``run_dir`` (``history``: its history, when the caller has read it) and
+    (``write``) write its ``verdict.json``; ``UsageError`` on bad input."""
     if bounds is None:
         bounds_file = run_dir / "bounds.json"
         bounds = load_bounds(bounds_file) if bounds_file.is_file() else Bounds()
     try:
-        history = History.load(run_dir)
+        history = History.load(run_dir) if history is None else history
     except FileNotFoundError as error:
         raise UsageError(str(error)) from None
     except HistoryError as error:
