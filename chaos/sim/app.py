@@ -3,7 +3,7 @@
 checkpoint-policy cores (DRIVERS.md), one ``NodeApp`` per node process.
 
 This module decides nothing: who proposes and when (``StepLeader``), rebuild or
-fetch (``plan_aggregate``), which acceptor records stay and the vote floor
+fetch and from whom (``aggregate_pulls``), which acceptor records stay and the vote floor
 (``prune_records``), whom a rejoin asks (``rejoin_sources``), the change a proposal
 carries (``change_to_propose``) and the history event of every core action
 (``history_of``) are the node core's, the same code the runtime's ``step_driver``
@@ -15,10 +15,9 @@ into simulated I/O:
    tell the leader (``OwnContribution``), and every arrival (``ContributionArrived``);
 2. a ``BuildProposal`` is aggregated at once (the simulated worker is instantaneous)
    and proposed; a ``ProposeStored`` is proposed as it is;
-3. an acceptor that lacks a value's bytes follows ``plan_aggregate``: rebuild from
-   held contributions (at once or as soon as the missing ones arrive), else pull
-   them from the value's sources (the proposer first), as the runtime's worker does:
-   no proposer pushes an aggregate;
+3. an acceptor that lacks a value's bytes follows ``AggregatePulls``: a rebuild
+   from held contributions is done at once (and reported back: ``built``), a request
+   goes to the peer it names; no proposer pushes an aggregate;
 4. ``ApplyStep`` adds the aggregate of exactly the committed contributors to the
    integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
 
@@ -44,6 +43,7 @@ from typing import Any
 import msgspec
 
 from swarmshake.chaos.sim import training
+from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin
 from swarmshake.reference_node.protocol.commit import (
@@ -218,7 +218,9 @@ class NodeApp:
         # acceptor needs to rebuild an aggregate from the contributions it holds.
         self.values: dict[tuple[int, str], tuple[str, ...]] = {}
         self.applying: tuple[int, StepValue] | None = None
-        self.fetches: dict[tuple[int, str], list] = {}  # key -> [sources, attempt]
+        # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
+        self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
+        self.pull_timer_at = math.inf
         self.commit_timer_at = math.inf
         self.lead_timer_at = math.inf
         self.lead_deadline_armed: float | None = None  # the leader deadline last armed
@@ -297,7 +299,7 @@ class NodeApp:
         # A pull is retried while its step is the node's or later (NodeConfig's
         # fetch_timeout_s); after an install the steps below are over, as the runtime's
         # _advance_to drops them.
-        self.fetches = {k: v for k, v in self.fetches.items() if k[0] >= first_step}
+        self.pulls.forget_below(first_step)
         self.commit = StepCommit(
             node=self.name,
             voters=voters,
@@ -317,15 +319,14 @@ class NodeApp:
         self.lead_deadline_armed = None  # the same local deadline maps to a new time
         self._arm_commit_timer(t)
         self._arm_lead_timer(t)
+        self._arm_pull_timer(t)
 
     def view_changed(self, t: float, alive: tuple[str, ...]) -> None:
         self.alive_view = alive
         if self.commit is not None:
             self._commit(t, ViewUpdated(alive=tuple(alive)))
         self._lead(t, nc.ViewChanged(alive=tuple(alive)))
-        # Pulls whose peer left the view ask the next source now (node_core).
-        for key in nc.pulls_to_move_on({k: e[2] for k, e in self.fetches.items()}, alive):
-            self._fetch(t, key)
+        self._pull(t, self.pulls.view_changed(alive, self._local(t)))
 
     def peer_dead(self, t: float, peer: str) -> None:
         if self.rejoin is not None and self.rejoin.source == peer:
@@ -431,7 +432,6 @@ class NodeApp:
         # Then the bytes are held, as the runtime's worker reports every aggregate it
         # builds (AggregateHeld): a step decided meanwhile with this very value (a
         # peer's Decided over the same contributors) applies now, not after a pull.
-        self.fetches.pop((action.step, value_fp), None)
         self._holds(t, (action.step, value_fp))
 
     def _propose_value(self, t: float, step: int, value: StepValue, first: bool = False) -> None:
@@ -504,22 +504,15 @@ class NodeApp:
                     return  # killed before the write: the rest of the list is lost too
                 self._persist(action.record)
             elif isinstance(action, FetchAggregate):
-                key = (action.step, action.value_fp)
-                if key not in self.fetches and action.value_fp not in self.held.get(
-                    action.step, {}
-                ):
-                    plan = nc.plan_aggregate(
-                        self.name,
-                        action,
-                        self.values.get(key),
-                        self.leader.arrived.get(action.step, ()),
-                        self.alive_view,
-                    )
-                    if plan.rebuild and self._rebuild(key):
-                        rebuilt.append(key)
-                    else:
-                        self.fetches[key] = [plan.sources, 0, None]
-                        self._timer(t, ("fetch", key))  # after the list: no re-entry
+                pulled = self.pulls.wanted(
+                    action,
+                    contributors=self.values.get((action.step, action.value_fp)),
+                    arrived=self.leader.arrived.get(action.step, ()),
+                    alive=self.alive_view,
+                    holds=action.value_fp in self.held.get(action.step, {}),
+                    now=self._local(t),
+                )
+                rebuilt += self._pull(t, pulled)
             elif isinstance(action, ApplyStep):
                 self._lead(t, nc.StepDecided(step=action.step))
                 self.applying = (action.step, action.value)
@@ -551,6 +544,7 @@ class NodeApp:
         writes every aggregate it holds before it reports it (aggregate_store.py)."""
         self.held.setdefault(step, {})[value_fp] = contributors
         self.disk.aggregates[(step, value_fp)] = contributors
+        self.pulls.held(step, value_fp)
 
     def _prune_aggregates(self, applied_step: int, *, memory: bool = True) -> None:
         """Drop the aggregate bytes the node core does not keep (``aggregates_to_keep``):
@@ -568,18 +562,40 @@ class NodeApp:
         for step in [s for s in self.held if s < kept.from_step]:
             del self.held[step]
 
-    def _rebuild(self, key: tuple[int, str]) -> bool:
-        """Build the aggregate ``key`` names from the contributions this node holds;
-        whether it now holds it (the fingerprint must match: same inputs, same bits)."""
-        step, value_fp = key
-        contributors = self.values.get(key)
-        if not nc.rebuilds_now(contributors, self.leader.arrived.get(step, ())):
-            return False
-        if training.fingerprint(training.aggregate(self.sim.seed, step, contributors)) != value_fp:
-            return False
-        self._hold(step, value_fp, contributors)
-        self.fetches.pop(key, None)
-        return True
+    def _pull(self, t: float, actions: list[ap.PullAction]) -> list[tuple[int, str]]:
+        """Perform the pulls' actions; returns the aggregates rebuilt (now held), which
+        the caller tells the commit core once its own action list is done."""
+        rebuilt: list[tuple[int, str]] = []
+        for action in actions:
+            if type(action) is ap.RebuildAggregate:
+                # The simulated worker builds at once: the same inputs give the same bits.
+                step, contributors = action.step, action.contributors
+                value_fp = training.fingerprint(
+                    training.aggregate(self.sim.seed, step, contributors)
+                )
+                self._hold(step, value_fp, contributors)
+                rebuilt.append((step, value_fp))
+                now = self._local(t)
+                rebuilt += self._pull(
+                    t,
+                    self.pulls.built(step, value_fp, contributors, alive=self.alive_view, now=now),
+                )
+            else:
+                request = AggregateRequest(
+                    sender=self.name, step=action.step, value_fp=action.value_fp
+                )
+                self._send(t, action.source, request)
+        self._arm_pull_timer(t)
+        return rebuilt
+
+    def _arm_pull_timer(self, t: float) -> None:
+        deadline = self.pulls.next_deadline()
+        if deadline is None:
+            return
+        at = max(self._true(deadline), t)
+        if at < self.pull_timer_at or self.pull_timer_at <= t:
+            self.pull_timer_at = at
+            self._timer(at, ("pull_tick",))
 
     def _holds(self, t: float, key: tuple[int, str]) -> None:
         if self._window(key[0]):
@@ -629,7 +645,7 @@ class NodeApp:
                 nbytes=self.settings.state_nbytes,
             )
         self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
-        self.fetches = {k: v for k, v in self.fetches.items() if k[0] > action.step}
+        self.pulls.forget_below(action.step + 1)
         self._begin_step(t)
 
     # --- membership: joins and clean leaves (node_core.Enrolment) -------------------------
@@ -812,7 +828,11 @@ class NodeApp:
                 reply = AggregateBytes(message.step, message.value_fp, contributors)
                 self._send(t, sender, reply, "bulk", self.settings.aggregate_nbytes)
         elif isinstance(message, NoAggregate):
-            self._fetch_next(t, (message.step, message.value_fp), sender)
+            now = self._local(t)
+            self._pull(
+                t,
+                self.pulls.missing(message.step, message.value_fp, alive=self.alive_view, now=now),
+            )
         elif isinstance(message, StateRequest):
             self._serve_state(t, sender)
         elif isinstance(message, _STATE_MESSAGES):
@@ -830,12 +850,12 @@ class NodeApp:
                 # committed state of the step before, i.e. it has caught up.
                 caught_up = LearnerCaughtUp(peer=message.sender, step=message.step)
                 self._membership_changed(t, self.membership.feed(caught_up, self._local(t)))
-        if not self.fetches:
+        if not self.pulls:
             return  # the usual case: nobody waits for bytes
         # An acceptor waiting for this value's bytes may now rebuild it.
-        for key in [k for k in self.fetches if k[0] == message.step]:
-            if self._rebuild(key):
-                self._holds(t, key)
+        arrived = self.leader.arrived.get(message.step, ())
+        for key in self._pull(t, self.pulls.contribution(message.step, arrived)):
+            self._holds(t, key)
 
     def bulk_reset(self, t: float, sender: str, message: Any) -> None:
         """A bulk transfer from ``sender`` broke off (its process died): a state
@@ -850,31 +870,9 @@ class NodeApp:
         if message.value_fp in self.held.get(message.step, {}):
             return
         self._hold(message.step, message.value_fp, message.contributors)
-        self.fetches.pop((message.step, message.value_fp), None)
         if self._window(message.step):
             self._commit(t, HoldsAggregate(step=message.step, value_fp=message.value_fp))
         self._apply_if_held(t)
-
-    def _fetch(self, t: float, key: tuple[int, str]) -> None:
-        entry = self.fetches.get(key)
-        if entry is None or key[1] in self.held.get(key[0], {}):
-            self.fetches.pop(key, None)
-            return
-        sources, attempt, _ = entry
-        source = nc.fetch_source(self.name, sources, attempt, self.alive_view)
-        if source is None:
-            self.fetches.pop(key, None)
-            return
-        entry[1] = attempt + 1
-        entry[2] = source
-        self._send(t, source, AggregateRequest(sender=self.name, step=key[0], value_fp=key[1]))
-        retry_at = self._true(nc.pull_retry_at(self._local(t), self.config))
-        self._timer(max(retry_at, t), ("fetch_timeout", key, attempt + 1))
-
-    def _fetch_next(self, t: float, key: tuple[int, str], source: str) -> None:
-        entry = self.fetches.get(key)
-        if entry is not None:
-            self._fetch(t, key)
 
     # --- rejoin -------------------------------------------------------------------------
 
@@ -1065,7 +1063,7 @@ class NodeApp:
                 self.pending_state = None
                 self._state_arrived(t, sender, pending[1])
             return
-        if self.rejoin.offer is None or self.rejoin.source != sender:
+        if nc.state_bytes_wait(self.rejoin, sender):
             self.pending_state = (sender, message)  # the bytes overtook their offer
             return
         self.params = message.params
@@ -1108,14 +1106,11 @@ class NodeApp:
             if self.commit is not None and t >= self.commit_timer_at:
                 self.commit_timer_at = math.inf
                 self._commit(t, CommitTick())
-        elif kind == "fetch":
-            self._fetch(t, payload[1])
-        elif kind == "fetch_timeout":
-            entry = self.fetches.get(payload[1])
-            if entry is not None and entry[1] == payload[2]:
+        elif kind == "pull_tick":
+            if t >= self.pull_timer_at:
+                self.pull_timer_at = math.inf
                 self._due_before_pulls(t)
-                if self.fetches.get(payload[1]) is entry:
-                    self._fetch(t, payload[1])
+                self._pull(t, self.pulls.tick(self._local(t), self.alive_view))
         elif kind == "rejoin_begin":
             retry_at = self.fetch.retry_at  # node-clock time (node_core.StateFetch)
             if self.rejoin is None and retry_at is not None:

@@ -19,10 +19,9 @@ no clock, no randomness, no I/O.  The pieces:
 - ``prune_records``: which acceptor records a node keeps and its durable vote floor
   (the ``no-vote-floor`` bug lives here: records pruned, floor never raised);
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
-- ``plan_aggregate``: rebuild an aggregate from held contributions, or fetch it,
-  and from whom; ``rebuilds_now``: whether a waiting pull becomes a rebuild;
-  ``pull_retry_at``: when an unanswered pull moves on (``fetch_source``: to whom;
-  ``pulls_to_move_on``: at once, when its peer leaves the view).
+- ``aggregate_pulls.AggregatePulls`` (its own module, one job): how a node that
+  lacks a committed value's bytes gets them -- rebuild from held contributions or
+  pull, from whom, and when a pull moves on to the next source.
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
 - ``rejoins_at_start``: whether a started process fetches the cluster's state before
@@ -34,7 +33,8 @@ no clock, no randomness, no I/O.  The pieces:
   peer it declares dead and its own restart, the measured cost of each write).
 - ``StateFetch``: whether the node runs its step or fetches the cluster's state
   (the step is suspended meanwhile), and when a failed fetch is tried again.
-- ``state_to_serve``: what a node answers a peer's state request with.
+- ``state_to_serve``: what a node answers a peer's state request with;
+  ``state_bytes_wait``: whether state bytes that came before their offer wait for it.
 - ``Enrolment``: a joiner's way in (requests, the member whose traffic shows it was
   added, its timeout) and a clean leave's way out (notices, the stop), for both shells.
 - ``next_incarnation`` / ``is_first_start``: a start's incarnation (the first is
@@ -49,8 +49,8 @@ the view) chosen by ``NodeConfig.mode``, with the same events and a
 ``BuildProposal`` over the group's contributors.  Pipeline mode (stages with
 replicas) adds a stage index to ``StepBegan`` and a ``SendActivations`` action:
 the leader then waits for the stage's replicas rather than for all voters, and
-``plan_aggregate`` picks sources among the stage's replicas.  Both stay decisions
-of this module; the drivers only move bytes.
+``aggregate_pulls.plan_aggregate`` picks sources among the stage's replicas.  Both
+stay decisions of the node core; the drivers only move bytes.
 """
 
 from __future__ import annotations
@@ -803,77 +803,6 @@ def aggregates_to_keep(
     )
 
 
-# --- aggregates: rebuild or fetch ------------------------------------------------------------
-
-
-class AggregatePlan(msgspec.Struct, frozen=True, kw_only=True):
-    rebuild: bool  # build it from the contributions held (same inputs, same bits)
-    sources: tuple[str, ...]  # else pull from these, in this order
-
-
-def plan_aggregate(
-    node: str,
-    action: cm.FetchAggregate,
-    contributors: Iterable[str] | None,
-    arrived: Iterable[str],
-    alive: Iterable[str],
-) -> AggregatePlan:
-    """An acceptor or learner that lacks a value's bytes: rebuild it if it holds every
-    contributor's gradient (``contributors``: the value's, if known), else pull it at
-    once from the value's sources, the live ones first.  No proposer pushes an
-    aggregate: a push of the whole aggregate to every acceptor would cost the
-    proposer (n - 1) x its size a step on top of the contributions, and an acceptor
-    that holds every contribution, the usual case, needs none."""
-    others = tuple(s for s in action.sources if s != node)
-    live = set(alive)
-    ordered = tuple(s for s in others if s in live) + tuple(s for s in others if s not in live)
-    return AggregatePlan(rebuild=rebuilds_now(contributors, arrived), sources=ordered)
-
-
-def rebuilds_now(contributors: Iterable[str] | None, arrived: Iterable[str]) -> bool:
-    """Whether a value's aggregate can be rebuilt from the gradients this node holds
-    (``contributors``: the value's, None if unknown).  Asked when a pull is planned
-    and again at every contribution that arrives while one waits: the value may come
-    before the last of its gradients, and a rebuild then beats the pull (the runtime
-    asked only when planning and waited out the pull; the simulator asked again)."""
-    return contributors is not None and set(contributors) <= set(arrived)
-
-
-def pull_retry_at(sent_at: float, config: NodeConfig = NODE_DEFAULTS) -> float:
-    """When a pull sent at ``sent_at`` (node clock) with no answer goes to the next
-    source: ``fetch_timeout_s`` later, to the instant.  (The runtime retried only
-    strictly after it, at its next poll -- up to half a second late -- and the
-    simulator on its true clock, at the instant: clock-skew faults and the agreement
-    test's time draws told them apart.)"""
-    return sent_at + config.fetch_timeout_s
-
-
-def pulls_to_move_on(
-    asked: Mapping[tuple[int, str], str | None], alive: Iterable[str]
-) -> list[tuple[int, str]]:
-    """The pulls (``asked``: each pull's key and the peer its last request went to,
-    None before any) whose peer left this node's view: each asks the next source now,
-    not ``fetch_timeout_s`` later.  A node paused mid-transfer keeps its connection
-    open and sends nothing (GPU run: a restarted node's pull of a 403 MB aggregate
-    from a peer paused 0.5 s later waited out its 15 s timeout; that node alone could
-    make a majority of contributors, and no step committed for 12.2 s)."""
-    live = set(alive)
-    return sorted(key for key, peer in asked.items() if peer is not None and peer not in live)
-
-
-def fetch_source(
-    node: str, sources: Iterable[str], attempt: int, alive: Iterable[str]
-) -> str | None:
-    """The peer a value's ``attempt``-th pull asks: round-robin over the sources this
-    node's view holds alive, else over all of them (after a partition each side may
-    think the other dead); None when no one but this node could serve it."""
-    others = [s for s in sources if s != node]
-    live_set = set(alive)
-    live = [s for s in others if s in live_set]
-    candidates = live or others
-    return candidates[attempt % len(candidates)] if candidates else None
-
-
 # --- membership and rejoin decisions ----------------------------------------------------------
 
 
@@ -1299,6 +1228,19 @@ def state_offer(
         learners=list(configuration.learners),
         config_step=configuration.step,
     )
+
+
+def state_bytes_wait(rejoin: rj.Rejoin, source: str) -> bool:
+    """Whether state bytes from ``source`` wait for their offer instead of going to the
+    rejoin core now: they came before the rejoin holds an offer from that source.  The
+    offer travels on the control channel and the bytes on the bulk channel, so the
+    bytes may overtake it (a latency fault on the control link); handed over now, the
+    rejoin core would refuse them (``order``) and the transfer would be lost to the
+    fetch timeout.  The latest transfer waits, one at most; the next ``RequestState``
+    forgets it (its bytes belong to an attempt that is over).  (Issue 12: the
+    simulator kept such bytes, the runtime handed them to the core, which refused
+    them; the agreement test's drops across a restart told them apart.)"""
+    return rejoin.offer is None or rejoin.source != source
 
 
 def state_from_peer(source: str) -> bool:

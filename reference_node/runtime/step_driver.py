@@ -13,7 +13,8 @@ One training step ``s`` on this node, as the driver runs it:
    describe, acceptor records persisted (fsync) before any later action.  An
    acceptor that must hold a value's bytes first rebuilds the aggregate from the
    contributions it holds and compares fingerprints, and fetches it from the
-   proposer over the bulk channel only if that fails.  The worker reports an
+   proposer over the bulk channel only if that fails (which, from whom and when a
+   pull moves on: the node core's ``aggregate_pulls``).  The worker reports an
    aggregate held only once its bytes are durable (``aggregate_store``), so an
    accept record never claims bytes a restart would lose; after a restart the
    reloaded ones are announced to the commit core (``HoldsAggregate``) and served.
@@ -44,12 +45,13 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
 from swarmshake.reference_node.protocol import membership as mb
@@ -228,14 +230,13 @@ class StepDriver:
         self.building = None
         self.building_first = False  # the node core ranked this node first for it
         self.values: dict[tuple[int, str], msgs.StepValue] = {}
-        # A pull's sources, its next attempt, when it was sent, and to whom (None: a
-        # rebuild is tried first).
-        self.fetching: dict[tuple[int, str], tuple[tuple[str, ...], int, float, str | None]] = {}
-        # (step, contributors) -> fingerprints that a local rebuild must reproduce.
-        self.rebuilds: dict[tuple[int, tuple[str, ...]], set[str]] = {}
+        # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
+        self.pulls = ap.AggregatePulls(node=self.name, config=self.decisions)
         self.pending_apply: tuple[int, str] | None = None
         self.applying = False
         self.rejoin: rj.Rejoin | None = None
+        # A peer's state bytes staged before their offer came (node_core.state_bytes_wait).
+        self.pending_staged: ipc.StateStaged | None = None
         # Whether the step runs or the state is fetched (the node core's StateFetch).
         self.fetch = nc.StateFetch(self.decisions)
         self.rejoin_started = 0.0
@@ -342,7 +343,7 @@ class StepDriver:
             case det.ViewChanged():
                 self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
                 self.lead(nc.ViewChanged(alive=tuple(action.alive)))
-                self._move_pulls_on(action.alive)
+                self._pull(self.pulls.view_changed(action.alive, now))
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
@@ -374,7 +375,7 @@ class StepDriver:
                 self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
                 if message.step > self.core.step:  # the sender is past this node's step
                     self.feed(cm.PeerAt(peer=message.sender, step=message.step))
-                self._rebuild_waiting_pulls(message.step)
+                self._pull(self.pulls.contribution(message.step, self.arrived[message.step]))
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the
                     # committed state of the step before, i.e. it has caught up.
@@ -399,14 +400,7 @@ class StepDriver:
                         rj.CheckpointLoaded(step=message.step, computed_fp=message.computed_fp)
                     )
                 else:
-                    self.feed_rejoin(
-                        rj.StateReceived(
-                            source=message.source,
-                            step=message.step,
-                            computed_fp=message.computed_fp,
-                            nbytes=message.nbytes,
-                        )
-                    )
+                    self._on_staged(message)
             case ipc.StateInstalled():
                 self._on_state_installed(message)
             case ipc.StateFailed():
@@ -521,57 +515,31 @@ class StepDriver:
     # -- aggregates ------------------------------------------------------------------------------
 
     def _fetch(self, action: cm.FetchAggregate) -> None:
-        key = (action.step, action.value_fp)
-        if key in self.fetching:
-            return  # already on its way
-        value = self.values.get(key)
-        plan = nc.plan_aggregate(
-            self.name,
+        value = self.values.get((action.step, action.value_fp))
+        actions = self.pulls.wanted(
             action,
-            value.contributors if value is not None else None,
-            self.arrived.get(action.step, ()),
-            self._alive(),
+            contributors=value.contributors if value is not None else None,
+            arrived=self.arrived.get(action.step, ()),
+            alive=self._alive(),
+            holds=action.value_fp in self.held_aggregates.get(action.step, ()),
+            now=self.node.clock.now(),
         )
-        if plan.rebuild:
-            # Rebuild from the contributions we hold (same inputs, same bits); fetch
-            # over the network only if the fingerprint differs.
-            self.fetching[key] = (plan.sources, 0, self.node.clock.now(), None)
-            self._rebuild(key, tuple(sorted(value.contributors)))
-            return
-        self._fetch_from(key, plan.sources, 0)
+        self._pull(actions)
 
-    def _rebuild(self, key: tuple[int, str], contributors: tuple[str, ...]) -> None:
-        """Build the aggregate ``key`` names from the contributions held (same inputs,
-        same bits); its pull goes on only if the fingerprint differs."""
-        self.rebuilds.setdefault((key[0], contributors), set()).add(key[1])
-        self.node.to_worker(ipc.BuildAggregate(step=key[0], contributors=list(contributors)))
-
-    def _rebuild_waiting_pulls(self, step: int) -> None:
-        """A contribution of ``step`` arrived: a value of that step whose bytes a pull
-        waits for may now be rebuilt (node_core.rebuilds_now)."""
-        arrived = self.arrived.get(step, ())
-        for key in [k for k in self.fetching if k[0] == step]:
-            value = self.values.get(key)
-            if value is None or not nc.rebuilds_now(value.contributors, arrived):
-                continue
-            contributors = tuple(sorted(value.contributors))
-            if key[1] not in self.rebuilds.get((step, contributors), ()):
-                self._rebuild(key, contributors)
-
-    def _fetch_from(self, key: tuple[int, str], sources: tuple[str, ...], index: int) -> None:
-        source = nc.fetch_source(self.name, sources, index, self._alive())
-        if source is None:
-            self.fetching.pop(key, None)
-            return
-        self.fetching[key] = (sources, index + 1, self.node.clock.now(), source)
-        self.node.to_worker(ipc.FetchAggregate(step=key[0], agg_fp=key[1], source=source))
-
-    def _move_pulls_on(self, alive: Iterable[str]) -> None:
-        """Pulls whose peer left the view ask the next source now (node_core)."""
-        asked = {key: pull[3] for key, pull in self.fetching.items()}
-        for key in nc.pulls_to_move_on(asked, alive):
-            sources, index, _, _ = self.fetching[key]
-            self._fetch_from(key, sources, index)
+    def _pull(self, actions: list[ap.PullAction]) -> None:
+        """Perform the pulls' actions: a rebuild and a request go to the worker, which
+        answers with ``AggregateHeld`` or ``AggregateMissing``."""
+        for action in actions:
+            if isinstance(action, ap.RebuildAggregate):
+                self.node.to_worker(
+                    ipc.BuildAggregate(step=action.step, contributors=list(action.contributors))
+                )
+            else:
+                self.node.to_worker(
+                    ipc.FetchAggregate(
+                        step=action.step, agg_fp=action.value_fp, source=action.source
+                    )
+                )
 
     def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
         key = (message.step, message.agg_fp)
@@ -596,13 +564,9 @@ class StepDriver:
                     self.values[key] = value
                     first = self.building_first
                     self.feed(cm.ProposeValue(step=message.step, value=value, first=first))
-            for expected in self.rebuilds.pop((message.step, contributors), set()):
-                if expected != message.agg_fp and (message.step, expected) in self.fetching:
-                    # A peer's aggregate over the same set differs from ours: fetch its bytes.
-                    self.errors["rebuild_mismatch"] = self.errors.get("rebuild_mismatch", 0) + 1
-                    sources, index, _, _ = self.fetching[(message.step, expected)]
-                    self._fetch_from((message.step, expected), sources, index)
-        self.fetching.pop(key, None)
+            now = self.node.clock.now()
+            self._pull(self.pulls.built(*key, contributors, alive=self._alive(), now=now))
+        self.pulls.held(*key)
         core_step = self.core.step
         if core_step <= message.step <= core_step + self.core.config.steps_ahead_max:
             self.feed(cm.HoldsAggregate(step=message.step, value_fp=message.agg_fp))
@@ -616,17 +580,17 @@ class StepDriver:
                 missing = tuple(message.missing)  # left out next time (node core)
                 self.lead(nc.BuildFailed(step=message.step, missing=missing))
             self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
+            self._pull(
+                self.pulls.rebuild_failed(*failed, alive=self._alive(), now=self.node.clock.now())
+            )
             return
         key = (message.step, message.agg_fp)
+        now = self.node.clock.now()
         if self.pending_apply == key and self.applying:
             self.applying = False  # not held yet: fetch, then apply on arrival
-            if key not in self.fetching:
-                sources = tuple(m for m in self.core.voters if m != self.name)
-                self._fetch_from(key, sources, 0)
+            self._pull(self.pulls.lost(*key, self.core.voters, alive=self._alive(), now=now))
             return
-        if key in self.fetching:
-            sources, index, _, _ = self.fetching[key]
-            self._fetch_from(key, sources, index)
+        self._pull(self.pulls.missing(*key, alive=self._alive(), now=now))
 
     def _maybe_apply(self) -> None:
         if self.pending_apply is None or self.applying:
@@ -717,6 +681,7 @@ class StepDriver:
             self._history(action)  # logged before the action it describes
             match action:
                 case rj.RequestState():
+                    self.pending_staged = None  # bytes of an attempt that is over
                     self.node.to_worker(ipc.ExpectState(source=action.source))
                     self.node.send_message(
                         action.source,
@@ -746,6 +711,21 @@ class StepDriver:
                     self.rejoin = None
                     self.fetch.failed(self.node.clock.now(), joining=self.enrolment.joining)
         self.wake()
+
+    def _on_staged(self, message: ipc.StateStaged) -> None:
+        """A peer's state bytes are staged: to the rejoin core, or (they came before
+        their offer) kept until the offer comes (node_core.state_bytes_wait)."""
+        if self.rejoin is not None and nc.state_bytes_wait(self.rejoin, message.source):
+            self.pending_staged = message
+            return
+        self.feed_rejoin(
+            rj.StateReceived(
+                source=message.source,
+                step=message.step,
+                computed_fp=message.computed_fp,
+                nbytes=message.nbytes,
+            )
+        )
 
     def _config_of(self, done: rj.RejoinDone) -> Configuration:
         """The configuration the rejoined state runs under: the one its source offered
@@ -859,6 +839,10 @@ class StepDriver:
                 nbytes=message.nbytes,
             )
         )
+        pending = self.pending_staged
+        if pending is not None and pending.source == message.sender:
+            self.pending_staged = None
+            self._on_staged(pending)
 
     # -- membership ---------------------------------------------------------------------------------
 
@@ -946,8 +930,7 @@ class StepDriver:
         self.building = None
         self.arrived = {s: c for s, c in self.arrived.items() if s >= step}
         self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
-        self.fetching = {k: v for k, v in self.fetching.items() if k[0] >= step}
-        self.rebuilds = {k: v for k, v in self.rebuilds.items() if k[0] >= step}
+        self.pulls.forget_below(step)
         core = self.core
         if self.name in core.members:
             record = core.acceptor_record(step)
@@ -1072,14 +1055,9 @@ class StepDriver:
 
     def _retry_stale_fetches(self, now: float) -> float | None:
         """Move every unanswered pull that is due on to its next source; returns when
-        the next one is due (node_core.pull_retry_at)."""
-        for key, (sources, index, since, _) in list(self.fetching.items()):
-            if now >= nc.pull_retry_at(since, self.decisions):
-                self._fetch_from(key, sources, index)
-        return min(
-            (nc.pull_retry_at(since, self.decisions) for _, _, since, _ in self.fetching.values()),
-            default=None,
-        )
+        the next one is due."""
+        self._pull(self.pulls.tick(now, self._alive()))
+        return self.pulls.next_deadline()
 
     def poll(self, now: float) -> float | None:
         """One pass of the loop at node-clock time ``now``: fire what is due (the commit
@@ -1119,6 +1097,10 @@ class StepDriver:
 
     # -- status ---------------------------------------------------------------------------------
 
+    def _pull_errors(self) -> dict[str, int]:
+        counts = {"rebuild_mismatch": self.pulls.mismatches, "pulls_refused": self.pulls.refused}
+        return {name: count for name, count in counts.items() if count}
+
     def status(self) -> dict[str, Any]:
         recent = self.step_durations[-50:]
         return {
@@ -1143,8 +1125,8 @@ class StepDriver:
             if self.last_due is None
             else self.last_due - self.node.clock.now(),
             "pending_apply": list(self.pending_apply) if self.pending_apply else None,
-            "fetching": [f"{s}:{fp}" for s, fp in self.fetching],
-            "errors": dict(self.errors),
+            "fetching": [f"{s}:{fp}" for s, fp in self.pulls.keys()],
+            "errors": {**self.errors, **self._pull_errors()},
             "joining": self.enrolment.joining,
             "leaving": self.enrolment.leaving or "",
             "membership": self.membership.status(),

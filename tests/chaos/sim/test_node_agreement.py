@@ -162,6 +162,11 @@ class RuntimeNode:
         self.detector_starts = 0
         self.strangers_heard: list[str] = []  # refused non-members heartbeated back
         self.detector_started = True  # the detector's own I/O is not drawn here
+        # (reason, peer), as the frame layer counts and logs them: the node's whole
+        # history, as the simulator's log (a restart began a new list here, so a
+        # refusal before one went missing on this side only: hypothesis found it).
+        self.dropped: list[tuple[str, str]] = []
+        self.drops = SimpleNamespace(drop=lambda reason, peer: self.dropped.append((reason, peer)))
         self._boot(
             incarnation=nc.next_incarnation(0), ready_step=0, params=training.INITIAL_PARAMS,
             checkpoint="",
@@ -191,8 +196,6 @@ class RuntimeNode:
             core=SimpleNamespace(alive_view=lambda: self.alive),
             stranger_heard=self.strangers_heard.append,
         )
-        self.dropped: list[tuple[str, str]] = []  # (reason, peer), as the frame layer counts
-        self.drops = SimpleNamespace(drop=lambda reason, peer: self.dropped.append((reason, peer)))
         self.removal_answers = nc.RemovalAnswers(self.config.step.node)  # as ControlProcess
         self.worker_ready = ipc.WorkerReady(
             step=ready_step,
@@ -1459,3 +1462,48 @@ def test_a_peers_gradient_of_a_later_step_asks_it_for_the_decision_in_both_shell
     for node in (runtime, sim):
         asks = [(to, m) for to, m in node.sent if isinstance(m, msgs.DecisionRequest)]
         assert asks == [("n1", msgs.DecisionRequest(sender="n0", step=0))]
+
+
+def test_a_refusal_before_a_restart_stays_in_both_shells_records(tmp_path):
+    """n2 leaves (its removal commits at step 0), then its round for a later step is
+    refused by n0's commit core (``commit_unknown-peer``), and n0 restarts.  Hypothesis
+    drew this: the runtime's side of the test began a new list of drops at the restart
+    and lost the refusal, the simulator's log kept it; both count a node's whole life."""
+    sequence = [
+        *[("gradient",)] * 11,
+        ("restart",),
+        ("arrive", OUTSIDER, 0),
+        ("state",),
+        ("view", (ME,)),
+        ("leave_notice", "n2"),
+        ("gradient",),
+        ("vote", "n1", True),
+        ("ahead", "n2", 2),
+        ("restart",),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert (
+        runtime.refusals()
+        == sim.refusals()
+        == [(nc.refusal_reason("commit", "unknown-peer"), "n2")]
+    )
+
+
+def test_state_bytes_that_come_before_their_offer_wait_for_it_in_both_shells(tmp_path):
+    """n0 is removed (n1 confirms it), restarts as a joiner and asks n1 for the state;
+    n1's offer names a configuration without n0, so the rejoin asks again, and the bytes
+    of the refused offer come after.  The runtime handed them to its rejoin core, which
+    refused them (``rejoin_order``); the simulator kept them for their offer.  Now both
+    keep them (node_core.state_bytes_wait): no refusal on either side."""
+    sequence = [
+        *[("gradient",)] * 15,
+        ("leave_confirmed", "n1"),
+        ("restart",),
+        ("ahead", "n1", 2),
+        ("ahead", "n1", 2),
+        ("state",),
+    ]
+    runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
+    assert runtime.driver.enrolment.joining and sim.app.enrolment.joining
+    assert _state_requests(runtime) == _state_requests(sim) == ["n1", "n1"]
+    assert runtime.refusals() == sim.refusals() == []

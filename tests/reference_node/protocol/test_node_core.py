@@ -390,13 +390,6 @@ def test_once_the_step_is_decided_nobody_leads_it():
     assert coordinator.leads() and coordinator.decision_latencies == [100.0]
 
 
-def test_a_pull_moves_on_when_its_source_leaves_the_view():
-    asked = {(3, "ab"): "n1", (3, "cd"): "n2", (4, "ef"): None}  # None: rebuilding first
-    assert nc.pulls_to_move_on(asked, ("n0", "n2")) == [(3, "ab")]
-    assert nc.pulls_to_move_on(asked, ()) == [(3, "ab"), (3, "cd")]
-    assert nc.pulls_to_move_on(asked, ("n1", "n2")) == []
-
-
 def test_a_failed_build_is_retried_with_what_arrives_next():
     core = leader("n0")
     core.handle(nc.OwnContribution(step=0), 1.0)
@@ -531,28 +524,6 @@ def test_one_records_kept_number_the_commit_cores_window():
 
 
 # --- aggregates, membership, rejoin ------------------------------------------------------------
-
-
-def test_rebuild_when_every_contribution_is_held_else_pull_live_first():
-    fetch = cm.FetchAggregate(step=3, value_fp="ab" * 8, sources=("n0", "n2", "n1"))
-    plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1", "n2"}, VOTERS)
-    assert plan.rebuild
-    plan = nc.plan_aggregate("n1", fetch, ("n0", "n2"), {"n0", "n1"}, ("n1", "n2"))
-    assert not plan.rebuild
-    assert plan.sources == ("n2", "n0")  # live first, never itself
-    assert not nc.plan_aggregate("n1", fetch, None, VOTERS, VOTERS).rebuild  # value unknown
-
-
-def test_a_pull_goes_round_robin_over_live_sources_and_never_gives_up():
-    sources = ("n0", "n1", "n2")
-    # n1 pulls: live sources first, round-robin, for as many attempts as it takes.
-    assert [nc.fetch_source("n1", sources, a, VOTERS) for a in range(5)] == [
-        "n0", "n2", "n0", "n2", "n0",
-    ]  # fmt: skip
-    assert nc.fetch_source("n1", sources, 7, ("n1", "n2")) == "n2"
-    # Nobody alive in this node's view: ask them all the same (a cut may be healing).
-    assert nc.fetch_source("n1", sources, 1, ("n1",)) == "n2"
-    assert nc.fetch_source("n1", ("n1",), 0, VOTERS) is None
 
 
 def test_rejoin_sources_are_the_peers_known_to_be_ahead():

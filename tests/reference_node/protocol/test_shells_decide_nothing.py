@@ -46,6 +46,10 @@ RETIRED = {
 DECIDING_CALLS = {"acting_coordinator", "coordinator", "rendezvous_order", "_proposer_rank"}
 # ... and when to checkpoint: a shell that builds its own policy core decides it.
 DECIDING_CALLS |= {"FixedInterval", "YoungDaly", "CheckpointSchedule"}
+# ... and how a value's bytes are got: aggregate_pulls.AggregatePulls calls these (the
+# shells once did, each with its own bookkeeping around them).
+DECIDING_CALLS |= {"plan_aggregate", "fetch_source", "pulls_to_move_on", "pull_retry_at",
+                   "rebuilds_now"}  # fmt: skip
 
 
 def _tree(path: str) -> ast.Module:
@@ -158,3 +162,25 @@ def test_a_shell_keeps_no_join_or_leave_state_of_its_own(path):
 def test_the_scan_sees_a_shell_timing_its_own_join_requests():
     tree = ast.parse("class S:\n    def f(self):\n        self.next_join_request = 0.0\n")
     assert [name for name, _ in _assigned_attributes(tree)] == ["next_join_request"]
+
+
+# State a shell kept while it ran aggregate pulls itself (aggregate_pulls.AggregatePulls
+# now): the runtime's ``fetching`` and ``rebuilds``, the simulator's ``fetches``.
+RETIRED_PULL_STATE = {"fetching", "fetches", "rebuilds"}
+
+
+@pytest.mark.parametrize("path", SHELLS)
+def test_a_shell_keeps_no_pull_state_of_its_own(path):
+    kept = [
+        f"{path}:{line} self.{name}"
+        for name, line in _assigned_attributes(_tree(path))
+        if name in RETIRED_PULL_STATE
+    ]
+    assert not kept, f"aggregate pulls are aggregate_pulls.AggregatePulls's: {kept}"
+
+
+def test_the_scan_sees_a_shell_choosing_its_own_pull_source():
+    tree = ast.parse("class S:\n    def f(self):\n        self.fetches = {}\n"
+                     "        nc.fetch_source('n0', (), 0, ())\n")  # fmt: skip
+    assert [name for name, _ in _assigned_attributes(tree)] == ["fetches"]
+    assert {name for name, _ in _called(tree)} & DECIDING_CALLS == {"fetch_source"}
