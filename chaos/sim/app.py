@@ -187,6 +187,7 @@ class NodeApp:
         # here the commit core is dropped while it is fetched (``commit`` is None).
         self.fetch = nc.StateFetch(settings.node)
         self.leader = nc.StepLeader(node=self.name, config=self.config)
+        self.proposer = nc.Proposer()  # the leader's decision -> one proposal a step
         if disk.configs is None:
             disk.configs = Configurations(initial_configuration(sim.names, self.name, join=False))
         self.membership = NodeMembership(
@@ -352,6 +353,7 @@ class NodeApp:
             # A fetch began meanwhile: a committed removal changed the view, and the
             # view showed a peer ahead (explore --leaves, 3 nodes, seed 1).
             return
+        self.proposer.step_began(commit.step)
         if self.name not in commit.members:
             return  # removed: the node is stopping (the runtime's step loop too)
         step = commit.step
@@ -377,11 +379,11 @@ class NodeApp:
     def _lead(self, t: float, event: Any) -> None:
         leader = self.leader
         for action in leader.handle(event, self.proc.clock.local(t)):
-            if isinstance(action, nc.BuildProposal):
-                self._propose(t, action)
-            elif isinstance(action, nc.ProposeStored):
+            if isinstance(action, nc.ProposeStored):
                 # After the current handler: the core is not re-entered mid-list.
-                self._timer(t, ("replay", action.step, action.value))
+                self._timer(t, ("replay", action))
+            else:
+                self._propose(t, self.proposer.lead(action, core_step=self._core_step()))
         deadline = leader.next_deadline()
         if deadline is not None and deadline != self.lead_deadline_armed:
             self._arm_lead_timer(t)  # most arrivals move no deadline
@@ -412,27 +414,29 @@ class NodeApp:
         )
         self._lead(t, nc.OwnContribution(step=step))
 
-    def _propose(self, t: float, action: nc.BuildProposal) -> None:
-        commit = self.commit
-        if commit is None or commit.step != action.step or commit.has_proposal():
-            # The step moved on while the leader decided, or this node already proposed
-            # (a sharded rebuild after the value was built: the runtime ignores it too).
-            return
-        contributors = action.contributors
-        value_fp = training.fingerprint(
-            training.aggregate(self.sim.seed, action.step, contributors)
-        )
-        self._hold(action.step, value_fp, contributors)
-        value = StepValue(
-            agg_fp=value_fp,
-            contributors=list(contributors),
-            config_change=nc.change_to_propose(self.membership.core.change_for_next_step(), commit),
-        )
-        self._propose_value(t, action.step, value, first=action.first)
-        # Then the bytes are held, as the runtime's worker reports every aggregate it
-        # builds (AggregateHeld): a step decided meanwhile with this very value (a
-        # peer's Decided over the same contributors) applies now, not after a pull.
-        self._holds(t, (action.step, value_fp))
+    def _core_step(self) -> int | None:
+        """The commit core's step, None while none runs (the Proposer's input)."""
+        return self.commit.step if self.commit is not None else None
+
+    def _propose(self, t: float, actions: list[nc.BuildValue | nc.Propose]) -> None:
+        """Perform the Proposer's actions.  The simulated worker builds at once; the
+        bytes are then held, as the runtime's worker reports every aggregate it builds
+        (AggregateHeld): a step decided meanwhile with this very value (a peer's
+        Decided over the same contributors) applies now, not after a pull."""
+        for action in actions:
+            if type(action) is nc.Propose:
+                self._propose_value(t, action.step, action.value, first=action.first)
+                continue
+            step, contributors = action.step, action.contributors
+            value_fp = training.fingerprint(training.aggregate(self.sim.seed, step, contributors))
+            self._hold(step, value_fp, contributors)
+            commit = self.commit
+            change = nc.change_to_propose(self.membership.core.change_for_next_step(), commit)
+            proposed = self.proposer.built(
+                step, value_fp, contributors, core_step=self._core_step(), change=change
+            )
+            self._propose(t, proposed)
+            self._holds(t, (step, value_fp))
 
     def _propose_value(self, t: float, step: int, value: StepValue, first: bool = False) -> None:
         commit = self.commit
@@ -1101,7 +1105,7 @@ class NodeApp:
                 self.lead_deadline_armed = None  # fired: arm whatever is due next
                 self._lead(t, nc.Tick())
         elif kind == "replay":
-            self._propose_value(t, payload[1], payload[2])
+            self._propose(t, self.proposer.lead(payload[1], core_step=self._core_step()))
         elif kind == "commit_tick":
             if self.commit is not None and t >= self.commit_timer_at:
                 self.commit_timer_at = math.inf

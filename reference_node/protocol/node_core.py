@@ -16,6 +16,8 @@ no clock, no randomness, no I/O.  The pieces:
   The runtime's ``StepSection`` and the simulator take their defaults from here.
 - ``StepLeader``: who proposes step ``s`` and when.  Its transitions are the table
   in ``StepLeader.handle`` (one method per event, listed in ``_LEADER_HANDLERS``).
+- ``Proposer``: the leader's decision turned into at most one proposal a step (the
+  build it asks for, the value it proposes, a failed build back to the leader).
 - ``prune_records``: which acceptor records a node keeps and its durable vote floor
   (the ``no-vote-floor`` bug lives here: records pruned, floor never raised);
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
@@ -749,6 +751,102 @@ _LEADER_HANDLERS = {
     StepDecided: StepLeader._on_decided,
     Tick: StepLeader._on_tick,
 }
+
+
+# --- Proposer: one proposal a step, from the leader's decision -----------------------------
+
+
+class BuildValue(CoreAction, frozen=True, kw_only=True):
+    """Aggregate exactly ``contributors``' gradients of ``step``; report the result with
+    ``Proposer.built`` (or ``Proposer.build_failed``)."""
+
+    step: int
+    contributors: tuple[str, ...]
+
+
+class Propose(CoreAction, frozen=True, kw_only=True):
+    """Feed the commit core ``ProposeValue(step, value, first)``."""
+
+    step: int
+    value: StepValue
+    first: bool = False
+
+
+class Proposer:
+    """The leader's actions turned into at most one proposal a step.
+
+    A ``BuildProposal`` becomes a build of exactly its contributors (a later one for
+    the same step replaces the build in flight: the leader left a dead contributor
+    out); the build's result becomes the proposal, if it is the build asked last, the
+    node has not proposed yet and its commit core is still at that step; a failed
+    build goes back to the leader (``BuildFailed``).  A ``ProposeStored`` is proposed
+    as it is.  Nothing is proposed while the node's step does not run (``core_step``
+    None: it fetches the state, or joins).  (Issue 12: the runtime kept a ``proposed``
+    flag and its build in flight, the simulator asked its commit core whether it had
+    proposed; both now ask this.)  The value's configuration change is the caller's
+    ``change_to_propose``, the one the commit core validates the value against."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.building: tuple[int, tuple[str, ...]] | None = None
+        self.building_first = False
+        self.proposed = False
+
+    def step_began(self, step: int) -> None:
+        self.step = step
+        self.building = None
+        self.building_first = False
+        self.proposed = False
+
+    def lead(self, action: LeaderAction, *, core_step: int | None) -> list[BuildValue | Propose]:
+        """The leader's ``BuildProposal`` or ``ProposeStored`` for ``action.step``."""
+        if core_step is None or action.step != core_step or action.step != self.step:
+            return []  # the step moved on while the leader decided, or does not run
+        if self.proposed:
+            return []  # one proposal a step (a sharded rebuild after the value was built)
+        if isinstance(action, ProposeStored):
+            self.proposed = True
+            return [Propose(step=action.step, value=action.value)]
+        self.building = (action.step, action.contributors)
+        self.building_first = action.first
+        return [BuildValue(step=action.step, contributors=action.contributors)]
+
+    def built(
+        self,
+        step: int,
+        value_fp: str,
+        contributors: Iterable[str],
+        *,
+        core_step: int | None,
+        change: ConfigChangeRequest | None,
+    ) -> list[Propose]:
+        """An aggregate over ``contributors`` gave ``value_fp``: the proposal, if it is
+        the build asked last and the step is still this node's to propose."""
+        contributors = tuple(contributors)
+        if self.building != (step, contributors) or self.proposed or core_step is None:
+            return []
+        self.building = None
+        if core_step != step:
+            return []
+        self.proposed = True
+        value = StepValue(agg_fp=value_fp, contributors=list(contributors), config_change=change)
+        return [Propose(step=step, value=value, first=self.building_first)]
+
+    def build_failed(
+        self, step: int, contributors: Iterable[str], missing: Iterable[str]
+    ) -> list[BuildFailed]:
+        """The build of ``contributors`` could not run: if it was the one asked last,
+        the leader proposes later without ``missing``."""
+        if self.building is None or self.building[0] != step:
+            return []
+        if sorted(self.building[1]) != sorted(contributors):
+            return []  # a replaced build's failure: the leader asked for another since
+        self.building = None
+        return [BuildFailed(step=step, missing=tuple(missing))]
+
+    def check_valid(self) -> None:
+        assert self.building is None or self.building[0] == self.step, "a build of another step"
+        assert not (self.proposed and self.building is not None), "building after proposing"
 
 
 # --- acceptor records and the vote floor ---------------------------------------------------

@@ -226,9 +226,7 @@ class StepDriver:
         self.requested_contribution = -1
         self.gradient_asked = -1  # the step of the worker's last Contribute since an install
         self.arrived: dict[int, set[str]] = {}
-        self.proposed = False
-        self.building = None
-        self.building_first = False  # the node core ranked this node first for it
+        self.proposer = nc.Proposer()  # the leader's decision -> one proposal a step
         self.values: dict[tuple[int, str], msgs.StepValue] = {}
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.decisions)
@@ -546,24 +544,10 @@ class StepDriver:
         self._remember_held(message.step, message.agg_fp)
         contributors = tuple(message.contributors)
         if contributors:  # the answer to a BuildAggregate
-            if (
-                self.building == (message.step, contributors)
-                and not self.proposed
-                and self.steps_run
-            ):
-                self.building = None
-                if self.core.step == message.step:
-                    self.proposed = True
-                    value = msgs.StepValue(
-                        agg_fp=message.agg_fp,
-                        contributors=list(contributors),
-                        config_change=nc.change_to_propose(
-                            self.membership.core.change_for_next_step(), self.core
-                        ),
-                    )
-                    self.values[key] = value
-                    first = self.building_first
-                    self.feed(cm.ProposeValue(step=message.step, value=value, first=first))
+            change = nc.change_to_propose(self.membership.core.change_for_next_step(), self.core)
+            self._propose(
+                self.proposer.built(*key, contributors, core_step=self._core_step(), change=change)
+            )
             now = self.node.clock.now()
             self._pull(self.pulls.built(*key, contributors, alive=self._alive(), now=now))
         self.pulls.held(*key)
@@ -575,10 +559,8 @@ class StepDriver:
     def _on_aggregate_missing(self, message: ipc.AggregateMissing) -> None:
         if not message.agg_fp:  # a BuildAggregate that could not run
             failed = (message.step, tuple(sorted(message.contributors)))
-            if self.building == failed:
-                self.building = None  # propose later with what arrives next
-                missing = tuple(message.missing)  # left out next time (node core)
-                self.lead(nc.BuildFailed(step=message.step, missing=missing))
+            for event in self.proposer.build_failed(*failed, message.missing):
+                self.lead(event)  # propose later, without the missing (node core)
             self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
             self._pull(
                 self.pulls.rebuild_failed(*failed, alive=self._alive(), now=self.node.clock.now())
@@ -926,8 +908,7 @@ class StepDriver:
         self.step = step
         self.step_started_at = now
         self.contributed_at = None
-        self.proposed = False
-        self.building = None
+        self.proposer.step_began(step)
         self.arrived = {s: c for s, c in self.arrived.items() if s >= step}
         self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
         self.pulls.forget_below(step)
@@ -1033,22 +1014,24 @@ class StepDriver:
     def lead(self, event: object) -> None:
         """Feed the node core's leader; perform its actions."""
         for action in self.leader.handle(event, self.node.clock.now()):  # type: ignore[arg-type]
-            match action:
-                case nc.BuildProposal():
-                    if action.step == self.step and not self.proposed and self.steps_run:
-                        self.building = (action.step, action.contributors)
-                        self.building_first = action.first
-                        self.node.to_worker(
-                            ipc.BuildAggregate(
-                                step=action.step, contributors=list(action.contributors)
-                            )
-                        )
-                case nc.ProposeStored():
-                    if action.step == self.core.step and not self.proposed and self.steps_run:
-                        self.proposed = True
-                        self.values[(action.step, action.value.agg_fp)] = action.value
-                        self.feed(cm.ProposeValue(step=action.step, value=action.value))
+            self._propose(self.proposer.lead(action, core_step=self._core_step()))
         self.wake()
+
+    def _core_step(self) -> int | None:
+        """The commit core's step, None while it does not run (the Proposer's input)."""
+        return self.core.step if self.steps_run else None
+
+    def _propose(self, actions: list[nc.BuildValue | nc.Propose]) -> None:
+        """Perform the Proposer's actions: a build goes to the worker (its answer comes
+        back as ``AggregateHeld`` or ``AggregateMissing``), a proposal to the core."""
+        for action in actions:
+            if isinstance(action, nc.BuildValue):
+                self.node.to_worker(
+                    ipc.BuildAggregate(step=action.step, contributors=list(action.contributors))
+                )
+            else:
+                self.values[(action.step, action.value.agg_fp)] = action.value
+                self.feed(cm.ProposeValue(step=action.step, value=action.value, first=action.first))
 
     def _alive(self) -> tuple[str, ...]:
         return tuple(self.node.detector.core.alive_view())
@@ -1118,8 +1101,8 @@ class StepDriver:
             "dropped_by_core": self.core.dropped,
             "contributed": self.contributed_at is not None,
             "arrived": sorted(self.arrived.get(self.step, ())),
-            "building": list(self.building[1]) if self.building else None,
-            "proposed": self.proposed,
+            "building": list(self.proposer.building[1]) if self.proposer.building else None,
+            "proposed": self.proposer.proposed,
             "loop_iterations": self.loop_iterations,
             "last_due_in_s": None
             if self.last_due is None

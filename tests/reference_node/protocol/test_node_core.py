@@ -980,3 +980,61 @@ def test_a_restart_asks_the_live_members_of_the_newest_configuration_it_knows():
         genesis_param_fp="",
     )
     assert start.sources == ("n2",)
+
+
+# --- Proposer: one proposal a step -----------------------------------------------------------
+
+
+def _proposer(step: int = 3) -> nc.Proposer:
+    proposer = nc.Proposer()
+    proposer.step_began(step)
+    return proposer
+
+
+def test_a_build_asked_by_the_leader_becomes_the_steps_one_proposal():
+    proposer = _proposer()
+    build = nc.BuildProposal(step=3, contributors=("n0", "n1"), first=True)
+    assert proposer.lead(build, core_step=3) == [nc.BuildValue(step=3, contributors=("n0", "n1"))]
+    change = None
+    actions = proposer.built(3, "ab" * 8, ("n0", "n1"), core_step=3, change=change)
+    value = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1"])
+    assert actions == [nc.Propose(step=3, value=value, first=True)]
+    # One proposal a step: a later build (a sharded rebuild) or a stored value is moot.
+    assert proposer.lead(nc.BuildProposal(step=3, contributors=("n0",)), core_step=3) == []
+    stored = nc.ProposeStored(step=3, value=value)
+    assert proposer.lead(stored, core_step=3) == []
+    proposer.check_valid()
+    # The next step proposes again.
+    proposer.step_began(4)
+    assert proposer.lead(nc.ProposeStored(step=4, value=value), core_step=4) == [
+        nc.Propose(step=4, value=value)
+    ]
+
+
+def test_only_the_build_asked_last_is_proposed_and_only_at_the_cores_step():
+    proposer = _proposer()
+    proposer.lead(nc.BuildProposal(step=3, contributors=("n0", "n1", "n2")), core_step=3)
+    # The leader left n2 out (it died): the first build's answer is not proposed.
+    proposer.lead(nc.BuildProposal(step=3, contributors=("n0", "n1")), core_step=3)
+    assert proposer.built(3, "ab" * 8, ("n0", "n1", "n2"), core_step=3, change=None) == []
+    # Its failure is not the leader's business either; the second build's is.
+    assert proposer.build_failed(3, ("n2", "n1", "n0"), ("n2",)) == []
+    assert proposer.build_failed(3, ("n1", "n0"), ("n1",)) == [
+        nc.BuildFailed(step=3, missing=("n1",))
+    ]
+    assert proposer.building is None
+    # A build whose step the core left (a commit, an install) is not proposed.
+    proposer.lead(nc.BuildProposal(step=3, contributors=("n0", "n1")), core_step=3)
+    assert proposer.built(3, "ab" * 8, ("n0", "n1"), core_step=4, change=None) == []
+    assert not proposer.proposed
+    proposer.check_valid()
+
+
+def test_nothing_is_built_or_proposed_while_the_step_does_not_run():
+    proposer = _proposer()
+    build = nc.BuildProposal(step=3, contributors=("n0", "n1"))
+    assert proposer.lead(build, core_step=None) == []  # fetching the state, or joining
+    assert proposer.lead(build, core_step=2) == []  # the core is elsewhere
+    proposer.lead(build, core_step=3)
+    assert proposer.built(3, "ab" * 8, ("n0", "n1"), core_step=None, change=None) == []
+    assert proposer.building == (3, ("n0", "n1"))  # proposed once the step runs again

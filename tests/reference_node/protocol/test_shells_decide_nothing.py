@@ -167,6 +167,8 @@ def test_the_scan_sees_a_shell_timing_its_own_join_requests():
 # State a shell kept while it ran aggregate pulls itself (aggregate_pulls.AggregatePulls
 # now): the runtime's ``fetching`` and ``rebuilds``, the simulator's ``fetches``.
 RETIRED_PULL_STATE = {"fetching", "fetches", "rebuilds"}
+# ... and while it turned the leader's decision into a proposal (node_core.Proposer).
+RETIRED_PULL_STATE |= {"proposed", "building", "building_first"}
 
 
 @pytest.mark.parametrize("path", SHELLS)
@@ -176,7 +178,8 @@ def test_a_shell_keeps_no_pull_state_of_its_own(path):
         for name, line in _assigned_attributes(_tree(path))
         if name in RETIRED_PULL_STATE
     ]
-    assert not kept, f"aggregate pulls are aggregate_pulls.AggregatePulls's: {kept}"
+    where = "aggregate_pulls.AggregatePulls's and node_core.Proposer's"
+    assert not kept, f"pulls and proposals are {where}: {kept}"
 
 
 def test_the_scan_sees_a_shell_choosing_its_own_pull_source():
