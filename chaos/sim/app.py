@@ -2,12 +2,12 @@
 (``protocol/node_core.py``) and the step-commit, membership, rejoin and
 checkpoint-policy cores (DRIVERS.md), one ``NodeApp`` per node process.
 
-This module decides nothing: who proposes and when (``StepLeader``), rebuild or
-fetch and from whom (``aggregate_pulls``), which acceptor records stay and the vote floor
-(``prune_records``), whom a rejoin asks (``rejoin_sources``), the change a proposal
-carries (``change_to_propose``) and the history event of every core action
-(``history_of``) are the node core's, the same code the runtime's ``step_driver``
-runs.  What is here turns simulated I/O into the cores' events and their actions
+This module decides nothing: who proposes and when (``StepLeader``), the one
+proposal a step (``Proposer``), rebuild or fetch and from whom (``aggregate_pulls``),
+which acceptor records stay and the vote floor (``prune_records``), whom a rejoin
+asks (``rejoin_sources``), the change a proposal carries (``change_to_propose``) and
+the history event of every core action (``history_of``) are the node core's, the
+same code the runtime's ``step_driver`` runs.  What is here turns simulated I/O into the cores' events and their actions
 into simulated I/O:
 
 1. compute (``compute_s``, slower when throttled), then log ``agg_send`` and send the
