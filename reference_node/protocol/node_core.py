@@ -806,6 +806,7 @@ class Proposer:
             return []  # one proposal a step (a sharded rebuild after the value was built)
         if isinstance(action, ProposeStored):
             self.proposed = True
+            self.building = None  # a build in flight is moot: its answer is not proposed
             return [Propose(step=action.step, value=action.value)]
         self.building = (action.step, action.contributors)
         self.building_first = action.first

@@ -1038,3 +1038,94 @@ def test_nothing_is_built_or_proposed_while_the_step_does_not_run():
     proposer.lead(build, core_step=3)
     assert proposer.built(3, "ab" * 8, ("n0", "n1"), core_step=None, change=None) == []
     assert proposer.building == (3, ("n0", "n1"))  # proposed once the step runs again
+
+
+def test_a_stored_value_proposed_while_a_build_runs_makes_the_build_moot():
+    """The state machine below found it: the build's failure then went to the leader of
+    a step already proposed, and the invariant (no build after a proposal) broke."""
+    proposer = _proposer()
+    proposer.lead(nc.BuildProposal(step=3, contributors=("n0", "n1")), core_step=3)
+    value = StepValue(agg_fp="ab" * 8, contributors=["n0", "n1", "n2"])
+    assert proposer.lead(nc.ProposeStored(step=3, value=value), core_step=3) == [
+        nc.Propose(step=3, value=value)
+    ]
+    assert proposer.building is None
+    assert proposer.build_failed(3, ("n0", "n1"), ()) == []
+    assert proposer.built(3, "cd" * 8, ("n0", "n1"), core_step=3, change=None) == []
+    proposer.check_valid()
+
+
+class ProposerMachine(RuleBasedStateMachine):
+    """Any order of leader actions, build answers and step changes: at most one
+    proposal a step, only for the step the core is at, only from the build asked last
+    (or a stored value), and the Proposer's own invariants (``check_valid``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proposer = nc.Proposer()
+        self.core_step: int | None = 0
+        self.proposer.step_began(0)
+        self.proposals: dict[int, int] = {}
+        self.asked: tuple[int, tuple[str, ...]] | None = None  # the last BuildValue
+
+    def _record(self, actions):
+        for action in actions:
+            if isinstance(action, nc.Propose):
+                assert action.step == self.core_step
+                self.proposals[action.step] = self.proposals.get(action.step, 0) + 1
+                assert self.proposals[action.step] == 1, "two proposals for one step"
+            else:
+                self.asked = (action.step, action.contributors)
+
+    @rule(
+        contributors=st.sets(st.sampled_from(VOTERS), min_size=1).map(lambda c: tuple(sorted(c))),
+        stored=st.booleans(),
+        offset=st.integers(-1, 1),
+    )
+    def lead(self, contributors, stored, offset):
+        step = (self.proposer.step or 0) + offset
+        if step < 0:
+            return
+        if stored:
+            action = nc.ProposeStored(
+                step=step, value=StepValue(agg_fp="ab" * 8, contributors=list(contributors))
+            )
+        else:
+            action = nc.BuildProposal(step=step, contributors=contributors)
+        self._record(self.proposer.lead(action, core_step=self.core_step))
+
+    @rule(fail=st.booleans(), last=st.booleans())
+    def answer(self, fail, last):
+        if self.asked is None:
+            return
+        step, contributors = self.asked
+        if not last:
+            contributors = contributors[:-1] or ("n9",)  # another build's answer
+        if fail:
+            events = self.proposer.build_failed(step, contributors, ())
+            assert all(e.step == step for e in events)
+        else:
+            actions = self.proposer.built(
+                step, "cd" * 8, contributors, core_step=self.core_step, change=None
+            )
+            for action in actions:
+                assert (action.step, tuple(action.value.contributors)) == self.asked
+            self._record(actions)
+
+    @rule(runs=st.booleans())
+    def suspend(self, runs):
+        self.core_step = self.proposer.step if runs else None
+
+    @rule()
+    def next_step(self):
+        step = (self.proposer.step or 0) + 1
+        self.proposer.step_began(step)
+        self.core_step = step
+        self.asked = None
+
+    @invariant()
+    def valid(self):
+        self.proposer.check_valid()
+
+
+TestProposerMachine = ProposerMachine.TestCase
