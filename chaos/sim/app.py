@@ -357,18 +357,7 @@ class NodeApp:
         if self.name not in commit.members:
             return  # removed: the node is stopping (the runtime's step loop too)
         step = commit.step
-        record = self.disk.records.get(step)
-        self._lead(
-            t,
-            nc.StepBegan(
-                step=step,
-                voters=commit.voters,
-                members=commit.members,
-                stored=record.accepted_value if record is not None else None,
-                held=tuple(sorted(self.held.get(step, {}))),
-                decided=commit.phase == "decided",
-            ),
-        )
+        self._lead(t, nc.step_began(commit, self.held.get(step, {})))
         if self.leader.contributes():
             # Tagged with the commit core it is for: one started before a state was
             # installed (even at the same step) comes from the parameters the install

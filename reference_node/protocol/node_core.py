@@ -354,6 +354,24 @@ class ProposeStored(CoreAction, frozen=True, kw_only=True):
 LeaderAction = BuildProposal | ProposeStored
 
 
+def step_began(core: cm.StepCommit, held: Iterable[str]) -> StepBegan:
+    """What the leader is told when the commit core is at a step (a commit, a rejoin,
+    a start), in both shells: the core's configuration, the value its acceptor record
+    of the step holds (the runtime read the core's record, the simulator its disk's
+    copy), the aggregates this node holds bytes of for it (``held``), and whether the
+    core knows the step's decision already."""
+    step = core.step
+    record = core.acceptor_record(step)
+    return StepBegan(
+        step=step,
+        voters=core.voters,
+        members=core.members,
+        stored=record.accepted_value if record is not None else None,
+        held=tuple(sorted(held)),
+        decided=core.phase == "decided",
+    )
+
+
 class StepLeader:
     """One node's proposal timing for its current step.
 

@@ -913,18 +913,8 @@ class StepDriver:
         self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
         self.pulls.forget_below(step)
         core = self.core
-        if self.name in core.members:
-            record = core.acceptor_record(step)
-            self.lead(
-                nc.StepBegan(
-                    step=step,
-                    voters=core.voters,
-                    members=core.members,
-                    stored=record.accepted_value if record is not None else None,
-                    held=tuple(sorted(self.held_aggregates.get(step, ()))),
-                    decided=core.phase == "decided",
-                )
-            )
+        if self.name in core.members and core.step == step:
+            self.lead(nc.step_began(core, self.held_aggregates.get(step, ())))
 
     def _done(self) -> bool:
         limit = self.config.step.max_steps
