@@ -843,7 +843,7 @@ class NodeApp:
                 # committed state of the step before, i.e. it has caught up.
                 caught_up = LearnerCaughtUp(peer=message.sender, step=message.step)
                 self._membership_changed(t, self.membership.feed(caught_up, self._local(t)))
-        if not self.pulls:
+        if not self.pulls.pending:
             return  # the usual case: nobody waits for bytes
         # An acceptor waiting for this value's bytes may now rebuild it.
         arrived = self.leader.arrived.get(message.step, ())

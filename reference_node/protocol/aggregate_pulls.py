@@ -165,6 +165,10 @@ class AggregatePulls:
         self.node = node
         self._config = config
         self._pulls: dict[tuple[int, str], _Pull] = {}
+        # The keys of the pulls under way, read-only for the shells: ``if not
+        # pulls.pending`` is asked at every contribution (64 nodes: 4,000 times a node a
+        # step), and a plain attribute costs no call.
+        self.pending = self._pulls.keys()
         # (step, sorted contributors) -> the fingerprints a build under way must give:
         # a value whose rebuild gives another fingerprint is pulled from a peer.
         self._rebuilding: dict[tuple[int, tuple[str, ...]], set[str]] = {}
@@ -175,9 +179,6 @@ class AggregatePulls:
 
     def __contains__(self, key: object) -> bool:
         return key in self._pulls
-
-    def __bool__(self) -> bool:
-        return bool(self._pulls)
 
     def keys(self) -> list[tuple[int, str]]:
         return list(self._pulls)
@@ -320,7 +321,8 @@ class AggregatePulls:
 
     def forget_below(self, step: int) -> None:
         """The node's step is ``step``: the pulls and builds of earlier steps are moot."""
-        self._pulls = {k: p for k, p in self._pulls.items() if k[0] >= step}
+        for key in [k for k in self._pulls if k[0] < step]:
+            del self._pulls[key]  # in place: ``pending`` is a view of this dict
         self._rebuilding = {k: v for k, v in self._rebuilding.items() if k[0] >= step}
 
     # -- decisions --------------------------------------------------------------------

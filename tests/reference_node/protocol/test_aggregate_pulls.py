@@ -54,7 +54,7 @@ def test_a_value_whose_contributions_are_missing_is_pulled_live_sources_first():
     ]
     assert pulls.next_deadline() == pytest.approx(1.2 + TIMEOUT_S)
     pulls.held(3, FP)
-    assert not pulls and pulls.missing(3, FP, alive=VOTERS, now=1.3) == []
+    assert not pulls.pending and pulls.missing(3, FP, alive=VOTERS, now=1.3) == []
     pulls.check_valid()
 
 
@@ -64,7 +64,7 @@ def test_a_held_value_or_one_already_pulled_starts_nothing():
     assert (
         pulls.wanted(action, contributors=None, arrived=(), alive=VOTERS, holds=True, now=0) == []
     )
-    assert not pulls
+    assert not pulls.pending
     assert len(wanted(pulls, action)) == 1
     assert wanted(pulls, action, now=0.5) == []  # under way: not asked twice
 
@@ -78,7 +78,7 @@ def test_a_contribution_that_completes_a_waiting_value_turns_its_pull_into_a_reb
     assert pulls.contribution(3, {"n0", "n2"}) == rebuild
     assert pulls.contribution(3, {"n0", "n1", "n2"}) == []  # that build is under way
     assert pulls.built(3, FP, ("n0", "n2"), alive=VOTERS, now=0.2) == []
-    assert not pulls
+    assert not pulls.pending
 
 
 def test_a_rebuild_that_gives_other_bytes_pulls_the_value_at_once():
@@ -124,7 +124,7 @@ def test_the_pulls_of_steps_the_node_left_are_forgotten():
     assert pulls.keys() == [(5, FP)]
     # The rebuild of step 5 is still expected: its answer ends the pull.
     assert pulls.built(5, FP, ("n0", "n2"), alive=VOTERS, now=0.1) == []
-    assert not pulls
+    assert not pulls.pending
 
 
 def test_pulls_are_bounded():
