@@ -417,10 +417,8 @@ class NodeApp:
                 self._propose_value(t, action.step, action.value, first=action.first)
                 continue
             step, contributors = action.step, action.contributors
-            value_fp = training.fingerprint(training.aggregate(self.sim.seed, step, contributors))
-            self._hold(step, value_fp, contributors)
-            commit = self.commit
-            change = nc.change_to_propose(self.membership.core.change_for_next_step(), commit)
+            value_fp = self._build(step, contributors)
+            change = nc.change_to_propose(self.membership.core.change_for_next_step(), self.commit)
             proposed = self.proposer.built(
                 step, value_fp, contributors, core_step=self._core_step(), change=change
             )
@@ -563,10 +561,7 @@ class NodeApp:
             if type(action) is ap.RebuildAggregate:
                 # The simulated worker builds at once: the same inputs give the same bits.
                 step, contributors = action.step, action.contributors
-                value_fp = training.fingerprint(
-                    training.aggregate(self.sim.seed, step, contributors)
-                )
-                self._hold(step, value_fp, contributors)
+                value_fp = self._build(step, contributors)
                 rebuilt.append((step, value_fp))
                 now = self._local(t)
                 rebuilt += self._pull(
@@ -580,6 +575,13 @@ class NodeApp:
                 self._send(t, action.source, request)
         self._arm_pull_timer(t)
         return rebuilt
+
+    def _build(self, step: int, contributors: tuple[str, ...]) -> str:
+        """The simulated worker's build of exactly ``contributors``' aggregate (a
+        proposal's or a rebuild's): held at once, durably; its fingerprint."""
+        value_fp = training.fingerprint(training.aggregate(self.sim.seed, step, contributors))
+        self._hold(step, value_fp, contributors)
+        return value_fp
 
     def _arm_pull_timer(self, t: float) -> None:
         deadline = self.pulls.next_deadline()
