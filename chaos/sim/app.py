@@ -46,6 +46,7 @@ from swarmshake.chaos.sim import training
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin
+from swarmshake.reference_node.protocol import step_apply as sa
 from swarmshake.reference_node.protocol.commit import (
     AcceptorRecord,
     Applied,
@@ -218,7 +219,7 @@ class NodeApp:
         # The contributors of values seen in accept requests and decisions: what an
         # acceptor needs to rebuild an aggregate from the contributions it holds.
         self.values: dict[tuple[int, str], tuple[str, ...]] = {}
-        self.applying: tuple[int, StepValue] | None = None
+        self.apply = sa.StepApply(self.config)  # the committed value to apply, once held
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
         self.pull_timer_at = math.inf
@@ -457,7 +458,7 @@ class NodeApp:
         """The runtime checks this on every wake of its step loop (``_behind_peers``);
         here after every commit-core event and every message that carries a step."""
         commit = self.commit
-        if commit is None or self.rejoin is not None or self.applying is not None:
+        if commit is None or self.rejoin is not None or self.apply.pending is not None:
             return
         peer = nc.peer_ahead(
             commit.step,
@@ -506,8 +507,11 @@ class NodeApp:
                 rebuilt += self._pull(t, pulled)
             elif isinstance(action, ApplyStep):
                 self._lead(t, nc.StepDecided(step=action.step))
-                self.applying = (action.step, action.value)
-                self._apply_if_held(t)
+                holds = action.value.agg_fp in self.held.get(action.step, {})
+                accepted = self.disk.accepted
+                self._apply(
+                    t, self.apply.decided(action.step, action.value, holds=holds, accepted=accepted)
+                )
             elif isinstance(action, Committed):
                 self._committed(t, action)
             elif isinstance(action, Behind):
@@ -537,20 +541,22 @@ class NodeApp:
         self.disk.aggregates[(step, value_fp)] = contributors
         self.pulls.held(step, value_fp)
 
-    def _prune_aggregates(self, applied_step: int, *, memory: bool = True) -> None:
-        """Drop the aggregate bytes the node core does not keep (``aggregates_to_keep``):
-        from the disk, and (``memory``) from memory outside the window, as the
-        runtime's worker does after an apply.  An installed state prunes the disk only,
-        as the worker's ``install_staged``: the bytes it holds in memory stay until its
-        next apply (a checkpoint fallback below them may still re-propose them)."""
-        kept = nc.aggregates_to_keep(self.disk.accepted, applied_step, config=self.config)
-        pinned = set(kept.pinned)
+    def _prune_aggregates(
+        self, from_step: int, pinned: tuple[tuple[int, str], ...], *, memory: bool = True
+    ) -> None:
+        """Drop the aggregate bytes the node core does not keep (below ``from_step``,
+        unless ``pinned``: ``aggregates_to_keep``): from the disk, and (``memory``) from
+        memory, as the runtime's worker does after an apply.  An installed state prunes
+        the disk only, as the worker's ``install_staged``: the bytes it holds in memory
+        stay until its next apply (a checkpoint fallback below them may still
+        re-propose them)."""
+        kept = set(pinned)
         aggregates = self.disk.aggregates
-        for key in [k for k in aggregates if k[0] < kept.from_step and k not in pinned]:
+        for key in [k for k in aggregates if k[0] < from_step and k not in kept]:
             del aggregates[key]
         if not memory:
             return
-        for step in [s for s in self.held if s < kept.from_step]:
+        for step in [s for s in self.held if s < from_step]:
             del self.held[step]
 
     def _pull(self, t: float, actions: list[ap.PullAction]) -> list[tuple[int, str]]:
@@ -595,25 +601,23 @@ class NodeApp:
     def _holds(self, t: float, key: tuple[int, str]) -> None:
         if self._window(key[0]):
             self._commit(t, HoldsAggregate(step=key[0], value_fp=key[1]))
-        self._apply_if_held(t)
+        self._apply(t, self.apply.held(*key, accepted=self.disk.accepted))
 
     def _send_commit(self, t: float, action: Send) -> None:
         message = action.message
         for peer in action.to:
             self._send(t, peer, message)
 
-    def _apply_if_held(self, t: float) -> None:
-        if self.applying is None:
-            return
-        step, value = self.applying
-        if value.agg_fp not in self.held.get(step, {}):
-            return
-        self.applying = None
-        update = training.aggregate(self.sim.seed, step, value.contributors)
-        self.params = training.apply(self.params, update)
-        self.param_step = step
-        self._prune_aggregates(step)
-        self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
+    def _apply(self, t: float, actions: list[sa.ApplyAggregate]) -> None:
+        """Perform the apply core's action: the simulated worker applies at once."""
+        for action in actions:
+            step, value = action.step, action.value
+            update = training.aggregate(self.sim.seed, step, value.contributors)
+            self.params = training.apply(self.params, update)
+            self.param_step = step
+            self._prune_aggregates(action.keep_from_step, action.pinned)
+            if self.apply.applied(step, value.agg_fp) is not None:
+                self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
 
     def _committed(self, t: float, action: Committed) -> None:
         value = action.value
@@ -865,9 +869,7 @@ class NodeApp:
         if message.value_fp in self.held.get(message.step, {}):
             return
         self._hold(message.step, message.value_fp, message.contributors)
-        if self._window(message.step):
-            self._commit(t, HoldsAggregate(step=message.step, value_fp=message.value_fp))
-        self._apply_if_held(t)
+        self._holds(t, (message.step, message.value_fp))
 
     # --- rejoin -------------------------------------------------------------------------
 
@@ -887,7 +889,7 @@ class NodeApp:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
         self.fetch.begun()
         self.commit = None
-        self.applying = None
+        self.apply.dropped()
         conf = self.membership.current
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         self.offered_configs = {}
@@ -970,7 +972,8 @@ class NodeApp:
         self.rejoin = None
         self.fetch.installed()
         self.peer_steps = {}
-        self._prune_aggregates(done.step, memory=False)
+        kept = nc.aggregates_to_keep(self.disk.accepted, done.step, config=self.config)
+        self._prune_aggregates(kept.from_step, kept.pinned, memory=False)
         # The configuration the state runs under: the one its source offered with it,
         # else (checkpoint, genesis) the one this node recorded for its step.
         configuration = self.offered_configs.get(done.source) or self.membership.configs.after(

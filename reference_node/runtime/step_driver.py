@@ -59,6 +59,7 @@ from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol import sharding
+from swarmshake.reference_node.protocol import step_apply as sa
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
@@ -230,8 +231,8 @@ class StepDriver:
         self.values: dict[tuple[int, str], msgs.StepValue] = {}
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.decisions)
-        self.pending_apply: tuple[int, str] | None = None
-        self.applying = False
+        # The committed value to apply, once held (the node core's).
+        self.apply = sa.StepApply(self.decisions)
         self.rejoin: rj.Rejoin | None = None
         # A peer's state bytes staged before their offer came (node_core.state_bytes_wait).
         self.pending_staged: ipc.StateStaged | None = None
@@ -492,9 +493,13 @@ class StepDriver:
                 self._fetch(action)
             case cm.ApplyStep():
                 self.lead(nc.StepDecided(step=action.step))
-                self.pending_apply = (action.step, action.value.agg_fp)
                 self.values[(action.step, action.value.agg_fp)] = action.value
-                self._maybe_apply()
+                holds = action.value.agg_fp in self.held_aggregates.get(action.step, ())
+                self._apply(
+                    self.apply.decided(
+                        action.step, action.value, holds=holds, accepted=self.store.accepted
+                    )
+                )
             case cm.Committed():
                 if action.value.config_change is not None:
                     self._config_committed(action.step, action.value.config_change)
@@ -554,7 +559,7 @@ class StepDriver:
         core_step = self.core.step
         if core_step <= message.step <= core_step + self.core.config.steps_ahead_max:
             self.feed(cm.HoldsAggregate(step=message.step, value_fp=message.agg_fp))
-        self._maybe_apply()
+        self._apply(self.apply.held(*key, accepted=self.store.accepted))
 
     def _on_aggregate_missing(self, message: ipc.AggregateMissing) -> None:
         if not message.agg_fp:  # a BuildAggregate that could not run
@@ -568,38 +573,32 @@ class StepDriver:
             return
         key = (message.step, message.agg_fp)
         now = self.node.clock.now()
-        if self.pending_apply == key and self.applying:
-            self.applying = False  # not held yet: fetch, then apply on arrival
+        if self.apply.lost(*key):  # gone after all: fetch, then apply on arrival
+            self._forget_held(*key)
             self._pull(self.pulls.lost(*key, self.core.voters, alive=self._alive(), now=now))
             return
         self._pull(self.pulls.missing(*key, alive=self._alive(), now=now))
 
-    def _maybe_apply(self) -> None:
-        if self.pending_apply is None or self.applying:
-            return
-        step, agg_fp = self.pending_apply
-        self.applying = True
-        kept = self._aggregates_kept(step)
-        self.node.to_worker(
-            ipc.ApplyCommitted(
-                step=step,
-                agg_fp=agg_fp,
-                keep_from_step=kept.from_step,
-                pinned=list(kept.pinned),
+    def _apply(self, actions: list[sa.ApplyAggregate]) -> None:
+        """Perform the apply core's action: the worker applies, then answers ``Applied``
+        (or ``AggregateMissing``); it also drops from memory what the window no longer
+        keeps (the pinned bytes stay on its disk only, for a restart)."""
+        for action in actions:
+            self.node.to_worker(
+                ipc.ApplyCommitted(
+                    step=action.step,
+                    agg_fp=action.value.agg_fp,
+                    keep_from_step=action.keep_from_step,
+                    pinned=list(action.pinned),
+                )
             )
-        )
-
-    def _aggregates_kept(self, applied_step: int) -> nc.AggregatesKept:
-        return nc.aggregates_to_keep(self.store.accepted, applied_step, config=self.decisions)
 
     def _on_applied(self, message: ipc.Applied) -> None:
-        self.applying = False
-        if self.pending_apply != (message.step, message.agg_fp):
-            return
-        self.pending_apply = None
-        # The worker dropped from memory what the window no longer keeps (the pinned
-        # bytes stay on its disk only, for a restart): this node no longer holds them.
-        self._forget_held_below(self._aggregates_kept(message.step).from_step)
+        done = self.apply.applied(message.step, message.agg_fp)
+        if done is None:
+            return  # an apply a rejoin made moot
+        # The worker no longer holds in memory what its window dropped.
+        self._forget_held_below(done.keep_from_step)
         self.param_fp = message.param_fp
         self.feed(cm.Applied(step=message.step, param_fp=message.param_fp))
         self._advance_to(self.core.step)
@@ -620,7 +619,7 @@ class StepDriver:
         self.fetch.begun()
         self._generation += 1
         self._deferred.clear()
-        self.pending_apply = None
+        self.apply.dropped()
         self.offered_configs = {}
         self.install_config = None
         start = nc.rejoin_start(
@@ -679,7 +678,9 @@ class StepDriver:
                         # to install, start at step 0.
                         self._installed(0, self.genesis_fp, action.source)
                     else:
-                        kept = self._aggregates_kept(action.step)
+                        kept = nc.aggregates_to_keep(
+                            self.store.accepted, action.step, config=self.decisions
+                        )
                         self.node.to_worker(
                             ipc.InstallStaged(
                                 source=action.source,
@@ -746,8 +747,7 @@ class StepDriver:
         self.step = next_step
         self.persisted = self.store.load()
         self.core = self._new_core(next_step, configuration)
-        self.pending_apply = None
-        self.applying = False
+        self.apply.dropped()
         # The installed parameters start the step afresh: a gradient asked for before
         # (a checkpoint fallback lands on the step the node was at) came from the
         # parameters the install replaced.
@@ -766,6 +766,11 @@ class StepDriver:
         agreement test; the simulator forgot them)."""
         for held_step in [s for s in self.held_aggregates if s < step]:
             del self.held_aggregates[held_step]
+
+    def _forget_held(self, step: int, agg_fp: str) -> None:
+        held = self.held_aggregates.get(step)
+        if held is not None:
+            held.discard(agg_fp)
 
     def _remember_held(self, step: int, agg_fp: str) -> None:
         self.held_aggregates.setdefault(step, set()).add(agg_fp)
@@ -965,7 +970,7 @@ class StepDriver:
             self._start_rejoin(None)
             return None
         peer = self._behind_peers()
-        if peer is not None and self.pending_apply is None:
+        if peer is not None and self.apply.pending is None:
             self._start_rejoin(peer)
             return None
         if self._done():
@@ -1097,7 +1102,9 @@ class StepDriver:
             "last_due_in_s": None
             if self.last_due is None
             else self.last_due - self.node.clock.now(),
-            "pending_apply": list(self.pending_apply) if self.pending_apply else None,
+            "pending_apply": [self.apply.pending[0], self.apply.pending[1].agg_fp]
+            if self.apply.pending
+            else None,
             "fetching": [f"{s}:{fp}" for s, fp in self.pulls.keys()],
             "errors": {**self.errors, **self._pull_errors()},
             "joining": self.enrolment.joining,

@@ -169,6 +169,8 @@ def test_the_scan_sees_a_shell_timing_its_own_join_requests():
 RETIRED_PULL_STATE = {"fetching", "fetches", "rebuilds"}
 # ... and while it turned the leader's decision into a proposal (node_core.Proposer).
 RETIRED_PULL_STATE |= {"proposed", "building", "building_first"}
+# ... and while it decided when a committed value is applied (step_apply.StepApply).
+RETIRED_PULL_STATE |= {"pending_apply", "applying"}
 
 
 @pytest.mark.parametrize("path", SHELLS)
@@ -178,7 +180,7 @@ def test_a_shell_keeps_no_pull_state_of_its_own(path):
         for name, line in _assigned_attributes(_tree(path))
         if name in RETIRED_PULL_STATE
     ]
-    where = "aggregate_pulls.AggregatePulls's and node_core.Proposer's"
+    where = "aggregate_pulls.AggregatePulls's, node_core.Proposer's and step_apply.StepApply's"
     assert not kept, f"pulls and proposals are {where}: {kept}"
 
 
