@@ -216,9 +216,6 @@ class NodeApp:
         self.held: dict[int, dict[str, tuple[str, ...]]] = {}
         for (step, value_fp), contributors in disk.aggregates.items():
             self.held.setdefault(step, {})[value_fp] = contributors
-        # The contributors of values seen in accept requests and decisions: what an
-        # acceptor needs to rebuild an aggregate from the contributions it holds.
-        self.values: dict[tuple[int, str], tuple[str, ...]] = {}
         self.apply = sa.StepApply(self.config)  # the committed value to apply, once held
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
@@ -498,7 +495,6 @@ class NodeApp:
             elif isinstance(action, FetchAggregate):
                 pulled = self.pulls.wanted(
                     action,
-                    contributors=self.values.get((action.step, action.value_fp)),
                     arrived=self.leader.arrived.get(action.step, ()),
                     alive=self.alive_view,
                     holds=action.value_fp in self.held.get(action.step, {}),
@@ -643,7 +639,6 @@ class NodeApp:
                 param_fp=action.param_fp,
                 nbytes=self.settings.state_nbytes,
             )
-        self.values = {k: v for k, v in self.values.items() if k[0] > action.step}
         self.pulls.forget_below(action.step + 1)
         self._begin_step(t)
 
@@ -791,9 +786,10 @@ class NodeApp:
             step = message.step  # running_step + note_peer_step, without the calls (hot path)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
-            if isinstance(message, _CARRY_CONTRIBUTORS) and self._window(step):
-                key = (step, message.value.agg_fp)
-                self.values[key] = tuple(message.value.contributors)
+            if isinstance(message, _CARRY_CONTRIBUTORS):
+                value = message.value
+                core_step = self._core_step()
+                self.pulls.value_seen(step, value.agg_fp, value.contributors, core_step=core_step)
             if self.enrolment.joining:
                 self.join_evidence(t, [sender])
             elif self.commit is not None:

@@ -16,7 +16,8 @@ Pure like every core: the node's clock time comes in as ``now``, no I/O.
 
 | the shell tells it | when |
 |---|---|
-| ``wanted(FetchAggregate, contributors=, arrived=, alive=, holds=, now)`` | the commit core asked for a value's bytes |
+| ``value_seen(step, value_fp, contributors, core_step=)`` | a peer's ``AcceptRequest`` or ``Decided`` named a value (its contributors make a rebuild possible) |
+| ``wanted(FetchAggregate, arrived=, alive=, holds=, now)`` | the commit core asked for a value's bytes |
 | ``contribution(step, arrived, now)`` | a contribution of ``step`` arrived (a waiting pull may become a rebuild) |
 | ``built(step, value_fp, contributors, alive=, now)`` | an aggregate over ``contributors`` was built (a rebuild, or the node's own proposal) |
 | ``rebuild_failed(step, contributors, alive=, now)`` | a rebuild could not run (a contribution is gone) |
@@ -51,6 +52,12 @@ from swarmshake.reference_node.protocol.structs import CoreAction
 # chase.  A pull past it is not started (counted in ``refused``): the commit core asks
 # again at its next round.
 MAX_PULLS = 256
+# Values whose contributors a node remembers (those a peer's AcceptRequest or Decided
+# named), for a rebuild should their bytes be wanted.  Only steps of the commit core's
+# window are kept; a few values a step in a healthy run (one per ballot), so this bounds
+# only what a peer naming many values could make the node keep.  A value past it is not
+# remembered: its bytes, if wanted, are pulled instead of rebuilt.
+MAX_VALUES = 1024
 
 
 class RebuildAggregate(CoreAction, frozen=True, kw_only=True):
@@ -172,6 +179,8 @@ class AggregatePulls:
         # (step, sorted contributors) -> the fingerprints a build under way must give:
         # a value whose rebuild gives another fingerprint is pulled from a peer.
         self._rebuilding: dict[tuple[int, tuple[str, ...]], set[str]] = {}
+        # (step, value fp) -> the value's contributors, as a peer named them.
+        self._values: dict[tuple[int, str], tuple[str, ...]] = {}
         self.mismatches = 0  # rebuilds that gave other bytes than the value named
         self.refused = 0  # pulls not started: MAX_PULLS were under way
 
@@ -196,18 +205,35 @@ class AggregatePulls:
 
     # -- events -----------------------------------------------------------------------
 
+    def value_seen(
+        self, step: int, value_fp: str, contributors: Iterable[str], *, core_step: int | None
+    ) -> None:
+        """A peer's ``AcceptRequest`` or ``Decided`` named this value: remember its
+        contributors (a rebuild needs them) while its step is in the commit core's
+        window (``core_step``: the core's step, None while none runs)."""
+        if core_step is None or not core_step <= step <= core_step + self._config.steps_ahead_max:
+            return
+        key = (step, value_fp)
+        if key in self._values or len(self._values) >= MAX_VALUES:
+            return
+        self._values[key] = tuple(sorted(contributors))
+
+    def contributors(self, step: int, value_fp: str) -> tuple[str, ...] | None:
+        """The contributors a peer named for this value, if one did."""
+        return self._values.get((step, value_fp))
+
     def wanted(
         self,
         action: cm.FetchAggregate,
         *,
-        contributors: Iterable[str] | None,
         arrived: Iterable[str],
         alive: Iterable[str],
         holds: bool,
         now: float,
     ) -> list[PullAction]:
-        """The commit core asked for a value's bytes (``contributors``: the value's, if
-        known; ``holds``: the node holds them already, and says so to its core)."""
+        """The commit core asked for a value's bytes (``holds``: the node holds them
+        already, and says so to its core).  Rebuilt when a peer named the value's
+        contributors (``value_seen``) and all of theirs arrived, else pulled."""
         key = (action.step, action.value_fp)
         if holds or key in self._pulls:
             return []
@@ -215,8 +241,8 @@ class AggregatePulls:
             self.refused += 1
             return []
         alive = tuple(alive)
-        plan = plan_aggregate(self.node, action, contributors, arrived, alive)
-        known = None if contributors is None else tuple(sorted(contributors))
+        known = self._values.get(key)
+        plan = plan_aggregate(self.node, action, known, arrived, alive)
         self._pulls[key] = _Pull(plan.sources, known, now)
         if plan.rebuild:
             return self._rebuild(key)
@@ -324,6 +350,8 @@ class AggregatePulls:
         for key in [k for k in self._pulls if k[0] < step]:
             del self._pulls[key]  # in place: ``pending`` is a view of this dict
         self._rebuilding = {k: v for k, v in self._rebuilding.items() if k[0] >= step}
+        for key in [k for k in self._values if k[0] < step]:
+            del self._values[key]
 
     # -- decisions --------------------------------------------------------------------
 
@@ -351,6 +379,9 @@ class AggregatePulls:
 
     def check_valid(self) -> None:
         assert len(self._pulls) <= MAX_PULLS, "more pulls than MAX_PULLS"
+        assert len(self._values) <= MAX_VALUES, "more values than MAX_VALUES"
+        for key, contributors in self._values.items():
+            assert contributors == tuple(sorted(contributors)), f"value {key}: unsorted"
         for key, pull in self._pulls.items():
             assert self.node not in pull.sources, f"pull {key} would ask this node"
             assert pull.asked is None or pull.asked in pull.sources, f"pull {key} asked a stranger"

@@ -226,9 +226,7 @@ class StepDriver:
         self.contributed_at: float | None = None
         self.requested_contribution = -1
         self.gradient_asked = -1  # the step of the worker's last Contribute since an install
-        self.arrived: dict[int, set[str]] = {}
         self.proposer = nc.Proposer()  # the leader's decision -> one proposal a step
-        self.values: dict[tuple[int, str], msgs.StepValue] = {}
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.decisions)
         # The committed value to apply, once held (the node core's).
@@ -319,7 +317,10 @@ class StepDriver:
                 self._confirm_removal(message.sender)
             return
         if isinstance(message, msgs.AcceptRequest | msgs.Decided):
-            self.values[(message.step, message.value.agg_fp)] = message.value
+            value = message.value
+            self.pulls.value_seen(
+                message.step, value.agg_fp, value.contributors, core_step=self._core_step()
+            )
         if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
             if self.enrolment.joining:
                 self.on_join_evidence(message.sender)
@@ -367,14 +368,14 @@ class StepDriver:
                 current = self.gradient_asked == message.step
                 if message.step == self.step and self.steps_run and current:
                     self.contributed_at = self.node.clock.now()
-                    self.arrived.setdefault(message.step, set()).add(self.name)
                     self.lead(nc.OwnContribution(step=message.step))
             case ipc.ContributionArrived():
-                self.arrived.setdefault(message.step, set()).add(message.sender)
                 self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
                 if message.step > self.core.step:  # the sender is past this node's step
                     self.feed(cm.PeerAt(peer=message.sender, step=message.step))
-                self._pull(self.pulls.contribution(message.step, self.arrived[message.step]))
+                if self.pulls.pending:  # a waiting pull may now be rebuilt
+                    arrived = self.leader.arrived.get(message.step, ())
+                    self._pull(self.pulls.contribution(message.step, arrived))
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the
                     # committed state of the step before, i.e. it has caught up.
@@ -493,7 +494,6 @@ class StepDriver:
                 self._fetch(action)
             case cm.ApplyStep():
                 self.lead(nc.StepDecided(step=action.step))
-                self.values[(action.step, action.value.agg_fp)] = action.value
                 holds = action.value.agg_fp in self.held_aggregates.get(action.step, ())
                 self._apply(
                     self.apply.decided(
@@ -518,11 +518,9 @@ class StepDriver:
     # -- aggregates ------------------------------------------------------------------------------
 
     def _fetch(self, action: cm.FetchAggregate) -> None:
-        value = self.values.get((action.step, action.value_fp))
         actions = self.pulls.wanted(
             action,
-            contributors=value.contributors if value is not None else None,
-            arrived=self.arrived.get(action.step, ()),
+            arrived=self.leader.arrived.get(action.step, ()),
             alive=self._alive(),
             holds=action.value_fp in self.held_aggregates.get(action.step, ()),
             now=self.node.clock.now(),
@@ -914,8 +912,6 @@ class StepDriver:
         self.step_started_at = now
         self.contributed_at = None
         self.proposer.step_began(step)
-        self.arrived = {s: c for s, c in self.arrived.items() if s >= step}
-        self.values = {k: v for k, v in self.values.items() if k[0] >= step - 4}
         self.pulls.forget_below(step)
         core = self.core
         if self.name in core.members and core.step == step:
@@ -1025,7 +1021,6 @@ class StepDriver:
                     ipc.BuildAggregate(step=action.step, contributors=list(action.contributors))
                 )
             else:
-                self.values[(action.step, action.value.agg_fp)] = action.value
                 self.feed(cm.ProposeValue(step=action.step, value=action.value, first=action.first))
 
     def _alive(self) -> tuple[str, ...]:
@@ -1095,7 +1090,7 @@ class StepDriver:
             "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,
             "dropped_by_core": self.core.dropped,
             "contributed": self.contributed_at is not None,
-            "arrived": sorted(self.arrived.get(self.step, ())),
+            "arrived": sorted(self.leader.arrived.get(self.step, ())),
             "building": list(self.proposer.building[1]) if self.proposer.building else None,
             "proposed": self.proposer.proposed,
             "loop_iterations": self.loop_iterations,

@@ -299,7 +299,9 @@ class RuntimeNode:
                 )
                 self.replies.append(missing)
             case ipc.ApplyCommitted():
-                value = self.driver.values[(message.step, message.agg_fp)]
+                asked = self.driver.apply.asked  # the apply this message performs
+                assert asked is not None and asked.value.agg_fp == message.agg_fp
+                value = asked.value
                 update = training.aggregate(TRAINING_SEED, message.step, value.contributors)
                 self.params = training.apply(self.params, update)
                 self.applied_step = message.step

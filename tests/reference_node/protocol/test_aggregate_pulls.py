@@ -22,10 +22,12 @@ def fetch(step: int = 3, value_fp: str = FP, sources=("n0", "n2", "n1")) -> cm.F
 
 
 def wanted(pulls, action=None, *, contributors=("n2", "n0"), arrived=(), alive=VOTERS, now=0.0):
-    return pulls.wanted(
-        action or fetch(), contributors=contributors, arrived=arrived, alive=alive, holds=False,
-        now=now,
-    )  # fmt: skip
+    """The commit core asks for ``action``'s bytes; a peer named the value's
+    ``contributors`` before (None: nobody did)."""
+    action = action or fetch()
+    if contributors is not None:
+        pulls.value_seen(action.step, action.value_fp, contributors, core_step=action.step)
+    return pulls.wanted(action, arrived=arrived, alive=alive, holds=False, now=now)
 
 
 def test_a_value_over_held_contributions_is_rebuilt_and_its_pull_ends_when_built():
@@ -62,7 +64,7 @@ def test_a_held_value_or_one_already_pulled_starts_nothing():
     pulls = ap.AggregatePulls(node="n1")
     action = fetch()
     assert (
-        pulls.wanted(action, contributors=None, arrived=(), alive=VOTERS, holds=True, now=0) == []
+        pulls.wanted(action, arrived=(), alive=VOTERS, holds=True, now=0) == []
     )
     assert not pulls.pending
     assert len(wanted(pulls, action)) == 1
@@ -125,6 +127,34 @@ def test_the_pulls_of_steps_the_node_left_are_forgotten():
     # The rebuild of step 5 is still expected: its answer ends the pull.
     assert pulls.built(5, FP, ("n0", "n2"), alive=VOTERS, now=0.1) == []
     assert not pulls.pending
+
+
+def test_only_values_of_the_commit_cores_window_are_remembered_and_steps_left_forget_them():
+    pulls = ap.AggregatePulls(node="n1")
+    ahead = nc.NODE_DEFAULTS.steps_ahead_max
+    pulls.value_seen(3, FP, ("n2", "n0"), core_step=None)  # no core runs: a fetch, a joiner
+    pulls.value_seen(3 + ahead + 1, FP, ("n0",), core_step=3)  # past the window
+    pulls.value_seen(2, FP, ("n0",), core_step=3)  # a step the node left
+    assert pulls.contributors(3, FP) is None
+    assert pulls.contributors(3 + ahead + 1, FP) is None and pulls.contributors(2, FP) is None
+    pulls.value_seen(3 + ahead, FP, ("n2", "n0"), core_step=3)
+    assert pulls.contributors(3 + ahead, FP) == ("n0", "n2")  # sorted
+    # Without its contributors a value is pulled, not rebuilt, whatever arrived.
+    assert wanted(pulls, contributors=None, arrived=set(VOTERS)) == [
+        ap.RequestAggregate(step=3, value_fp=FP, source="n0")
+    ]
+    pulls.forget_below(3 + ahead + 1)
+    assert pulls.contributors(3 + ahead, FP) is None
+    pulls.check_valid()
+
+
+def test_remembered_values_are_bounded():
+    pulls = ap.AggregatePulls(node="n1")
+    for index in range(ap.MAX_VALUES + 5):
+        pulls.value_seen(3, f"{index:016x}", ("n0",), core_step=3)
+    assert pulls.contributors(3, f"{ap.MAX_VALUES - 1:016x}") == ("n0",)
+    assert pulls.contributors(3, f"{ap.MAX_VALUES:016x}") is None
+    pulls.check_valid()
 
 
 def test_pulls_are_bounded():
@@ -199,10 +229,11 @@ class PullsMachine(RuleBasedStateMachine):
         action = cm.FetchAggregate(step=step, value_fp=value_fp, sources=tuple(sources))
         if (step, value_fp) not in self.pulls:  # else the pull under way keeps its sources
             self.sources[(step, value_fp)] = tuple(sources)
+        if contributors is not None:
+            self.pulls.value_seen(step, value_fp, contributors, core_step=step)
         actions = self.pulls.wanted(
-            action, contributors=contributors, arrived=arrived, alive=self.alive, holds=holds,
-            now=self.now,
-        )  # fmt: skip
+            action, arrived=arrived, alive=self.alive, holds=holds, now=self.now
+        )
         self._check(actions)
 
     @rule(step=st.integers(0, 3), arrived=st.sets(st.sampled_from(NAMES)))
