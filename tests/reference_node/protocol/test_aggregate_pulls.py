@@ -63,9 +63,7 @@ def test_a_value_whose_contributions_are_missing_is_pulled_live_sources_first():
 def test_a_held_value_or_one_already_pulled_starts_nothing():
     pulls = ap.AggregatePulls(node="n1")
     action = fetch()
-    assert (
-        pulls.wanted(action, arrived=(), alive=VOTERS, holds=True, now=0) == []
-    )
+    assert pulls.wanted(action, arrived=(), alive=VOTERS, holds=True, now=0) == []
     assert not pulls.pending
     assert len(wanted(pulls, action)) == 1
     assert wanted(pulls, action, now=0.5) == []  # under way: not asked twice
