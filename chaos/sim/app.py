@@ -663,12 +663,7 @@ class NodeApp:
 
     def _config_committed(self, t: float, step: int, change: Any) -> None:
         self._membership_changed(t, self.membership.committed(step, change, self._local(t)))
-        if change.change == "remove" and change.peer != self.name:
-            self._confirm_removal(t, change.peer)
-        if change.change == "remove" and change.peer == self.name:
-            # The commit core stops taking part from here (commit._advance).
-            reason = self.enrolment.removed_reason()
-            self.sim.stop(self.name, t, f"{reason}: removed at step {step}")
+        self._enrol(t, self.enrolment.configuration_committed(step, change, node=self.name))
 
     def _membership_changed(self, t: float, changed: list) -> None:
         for action in changed:
@@ -716,6 +711,8 @@ class NodeApp:
             elif isinstance(action, nc.FetchStateFrom):
                 if self.rejoin is None:
                     self._start_rejoin(t, evidence=action.peer)
+            elif isinstance(action, nc.ConfirmRemoval):
+                self._confirm_removal(t, action.peer)
             elif isinstance(action, nc.SendJoinRequest):
                 request = JoinRequest(sender=self.name, incarnation=incarnation)
                 for voter in action.to:

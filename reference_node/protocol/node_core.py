@@ -1198,6 +1198,13 @@ class StopNode(CoreAction, frozen=True, kw_only=True):
     join_failed: bool = False
 
 
+class ConfirmRemoval(CoreAction, frozen=True, kw_only=True):
+    """Tell ``peer`` its removal committed (``messages.LeaveConfirmed`` at
+    ``removal_step``): a leaver waits for it to stop."""
+
+    peer: str
+
+
 class RestartAsJoiner(CoreAction, frozen=True, kw_only=True):
     """End this process and start a new incarnation, which asks to join: the node
     learned it was removed while it ran as a member (``Enrolment.removal_confirmed``).
@@ -1214,6 +1221,7 @@ EnrolmentAction = (
     | StartDetector
     | StopNode
     | RestartAsJoiner
+    | ConfirmRemoval
 )
 
 
@@ -1531,6 +1539,18 @@ class Enrolment:
                 f"{peer}) while running as a member: joining again"
             )
         ]
+
+    def configuration_committed(
+        self, step: int, change: ConfigChangeRequest, *, node: str
+    ) -> list[EnrolmentAction]:
+        """``change`` committed at ``step`` (after the shell fed it to its membership
+        core): a removed peer is told so; this node, removed, stops (its commit core
+        takes no part from here: ``commit._advance``)."""
+        if change.change != "remove":
+            return []
+        if change.peer != node:
+            return [ConfirmRemoval(peer=change.peer)]
+        return [StopNode(reason=f"{self.removed_reason()}: removed at step {step}")]
 
     def confirms_removal(self, peer: str, members: Iterable[str]) -> bool:
         """Whether ``peer``'s ``LeaveConfirmed`` counts: ``peer`` is a member of the

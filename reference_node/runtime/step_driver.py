@@ -839,12 +839,7 @@ class StepDriver:
 
     def _config_committed(self, step: int, change: msgs.ConfigChangeRequest) -> None:
         self.membership.committed(step, change)
-        if change.change == "remove" and change.peer != self.name:
-            self._confirm_removal(change.peer)
-        if change.change == "remove" and change.peer == self.name:
-            # The commit core stops taking part from here (commit._advance).
-            reason = self.enrolment.removed_reason()
-            self.node.request_stop(f"{reason}: removed at step {step}")
+        self.enrol(self.enrolment.configuration_committed(step, change, node=self.name))
 
     def begin_leave(self, reason: str) -> None:
         """A clean leave: ask the voters to remove this node through a committed step,
@@ -873,6 +868,8 @@ class StepDriver:
                     self.node.start_detector()  # heartbeat back before its watch's grace ends
                 case nc.FetchStateFrom():
                     self._start_rejoin(action.peer)
+                case nc.ConfirmRemoval():
+                    self._confirm_removal(action.peer)
                 case nc.SendJoinRequest():
                     request = msgs.JoinRequest(sender=self.name, incarnation=incarnation)
                     for voter in action.to:

@@ -749,6 +749,24 @@ def test_a_member_names_the_step_that_removed_a_peer_and_only_then():
     assert nc.removal_step(configs, "c") is None
 
 
+def test_a_committed_removal_is_told_to_the_removed_peer_and_stops_the_removed_node():
+    from swarmshake.reference_node.protocol.messages import ConfigChangeRequest
+
+    member = enrolment(joining=False)
+    remove = ConfigChangeRequest(change="remove", peer="n2", incarnation=1)
+    assert member.configuration_committed(7, remove, node="me") == [nc.ConfirmRemoval(peer="n2")]
+    add = ConfigChangeRequest(change="add", peer="n2", incarnation=2)
+    assert member.configuration_committed(8, add, node="me") == []
+    own = ConfigChangeRequest(change="remove", peer="me", incarnation=1)
+    assert member.configuration_committed(9, own, node="me") == [
+        nc.StopNode(reason="removed from the configuration by the cluster: removed at step 9")
+    ]
+    member.begin_leave("asked", 0.0, member=True, last_voter=False)
+    assert member.configuration_committed(9, own, node="me") == [
+        nc.StopNode(reason="asked: removed at step 9")
+    ]
+
+
 def test_a_leaver_stops_when_a_member_confirms_its_removal():
     leaver = enrolment(joining=False)
     confirmed = {"step": 4, "recorded": True}
