@@ -44,6 +44,7 @@ import msgspec
 
 from swarmshake.chaos.sim import training
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
+from swarmshake.reference_node.protocol import held_aggregates as ha
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin
 from swarmshake.reference_node.protocol import step_apply as sa
@@ -213,9 +214,12 @@ class NodeApp:
         self.checkpoints = nc.Checkpointing(settings.checkpoint, started, restarted=not first)
         self.params = training.INITIAL_PARAMS
         self.param_step = -1  # the committed step the parameters hold (-1: initial)
-        self.held: dict[int, dict[str, tuple[str, ...]]] = {}
-        for (step, value_fp), contributors in disk.aggregates.items():
-            self.held.setdefault(step, {})[value_fp] = contributors
+        # The simulated worker's memory: each aggregate it holds, by its contributors
+        # (the bytes' stand-in); the node core's record of them is ``held``.
+        self.memory_aggregates: dict[tuple[int, str], tuple[str, ...]] = dict(disk.aggregates)
+        self.held = ha.HeldAggregates(self.config)
+        for step, value_fp in disk.aggregates:
+            self.held.add(step, value_fp)
         self.apply = sa.StepApply(self.config)  # the committed value to apply, once held
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
@@ -355,7 +359,7 @@ class NodeApp:
         if self.name not in commit.members:
             return  # removed: the node is stopping (the runtime's step loop too)
         step = commit.step
-        self._lead(t, nc.step_began(commit, self.held.get(step, {})))
+        self._lead(t, nc.step_began(commit, self.held.at(step)))
         if self.leader.contributes():
             # Tagged with the commit core it is for: one started before a state was
             # installed (even at the same step) comes from the parameters the install
@@ -497,13 +501,13 @@ class NodeApp:
                     action,
                     arrived=self.leader.arrived.get(action.step, ()),
                     alive=self.alive_view,
-                    holds=action.value_fp in self.held.get(action.step, {}),
+                    holds=(action.step, action.value_fp) in self.held,
                     now=self._local(t),
                 )
                 rebuilt += self._pull(t, pulled)
             elif isinstance(action, ApplyStep):
                 self._lead(t, nc.StepDecided(step=action.step))
-                holds = action.value.agg_fp in self.held.get(action.step, {})
+                holds = (action.step, action.value.agg_fp) in self.held
                 accepted = self.disk.accepted
                 self._apply(
                     t, self.apply.decided(action.step, action.value, holds=holds, accepted=accepted)
@@ -533,8 +537,9 @@ class NodeApp:
     def _hold(self, step: int, value_fp: str, contributors: tuple[str, ...]) -> None:
         """This node now holds the aggregate's bytes: durably, as the runtime's worker
         writes every aggregate it holds before it reports it (aggregate_store.py)."""
-        self.held.setdefault(step, {})[value_fp] = contributors
+        self.memory_aggregates[(step, value_fp)] = contributors
         self.disk.aggregates[(step, value_fp)] = contributors
+        self.held.add(step, value_fp)
         self.pulls.held(step, value_fp)
 
     def _prune_aggregates(
@@ -552,8 +557,10 @@ class NodeApp:
             del aggregates[key]
         if not memory:
             return
-        for step in [s for s in self.held if s < from_step]:
-            del self.held[step]
+        memory = self.memory_aggregates
+        for key in [k for k in memory if k[0] < from_step]:
+            del memory[key]
+        self.held.forget_below(from_step)
 
     def _pull(self, t: float, actions: list[ap.PullAction]) -> list[tuple[int, str]]:
         """Perform the pulls' actions; returns the aggregates rebuilt (now held), which
@@ -813,7 +820,7 @@ class NodeApp:
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
-            contributors = self.held.get(message.step, {}).get(message.value_fp)
+            contributors = self.memory_aggregates.get((message.step, message.value_fp))
             if contributors is None:
                 self._send(t, sender, NoAggregate(message.step, message.value_fp))
             else:
@@ -859,7 +866,7 @@ class NodeApp:
                 self._rejoin(t, rejoin.FetchFailed(source=sender, reason="connection reset"))
 
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
-        if message.value_fp in self.held.get(message.step, {}):
+        if (message.step, message.value_fp) in self.held:
             return
         self._hold(message.step, message.value_fp, message.contributors)
         self._holds(t, (message.step, message.value_fp))
@@ -995,10 +1002,9 @@ class NodeApp:
 
     def _announce_held(self, t: float) -> None:
         """Aggregates that arrived while no commit core ran are held all the same."""
-        for step in sorted(self.held):
-            if self._window(step):
-                for value_fp in sorted(self.held[step]):
-                    self._commit(t, HoldsAggregate(step=step, value_fp=value_fp))
+        for event in self.held.announce(self.commit.step):
+            if self._window(event.step):  # the core may have moved on (or stopped) meanwhile
+                self._commit(t, event)
 
     def _serve_state(self, t: float, requester: str) -> None:
         serve = nc.state_to_serve(

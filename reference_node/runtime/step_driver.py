@@ -54,6 +54,7 @@ import msgspec
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
+from swarmshake.reference_node.protocol import held_aggregates as ha
 from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
@@ -74,9 +75,6 @@ IDLE_RECHECK_S = 0.5  # bound on any wait; every input that matters also wakes t
 # a few hundred per second, so this many means the disk hung for minutes; the node
 # stops rather than grow without bound.
 MAX_DEFERRED_BATCHES = 100_000
-# Aggregates the worker reported holding, remembered to tell a new commit core after
-# a rejoin (DRIVERS.md): a few per step for the commit core's look-ahead window.
-HELD_AGGREGATES_KEPT = 64
 # Exit code of a joiner that nobody added within ``join_timeout_s``.
 EXIT_JOIN_FAILED = 4
 
@@ -193,11 +191,12 @@ class StepDriver:
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
-        self.held_aggregates: dict[int, set[str]] = {}
+        # Which aggregates the worker holds (the node core's record of its reports).
+        self.held = ha.HeldAggregates(self.decisions)
         for step, agg_fp in ready.stored_aggregates:
             # Reloaded after a restart: told to the commit core once the startup
             # rejoin has started it at the right step (_announce_held).
-            self._remember_held(step, agg_fp)
+            self.held.add(step, agg_fp)
         first_start = nc.is_first_start(node.incarnation)
         self.checkpoints = nc.Checkpointing(
             self.config.step.checkpointing(), node.clock.now(), restarted=not first_start
@@ -494,7 +493,7 @@ class StepDriver:
                 self._fetch(action)
             case cm.ApplyStep():
                 self.lead(nc.StepDecided(step=action.step))
-                holds = action.value.agg_fp in self.held_aggregates.get(action.step, ())
+                holds = (action.step, action.value.agg_fp) in self.held
                 self._apply(
                     self.apply.decided(
                         action.step, action.value, holds=holds, accepted=self.store.accepted
@@ -522,7 +521,7 @@ class StepDriver:
             action,
             arrived=self.leader.arrived.get(action.step, ()),
             alive=self._alive(),
-            holds=action.value_fp in self.held_aggregates.get(action.step, ()),
+            holds=(action.step, action.value_fp) in self.held,
             now=self.node.clock.now(),
         )
         self._pull(actions)
@@ -544,7 +543,7 @@ class StepDriver:
 
     def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
         key = (message.step, message.agg_fp)
-        self._remember_held(message.step, message.agg_fp)
+        self.held.add(*key)
         contributors = tuple(message.contributors)
         if contributors:  # the answer to a BuildAggregate
             change = nc.change_to_propose(self.membership.core.change_for_next_step(), self.core)
@@ -554,8 +553,7 @@ class StepDriver:
             now = self.node.clock.now()
             self._pull(self.pulls.built(*key, contributors, alive=self._alive(), now=now))
         self.pulls.held(*key)
-        core_step = self.core.step
-        if core_step <= message.step <= core_step + self.core.config.steps_ahead_max:
+        if self.held.in_window(message.step, self.core.step):
             self.feed(cm.HoldsAggregate(step=message.step, value_fp=message.agg_fp))
         self._apply(self.apply.held(*key, accepted=self.store.accepted))
 
@@ -572,7 +570,7 @@ class StepDriver:
         key = (message.step, message.agg_fp)
         now = self.node.clock.now()
         if self.apply.lost(*key):  # gone after all: fetch, then apply on arrival
-            self._forget_held(*key)
+            self.held.discard(*key)
             self._pull(self.pulls.lost(*key, self.core.voters, alive=self._alive(), now=now))
             return
         self._pull(self.pulls.missing(*key, alive=self._alive(), now=now))
@@ -596,7 +594,7 @@ class StepDriver:
         if done is None:
             return  # an apply a rejoin made moot
         # The worker no longer holds in memory what its window dropped.
-        self._forget_held_below(done.keep_from_step)
+        self.held.forget_below(done.keep_from_step)
         self.param_fp = message.param_fp
         self.feed(cm.Applied(step=message.step, param_fp=message.param_fp))
         self._advance_to(self.core.step)
@@ -757,32 +755,10 @@ class StepDriver:
         self._announce_held()
         self._advance_to(next_step)
 
-    def _forget_held_below(self, step: int) -> None:
-        """As the worker's memory after an apply (``ApplyCommitted.keep_from_step``).
-        Remembered longer, a checkpoint fallback below the window re-proposed a value
-        whose bytes only the disk kept, as if held (issue 12, session 17: found by the
-        agreement test; the simulator forgot them)."""
-        for held_step in [s for s in self.held_aggregates if s < step]:
-            del self.held_aggregates[held_step]
-
-    def _forget_held(self, step: int, agg_fp: str) -> None:
-        held = self.held_aggregates.get(step)
-        if held is not None:
-            held.discard(agg_fp)
-
-    def _remember_held(self, step: int, agg_fp: str) -> None:
-        self.held_aggregates.setdefault(step, set()).add(agg_fp)
-        while len(self.held_aggregates) > HELD_AGGREGATES_KEPT:
-            del self.held_aggregates[min(self.held_aggregates)]
-
     def _announce_held(self) -> None:
-        """DRIVERS.md: after a rejoin, tell the new commit core every aggregate whose
-        bytes arrived meanwhile (in its window), or an accept waiting for them stalls."""
-        core = self.core
-        for step in sorted(self.held_aggregates):
-            if core.step <= step <= core.step + core.config.steps_ahead_max:
-                for agg_fp in sorted(self.held_aggregates[step]):
-                    self.feed(cm.HoldsAggregate(step=step, value_fp=agg_fp))
+        for event in self.held.announce(self.core.step):
+            if self.held.in_window(event.step, self.core.step):  # the core may have moved on
+                self.feed(event)
 
     # -- state offers ------------------------------------------------------------------------------
 
@@ -912,7 +888,7 @@ class StepDriver:
         self.pulls.forget_below(step)
         core = self.core
         if self.name in core.members and core.step == step:
-            self.lead(nc.step_began(core, self.held_aggregates.get(step, ())))
+            self.lead(nc.step_began(core, self.held.at(step)))
 
     def _done(self) -> bool:
         limit = self.config.step.max_steps

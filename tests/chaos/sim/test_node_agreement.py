@@ -1434,7 +1434,7 @@ def test_bytes_the_worker_dropped_at_an_apply_are_not_re_proposed_in_either_shel
     ]
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert runtime.step() == sim.step() == 1
-    assert sorted(runtime.driver.held_aggregates) == sorted(sim.app.held) == [3, 4, 5, 6]
+    assert runtime.driver.held.steps() == sim.app.held.steps() == [3, 4, 5, 6]
     assert not [m for _, m in runtime.commit_sends()[-4:] if isinstance(m, msgs.Prepare)]
 
 
