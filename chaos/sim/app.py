@@ -820,7 +820,10 @@ class NodeApp:
         elif isinstance(message, AggregateBytes):
             self._aggregate_bytes(t, message)
         elif isinstance(message, AggregateRequest):
-            contributors = self.memory_aggregates.get((message.step, message.value_fp))
+            # From memory, else from the disk (a pinned aggregate outside the apply
+            # window), as the runtime's worker serves them (worker.serve_aggregate).
+            key = (message.step, message.value_fp)
+            contributors = self.memory_aggregates.get(key) or self.disk.aggregates.get(key)
             if contributors is None:
                 self._send(t, sender, NoAggregate(message.step, message.value_fp))
             else:

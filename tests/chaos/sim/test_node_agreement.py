@@ -1438,6 +1438,29 @@ def test_bytes_the_worker_dropped_at_an_apply_are_not_re_proposed_in_either_shel
     assert not [m for _, m in runtime.commit_sends()[-4:] if isinstance(m, msgs.Prepare)]
 
 
+def test_a_pinned_aggregate_kept_on_disk_only_is_served_as_the_runtimes_worker_serves_it(
+    tmp_path,
+):
+    """n0 accepted step 0's value, then applied steps 1-6: step 0's bytes left its
+    memory and stayed on its disk, pinned by its acceptor record, so that a retry of
+    step 0 after a fallback below it can still get them.  The runtime's worker serves
+    such bytes from its store (``worker.serve_aggregate``); the simulator's node served
+    only what it held in memory and answered ``NoAggregate``."""
+    decided_by_n1 = [
+        ("gradient",),
+        ("arrive", "n1", 0),
+        ("peer_accept", "n1", ("n0", "n1")),
+        ("peer_decided", "n1", ("n0", "n1")),
+    ]
+    runtime, sim = asyncio.run(_run([*HEALTHY_STEP, *decided_by_n1 * 6], tmp_path, ()))
+    assert runtime.step() == sim.step() == 7
+    (pinned,) = [key for key in sim.disk.aggregates if key[0] == 0]
+    assert pinned not in sim.app.held  # not in memory: on the disk only
+    sim.app.receive(sim.t, "n1", msgs.AggregateRequest(sender="n1", step=0, value_fp=pinned[1]))
+    to, reply = sim.sent[-1]
+    assert to == "n1" and reply == AggregateBytes(0, pinned[1], ("n0", "n1", "n2"))
+
+
 def test_a_pull_whose_source_leaves_the_view_asks_the_next_source_at_once(tmp_path):
     """n1 decides step 0 over contributions n0 lacks; n0 pulls the bytes from n1, and
     n1 leaves n0's view: both shells ask n2 now, not a fetch timeout later (the GPU
