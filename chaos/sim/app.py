@@ -833,7 +833,9 @@ class NodeApp:
             now = self._local(t)
             self._pull(
                 t,
-                self.pulls.missing(message.step, message.value_fp, alive=self.alive_view, now=now),
+                self.pulls.missing(
+                    message.step, message.value_fp, source=sender, alive=self.alive_view, now=now
+                ),
             )
         elif isinstance(message, StateRequest):
             self._serve_state(t, sender)

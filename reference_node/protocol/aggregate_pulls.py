@@ -22,7 +22,7 @@ Pure like every core: the node's clock time comes in as ``now``, no I/O.
 | ``built(step, value_fp, contributors, alive=, now)`` | an aggregate over ``contributors`` was built (a rebuild, or the node's own proposal) |
 | ``rebuild_failed(step, contributors, alive=, now)`` | a rebuild could not run (a contribution is gone) |
 | ``held(step, value_fp)`` | the bytes are held (fetched, or built) |
-| ``missing(step, value_fp, alive=, now)`` | the peer asked has no bytes |
+| ``missing(step, value_fp, source=, alive=, now)`` | the peer ``source`` has no bytes |
 | ``lost(step, value_fp, sources, alive=, now)`` | bytes the node counted on are gone (the apply found none) |
 | ``view_changed(alive, now)`` | the detector's view changed |
 | ``tick(now, alive)`` | at ``next_deadline()`` |
@@ -300,10 +300,14 @@ class AggregatePulls:
         self._pulls.pop((step, value_fp), None)
 
     def missing(
-        self, step: int, value_fp: str, *, alive: Iterable[str], now: float
+        self, step: int, value_fp: str, *, source: str, alive: Iterable[str], now: float
     ) -> list[PullAction]:
-        """The peer asked has no bytes: ask the next source now."""
-        if (step, value_fp) not in self._pulls:
+        """``source`` has no bytes: if it is the peer asked last, ask the next one now.
+        A refusal from a peer asked before (it came after that request timed out) is
+        moot: the request to the current peer may still be answered, and moving on
+        again would skip it."""
+        pull = self._pulls.get((step, value_fp))
+        if pull is None or pull.asked != source:
             return []
         return self._ask((step, value_fp), tuple(alive), now)
 

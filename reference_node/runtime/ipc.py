@@ -244,6 +244,8 @@ class AggregateMissing(_Msg, tag="aggregate_missing"):
     # A BuildAggregate that could not run: the contributors it was asked for (a build
     # the leader replaced meanwhile fails too, and is not the current one's failure).
     contributors: NodeList = []
+    # A FetchAggregate's: the peer that refused the bytes, or sent wrong ones.
+    source: str = ""
 
 
 class Applied(_Msg, tag="applied"):

@@ -573,7 +573,7 @@ class StepDriver:
             self.held.discard(*key)
             self._pull(self.pulls.lost(*key, self.core.voters, alive=self._alive(), now=now))
             return
-        self._pull(self.pulls.missing(*key, alive=self._alive(), now=now))
+        self._pull(self.pulls.missing(*key, source=message.source, alive=self._alive(), now=now))
 
     def _apply(self, actions: list[sa.ApplyAggregate]) -> None:
         """Perform the apply core's action: the worker applies, then answers ``Applied``

@@ -571,6 +571,11 @@ class Worker:
         param_fp = await self.run_compute(self.replica.apply, message.step, held)
         self._param_fp_cache = (self.replica.step, param_fp)
         self.contributions = {s: c for s, c in self.contributions.items() if s > message.step}
+        # Pulls of steps now applied are over (the control process forgot them too): a
+        # source that never answered leaves no waiter behind.
+        self.aggregate_waiters = {
+            k: v for k, v in self.aggregate_waiters.items() if k[0] > message.step
+        }
         self._forget_speculation_through(message.step)
         if self.sharded is not None:
             self.sharded.forget_through(message.step)
@@ -908,13 +913,7 @@ class Worker:
             if self.sharded is not None:
                 self.sharded.on_refusal(sender, message)
         elif isinstance(message, BulkRefusal):
-            key = (message.step, message.key)
-            if self.aggregate_waiters.pop(key, None) is not None:
-                self.channel.send(
-                    ipc.AggregateMissing(
-                        step=message.step, missing=[], agg_fp=message.key, reason=message.reason
-                    )
-                )
+            self._on_aggregate_refusal(sender, message)
         elif message.kind == "state":
             self._on_state_chunk(sender, message)
         elif message.kind == "replica":
@@ -979,17 +978,39 @@ class Worker:
         actual = await self.run_compute(fingerprint_hex, tensor)
         if (step, key) not in self.aggregate_waiters:
             return  # asked of several peers: another copy was judged while this one hashed
-        del self.aggregate_waiters[(step, key)]
         if actual != key:
             self.drops.drop("aggregate_fingerprint_mismatch", sender)
+            if self.aggregate_waiters[(step, key)] != sender:
+                return  # from a peer asked before: the one asked last may still send them
+            del self.aggregate_waiters[(step, key)]
             self.channel.send(
                 ipc.AggregateMissing(
-                    step=step, missing=[], agg_fp=key, reason="fingerprint mismatch"
+                    step=step, missing=[], agg_fp=key, reason="fingerprint mismatch", source=sender
                 )
             )
             return
+        del self.aggregate_waiters[(step, key)]
         self.aggregates[(step, key)] = tensor
         await self.report_held(step, key, tensor, [])
+
+    def _on_aggregate_refusal(self, sender: str, message: BulkRefusal) -> None:
+        """A peer has no bytes of an aggregate this node pulls.  Only the peer asked
+        last counts: a refusal from one asked before (after its request timed out) must
+        not cancel the request to the current one, whose bytes would then be dropped as
+        unrequested and the pull wait out another ``fetch_timeout_s``."""
+        key = (message.step, message.key)
+        if self.aggregate_waiters.get(key) != sender:
+            return
+        del self.aggregate_waiters[key]
+        self.channel.send(
+            ipc.AggregateMissing(
+                step=message.step,
+                missing=[],
+                agg_fp=message.key,
+                reason=message.reason,
+                source=sender,
+            )
+        )
 
     def _pull_ended(self) -> None:
         if self.pull_buffer is None and self.group is not None:

@@ -458,7 +458,9 @@ class RuntimeNode:
             self._hold((step, agg_fp))
             self.driver.on_worker(ipc.AggregateHeld(step=step, agg_fp=agg_fp, contributors=[]))
         else:
-            missing = ipc.AggregateMissing(step=step, missing=[], agg_fp=agg_fp, reason="refused")
+            missing = ipc.AggregateMissing(
+                step=step, missing=[], agg_fp=agg_fp, reason="refused", source=source
+            )
             self.driver.on_worker(missing)
         await self.settle()
 

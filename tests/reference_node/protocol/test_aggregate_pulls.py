@@ -51,12 +51,13 @@ def test_a_value_whose_contributions_are_missing_is_pulled_live_sources_first():
     # Unanswered for fetch_timeout_s: the next source, at the instant.
     assert pulls.tick(TIMEOUT_S, VOTERS) == [ap.RequestAggregate(step=3, value_fp=FP, source="n0")]
     # The peer asked has no bytes: the next one at once.
-    assert pulls.missing(3, FP, alive=VOTERS, now=1.2) == [
+    assert pulls.missing(3, FP, source="n2", alive=VOTERS, now=1.1) == []  # asked before
+    assert pulls.missing(3, FP, source="n0", alive=VOTERS, now=1.2) == [
         ap.RequestAggregate(step=3, value_fp=FP, source="n2")
     ]
     assert pulls.next_deadline() == pytest.approx(1.2 + TIMEOUT_S)
     pulls.held(3, FP)
-    assert not pulls.pending and pulls.missing(3, FP, alive=VOTERS, now=1.3) == []
+    assert not pulls.pending and pulls.missing(3, FP, source="n2", alive=VOTERS, now=1.3) == []
     pulls.check_valid()
 
 
@@ -251,13 +252,23 @@ class PullsMachine(RuleBasedStateMachine):
             actions = self.pulls.built(step, value_fp, contributors, alive=self.alive, now=self.now)
         self._check(actions)
 
-    @rule(step=st.integers(0, 3), value_fp=st.sampled_from(FPS), held=st.booleans())
-    def answer(self, step, value_fp, held):
+    @rule(
+        step=st.integers(0, 3),
+        value_fp=st.sampled_from(FPS),
+        held=st.booleans(),
+        source=st.sampled_from(NAMES),
+    )
+    def answer(self, step, value_fp, held, source):
+        key = (step, value_fp)
         if held:
             self.pulls.held(step, value_fp)
-            assert (step, value_fp) not in self.pulls
-        else:
-            self._check(self.pulls.missing(step, value_fp, alive=self.alive, now=self.now))
+            assert key not in self.pulls
+            return
+        asked = self.pulls.asked(key)
+        actions = self.pulls.missing(step, value_fp, source=source, alive=self.alive, now=self.now)
+        if source != asked:
+            assert actions == [] and self.pulls.asked(key) == asked  # a stale refusal: moot
+        self._check(actions)
 
     @rule(alive=st.sets(st.sampled_from(NAMES)))
     def view(self, alive):

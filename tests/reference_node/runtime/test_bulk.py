@@ -240,3 +240,49 @@ def test_an_aggregate_asked_for_while_it_sends_is_sent_once() -> None:
     assembled, drops, coalesced, sends_while_sending = asyncio.run(main())
     assert (coalesced, sends_while_sending) == (1, 1)
     assert drops == [] and assembled == [bytes(payload)] * 2
+
+
+def test_a_late_refusal_or_wrong_bytes_from_a_peer_asked_before_keep_the_current_pull():
+    """A pull asked n2, timed out, and asked n3.  n2's refusal (or its wrong bytes)
+    coming after that is moot: it must not cancel the request to n3, whose bytes would
+    then be dropped as unrequested and the pull wait out another fetch timeout.  n3's
+    own refusal ends the request and names n3."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from swarmshake.reference_node.runtime import ipc
+    from swarmshake.reference_node.runtime.bulk import BulkRefusal
+    from swarmshake.reference_node.runtime.worker import Worker
+
+    sent: list[object] = []
+    drops: list[tuple[str, str]] = []
+    worker = SimpleNamespace(
+        aggregate_waiters={(3, "ab" * 8): "n3"},
+        channel=SimpleNamespace(send=sent.append),
+        drops=SimpleNamespace(drop=lambda reason, peer: drops.append((reason, peer))),
+        aggregates={},
+    )
+
+    def refusal(sender: str) -> None:
+        message = BulkRefusal(kind="aggregate", step=3, key="ab" * 8, reason="not held")
+        Worker._on_aggregate_refusal(worker, sender, message)
+
+    refusal("n2")
+    assert sent == [] and worker.aggregate_waiters == {(3, "ab" * 8): "n3"}
+
+    async def wrong_bytes_from(sender: str) -> None:
+        async def run_compute(function, *args):  # noqa: ANN001, ANN202
+            return "cd" * 8  # the bytes hash to another fingerprint
+
+        worker.run_compute = run_compute
+        await Worker._verify_aggregate(worker, sender, 3, "ab" * 8, torch.zeros(2))
+
+    asyncio.run(wrong_bytes_from("n2"))
+    assert sent == [] and worker.aggregate_waiters == {(3, "ab" * 8): "n3"}
+    assert drops == [("aggregate_fingerprint_mismatch", "n2")]
+    refusal("n3")
+    assert worker.aggregate_waiters == {}
+    assert sent == [
+        ipc.AggregateMissing(step=3, missing=[], agg_fp="ab" * 8, reason="not held", source="n3")
+    ]
