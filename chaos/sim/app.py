@@ -142,6 +142,8 @@ class StateBytes(msgspec.Struct, frozen=True):
 
 # isinstance() with tuples (``A | B`` builds a union object at every call).
 _CARRY_CONTRIBUTORS = (AcceptRequest, Decided)
+# The timers of the node core's parts, one armed deadline each (NodeApp._arm).
+_CORE_TIMERS = ("commit_tick", "lead_tick", "pull_tick", "enrolment_tick", "rejoin_tick")
 _STATE_MESSAGES = (StateOffer, StateBytes)
 _COMMIT_MESSAGES = CommitMessage.__args__  # type: ignore[attr-defined]
 # What the runtime's worker reports for a write on a full disk (OSError, errno 28).
@@ -208,7 +210,6 @@ class NodeApp:
             config=self.config,
         )
         self.removal_answers = nc.RemovalAnswers(self.config)
-        self.enrolment_timer_at = math.inf
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.checkpoints = nc.Checkpointing(settings.checkpoint, started, restarted=not first)
@@ -223,11 +224,10 @@ class NodeApp:
         self.apply = sa.StepApply(self.config)  # the committed value to apply, once held
         # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
         self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
-        self.pull_timer_at = math.inf
-        self.commit_timer_at = math.inf
-        self.lead_timer_at = math.inf
+        # The time each kind of core timer is armed for (inf: none): one heap entry per
+        # earlier deadline; a later one is armed when the earlier fires (``_arm``).
+        self.timer_at = dict.fromkeys(_CORE_TIMERS, math.inf)
         self.lead_deadline_armed: float | None = None  # the leader deadline last armed
-        self.rejoin_timer_at = math.inf
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
         self.pending_state: tuple[str, StateBytes] | None = None
         self.alive_view: tuple[str, ...] = self.detector_members()
@@ -271,6 +271,25 @@ class NodeApp:
     def _timer(self, t: float, payload: tuple) -> None:
         self.sim.timer(self.proc, t, payload)
 
+    def _arm(self, t: float, kind: str, deadline: float | None) -> None:
+        """Arm the ``kind`` core timer for the node-clock ``deadline`` (None: nothing
+        due), unless it is armed for an earlier time still to come."""
+        if deadline is None:
+            return
+        at = max(self._true(deadline), t)
+        armed = self.timer_at[kind]
+        if at < armed or armed <= t:
+            self.timer_at[kind] = at
+            self._timer(at, (kind,))
+
+    def _fired(self, t: float, kind: str) -> bool:
+        """Whether the ``kind`` timer is due at ``t``; it is then disarmed.  (A heap
+        entry of a deadline that moved later is a no-op.)"""
+        if t < self.timer_at[kind]:
+            return False
+        self.timer_at[kind] = math.inf
+        return True
+
     def _window(self, step: int) -> bool:
         commit = self.commit
         return (
@@ -313,7 +332,7 @@ class NodeApp:
             bugs=self.bugs,
             vote_floor=self.disk.floor,
         )
-        self.commit_timer_at = math.inf
+        self.timer_at["commit_tick"] = math.inf
         self._commit(t, ViewUpdated(alive=tuple(self.alive_view)))
         self._announce_held(t)
         self._begin_step(t)
@@ -384,10 +403,7 @@ class NodeApp:
         if deadline is None or deadline == self.lead_deadline_armed:
             return  # most arrivals change no deadline: nothing to arm
         self.lead_deadline_armed = deadline
-        at = max(self._true(deadline), t)
-        if at < self.lead_timer_at or self.lead_timer_at <= t:
-            self.lead_timer_at = at
-            self._timer(at, ("lead_tick",))
+        self._arm(t, "lead_tick", deadline)
 
     def _computed(self, t: float, step: int) -> None:
         commit = self.commit
@@ -472,15 +488,8 @@ class NodeApp:
             self._start_rejoin(t, evidence=peer)
 
     def _arm_commit_timer(self, t: float) -> None:
-        if self.commit is None:
-            return
-        deadline = self.commit.next_deadline()
-        if deadline is None:
-            return
-        at = max(self._true(deadline), t)
-        if at < self.commit_timer_at or self.commit_timer_at <= t:
-            self.commit_timer_at = at
-            self._timer(at, ("commit_tick",))
+        if self.commit is not None:
+            self._arm(t, "commit_tick", self.commit.next_deadline())
 
     def _perform(self, t: float, actions: list) -> None:
         rebuilt: list[tuple[int, str]] = []
@@ -593,13 +602,7 @@ class NodeApp:
         return value_fp
 
     def _arm_pull_timer(self, t: float) -> None:
-        deadline = self.pulls.next_deadline()
-        if deadline is None:
-            return
-        at = max(self._true(deadline), t)
-        if at < self.pull_timer_at or self.pull_timer_at <= t:
-            self.pull_timer_at = at
-            self._timer(at, ("pull_tick",))
+        self._arm(t, "pull_tick", self.pulls.next_deadline())
 
     def _holds(self, t: float, key: tuple[int, str]) -> None:
         if self._window(key[0]):
@@ -747,12 +750,7 @@ class NodeApp:
 
     def _arm_enrolment_timer(self, t: float) -> None:
         deadline = self.enrolment.next_deadline(fetching=self.rejoin is not None)
-        if deadline is None:
-            return
-        at = max(self._true(deadline), t)
-        if at < self.enrolment_timer_at or self.enrolment_timer_at <= t:
-            self.enrolment_timer_at = at
-            self._timer(at, ("enrolment_tick",))
+        self._arm(t, "enrolment_tick", deadline)
 
     def _heartbeat_evidence(self, t: float) -> None:
         """A joiner whose detector runs (a member's traffic started it) still takes
@@ -961,12 +959,8 @@ class NodeApp:
                     self._arm_enrolment_timer(t)  # a joiner asks to be added again
                 else:
                     self._timer(max(self._true(retry_at), t), ("rejoin_begin",))
-        deadline = self.rejoin.next_deadline() if self.rejoin is not None else None
-        if deadline is not None:
-            at = max(self._true(deadline), t)
-            if at < self.rejoin_timer_at or self.rejoin_timer_at <= t:
-                self.rejoin_timer_at = at
-                self._timer(at, ("rejoin_tick",))
+        if self.rejoin is not None:
+            self._arm(t, "rejoin_tick", self.rejoin.next_deadline())
 
     def _rejoined(self, t: float, done: rejoin.RejoinDone) -> None:
         if done.source == "local":  # stale-rejoin: whatever the disk holds, unverified
@@ -1098,19 +1092,16 @@ class NodeApp:
             if self.commit is not None and payload[2] == self.commit_generation:
                 self._computed(t, payload[1])
         elif kind == "lead_tick":
-            if t >= self.lead_timer_at:
-                self.lead_timer_at = math.inf
+            if self._fired(t, kind):
                 self.lead_deadline_armed = None  # fired: arm whatever is due next
                 self._lead(t, nc.Tick())
         elif kind == "replay":
             self._propose(t, self.proposer.lead(payload[1], core_step=self._core_step()))
         elif kind == "commit_tick":
-            if self.commit is not None and t >= self.commit_timer_at:
-                self.commit_timer_at = math.inf
+            if self.commit is not None and self._fired(t, kind):
                 self._commit(t, CommitTick())
         elif kind == "pull_tick":
-            if t >= self.pull_timer_at:
-                self.pull_timer_at = math.inf
+            if self._fired(t, kind):
                 self._due_before_pulls(t)
                 self._pull(t, self.pulls.tick(self._local(t), self.alive_view))
         elif kind == "rejoin_begin":
@@ -1122,10 +1113,8 @@ class NodeApp:
                 else:
                     self._start_rejoin(t)
         elif kind == "enrolment_tick":
-            if t >= self.enrolment_timer_at:
-                self.enrolment_timer_at = math.inf
+            if self._fired(t, kind):
                 self._enrolment_tick(t)
         elif kind == "rejoin_tick":
-            if self.rejoin is not None and t >= self.rejoin_timer_at:
-                self.rejoin_timer_at = math.inf
+            if self.rejoin is not None and self._fired(t, kind):
                 self._rejoin(t, rejoin.Tick())
