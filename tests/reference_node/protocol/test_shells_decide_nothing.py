@@ -171,6 +171,10 @@ RETIRED_PULL_STATE = {"fetching", "fetches", "rebuilds"}
 RETIRED_PULL_STATE |= {"proposed", "building", "building_first"}
 # ... and while it decided when a committed value is applied (step_apply.StepApply).
 RETIRED_PULL_STATE |= {"pending_apply", "applying"}
+# ... and while each kept its own record of the values peers named, the contributions
+# that arrived and the aggregates held (AggregatePulls.value_seen, the leader's
+# ``arrived``, held_aggregates.HeldAggregates).
+RETIRED_PULL_STATE |= {"values", "arrived", "held_aggregates"}
 
 
 @pytest.mark.parametrize("path", SHELLS)
@@ -180,7 +184,7 @@ def test_a_shell_keeps_no_pull_state_of_its_own(path):
         for name, line in _assigned_attributes(_tree(path))
         if name in RETIRED_PULL_STATE
     ]
-    where = "aggregate_pulls.AggregatePulls's, node_core.Proposer's and step_apply.StepApply's"
+    where = "the node core's (AggregatePulls, Proposer, StepApply, HeldAggregates)"
     assert not kept, f"pulls and proposals are {where}: {kept}"
 
 
