@@ -820,12 +820,12 @@ STATE_RESET = st.tuples(st.just("state_reset"))
 # Another leader's round at n0's step: its prepare, its accept request or its decision
 # for a value over the drawn contributors (n0 then rebuilds the aggregate from the
 # contributions it holds, or pulls it); the peer last asked for the bytes sends them
-# or refuses.
+# or refuses, or (stale) a peer asked before refuses late, after its request timed out.
 CONTRIBUTORS = st.sets(st.sampled_from(NODES), min_size=2).map(lambda c: tuple(sorted(c)))
 PEER_PREPARE = st.tuples(st.just("peer_prepare"), st.sampled_from(NODES[1:]))
 PEER_ACCEPT = st.tuples(st.just("peer_accept"), st.sampled_from(NODES[1:]), CONTRIBUTORS)
 PEER_DECIDED = st.tuples(st.just("peer_decided"), st.sampled_from(NODES[1:]), CONTRIBUTORS)
-AGGREGATE_ANSWER = st.tuples(st.just("aggregate_answer"), st.booleans())
+AGGREGATE_ANSWER = st.tuples(st.just("aggregate_answer"), st.booleans(), st.booleans())
 VIEW = st.tuples(
     st.just("view"),
     st.sets(st.sampled_from(NODES[1:])).map(lambda peers: tuple(sorted({ME, *peers}))),
@@ -1050,7 +1050,13 @@ async def _run(
             membership.add(f"acceptor: {kind}")
         elif kind == "aggregate_answer":
             pulls = runtime.fetch_requests
-            if len(pulls) > pulled and pulls[-1][2] in values:
+            if drawn[2] and not drawn[1] and len(pulls) >= 2 and pulls[-2][2] in values:
+                source, step, agg_fp = pulls[-2]  # a late refusal of an earlier request
+                contributors = tuple(values[agg_fp].contributors)
+                for node in nodes:
+                    await node.aggregate_answer(source, step, agg_fp, contributors, False)
+                membership.add("acceptor: a late refusal")
+            elif len(pulls) > pulled and pulls[-1][2] in values:
                 pulled = len(pulls)
                 source, step, agg_fp = pulls[-1]
                 contributors = tuple(values[agg_fp].contributors)
