@@ -23,7 +23,12 @@ no clock, no randomness, no I/O.  The pieces:
   ``aggregates_to_keep``: which aggregate bytes outlive a crash.
 - ``aggregate_pulls.AggregatePulls`` (its own module, one job): how a node that
   lacks a committed value's bytes gets them -- rebuild from held contributions or
-  pull, from whom, and when a pull moves on to the next source.
+  pull, from whom, and when a pull moves on to the next source -- and the
+  contributors of the values peers named (``value_seen``), which a rebuild needs.
+- ``step_apply.StepApply`` (its own module): when a committed value is applied (once
+  decided and held, one at a time) and what stays held after it.
+- ``held_aggregates.HeldAggregates`` (its own module): which aggregates the node
+  holds, and what a new commit core is told of them.
 - ``change_to_propose``: the membership change a proposal carries, if the commit
   core's configuration agrees it applies.
 - ``rejoins_at_start``: whether a started process fetches the cluster's state before
@@ -38,7 +43,8 @@ no clock, no randomness, no I/O.  The pieces:
 - ``state_to_serve``: what a node answers a peer's state request with;
   ``state_bytes_wait``: whether state bytes that came before their offer wait for it.
 - ``Enrolment``: a joiner's way in (requests, the member whose traffic shows it was
-  added, its timeout) and a clean leave's way out (notices, the stop), for both shells.
+  added, its timeout) and a clean leave's way out (notices, the stop), and what a
+  committed configuration change makes the node do, for both shells.
 - ``next_incarnation`` / ``is_first_start``: a start's incarnation (the first is
   ``FIRST_INCARNATION`` in both shells) and whether it is the node's first.
 - ``history_of``: the one mapping from a core's action to the history event logged
