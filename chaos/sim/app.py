@@ -292,9 +292,7 @@ class NodeApp:
 
     def _window(self, step: int) -> bool:
         commit = self.commit
-        return (
-            commit is not None and commit.step <= step <= commit.step + self.config.steps_ahead_max
-        )
+        return commit is not None and nc.in_commit_window(step, commit.step, self.config)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -566,9 +564,9 @@ class NodeApp:
             del aggregates[key]
         if not memory:
             return
-        memory = self.memory_aggregates
-        for key in [k for k in memory if k[0] < from_step]:
-            del memory[key]
+        in_memory = self.memory_aggregates
+        for key in [k for k in in_memory if k[0] < from_step]:
+            del in_memory[key]
         self.held.forget_below(from_step)
 
     def _pull(self, t: float, actions: list[ap.PullAction]) -> list[tuple[int, str]]:

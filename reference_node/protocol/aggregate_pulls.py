@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from swarmshake.reference_node.protocol import commit as cm
-from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS, NodeConfig
+from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS, NodeConfig, in_commit_window
 from swarmshake.reference_node.protocol.structs import CoreAction
 
 # Pulls a node keeps at once.  The commit core asks only for values of steps inside its
@@ -211,7 +211,7 @@ class AggregatePulls:
         """A peer's ``AcceptRequest`` or ``Decided`` named this value: remember its
         contributors (a rebuild needs them) while its step is in the commit core's
         window (``core_step``: the core's step, None while none runs)."""
-        if core_step is None or not core_step <= step <= core_step + self._config.steps_ahead_max:
+        if core_step is None or not in_commit_window(step, core_step, self._config):
             return
         key = (step, value_fp)
         if key in self._values or len(self._values) >= MAX_VALUES:

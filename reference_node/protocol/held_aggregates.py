@@ -23,7 +23,7 @@ whether a newly held one is told to the running core.  Pure; no clock, no I/O.
 from __future__ import annotations
 
 from swarmshake.reference_node.protocol import commit as cm
-from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS, NodeConfig
+from swarmshake.reference_node.protocol.node_core import NODE_DEFAULTS, NodeConfig, in_commit_window
 
 # Steps whose held aggregates are remembered.  The worker keeps in memory only the
 # steps of an apply's window (``aggregates_kept_steps``) and those its commit core may
@@ -75,7 +75,7 @@ class HeldAggregates:
 
     def in_window(self, step: int, core_step: int) -> bool:
         """Whether the commit core at ``core_step`` takes a ``HoldsAggregate`` of ``step``."""
-        return core_step <= step <= core_step + self._config.steps_ahead_max
+        return in_commit_window(step, core_step, self._config)
 
     def announce(self, core_step: int) -> list[cm.HoldsAggregate]:
         """DRIVERS.md: a new commit core (after a restart or a rejoin) is told every

@@ -926,6 +926,13 @@ def aggregates_to_keep(
     )
 
 
+def in_commit_window(step: int, core_step: int, config: NodeConfig = NODE_DEFAULTS) -> bool:
+    """Whether ``step`` lies in the window of a commit core at ``core_step``: its own
+    step and ``steps_ahead_max`` after it (what it takes a ``HoldsAggregate`` for, and
+    what a node remembers of peers' values)."""
+    return core_step <= step <= core_step + config.steps_ahead_max
+
+
 # --- membership and rejoin decisions ----------------------------------------------------------
 
 
