@@ -44,29 +44,22 @@ import msgspec
 
 from swarmshake.chaos.sim import training
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
-from swarmshake.reference_node.protocol import held_aggregates as ha
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin
 from swarmshake.reference_node.protocol import step_apply as sa
+from swarmshake.reference_node.protocol import step_node as sn
 from swarmshake.reference_node.protocol.commit import (
     AcceptorRecord,
-    Applied,
-    ApplyStep,
     Behind,
     CommitMessage,
     Committed,
-    FetchAggregate,
-    HoldsAggregate,
     MessageReceived,
-    PeerAt,
     Persist,
-    ProposeValue,
     Send,
     StepCommit,
-    ViewUpdated,
 )
 from swarmshake.reference_node.protocol.commit import Tick as CommitTick
-from swarmshake.reference_node.protocol.errors import LocalProtocolError, RemoteProtocolError
+from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.protocol.history import (
     AggSend,
     CheckpointFail,
@@ -86,15 +79,12 @@ from swarmshake.reference_node.protocol.membership import (
 )
 from swarmshake.reference_node.protocol.messages import (
     GENESIS_STEP,
-    AcceptRequest,
     AggregateRequest,
-    Decided,
     JoinRequest,
     LeaveConfirmed,
     LeaveNotice,
     StateOffer,
     StateRequest,
-    StepValue,
 )
 
 
@@ -140,8 +130,6 @@ class StateBytes(msgspec.Struct, frozen=True):
     nbytes: int
 
 
-# isinstance() with tuples (``A | B`` builds a union object at every call).
-_CARRY_CONTRIBUTORS = (AcceptRequest, Decided)
 # The timers of the node core's parts, one armed deadline each (NodeApp._arm).
 _CORE_TIMERS = ("commit_tick", "lead_tick", "pull_tick", "enrolment_tick", "rejoin_tick")
 _STATE_MESSAGES = (StateOffer, StateBytes)
@@ -184,14 +172,11 @@ class NodeApp:
         self.disk = disk
         self.first = first
         self.bugs = sim.bugs
-        self.commit: StepCommit | None = None
         self.commit_generation = 0  # bumped with every new commit core (gradient timers)
         self.rejoin: rejoin.Rejoin | None = None
         # Whether the step runs or the state is fetched (the node core's StateFetch):
         # here the commit core is dropped while it is fetched (``commit`` is None).
         self.fetch = nc.StateFetch(settings.node)
-        self.leader = nc.StepLeader(node=self.name, config=self.config)
-        self.proposer = nc.Proposer()  # the leader's decision -> one proposal a step
         if disk.configs is None:
             disk.configs = Configurations(initial_configuration(sim.names, self.name, join=False))
         self.membership = NodeMembership(
@@ -218,20 +203,24 @@ class NodeApp:
         # The simulated worker's memory: each aggregate it holds, by its contributors
         # (the bytes' stand-in); the node core's record of them is ``held``.
         self.memory_aggregates: dict[tuple[int, str], tuple[str, ...]] = dict(disk.aggregates)
-        self.held = ha.HeldAggregates(self.config)
+        self.alive_view: tuple[str, ...] = self.detector_members()
+        # The node core's step part: the commit core (attached while steps run), who
+        # proposes and when, the pulls, the apply and the aggregates held.
+        self.step_node = sn.StepNode(node=self.name, config=self.config, alive=self.alive_view)
+        self.step_node.accepted = disk.accepted  # changed in place by _persist
         for step, value_fp in disk.aggregates:
-            self.held.add(step, value_fp)
-        self.apply = sa.StepApply(self.config)  # the committed value to apply, once held
-        # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
-        self.pulls = ap.AggregatePulls(node=self.name, config=self.config)
+            self.step_node.held.add(step, value_fp)
         # The time each kind of core timer is armed for (inf: none): one heap entry per
         # earlier deadline; a later one is armed when the earlier fires (``_arm``).
         self.timer_at = dict.fromkeys(_CORE_TIMERS, math.inf)
         self.lead_deadline_armed: float | None = None  # the leader deadline last armed
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
         self.pending_state: tuple[str, StateBytes] | None = None
-        self.alive_view: tuple[str, ...] = self.detector_members()
-        self.leader.handle(nc.ViewChanged(alive=self.alive_view), 0.0)
+
+    @property
+    def commit(self) -> StepCommit | None:
+        """The commit core, None while no step runs (a fetch, a joiner)."""
+        return self.step_node.core
 
     def detector_members(self) -> tuple[str, ...]:
         """Whom this process's detector watches at start: the newest configuration's
@@ -259,7 +248,7 @@ class NodeApp:
     def _history(self, t: float, action: Any) -> None:
         if type(action) not in nc.LOGGED_ACTIONS:
             return  # sends, persists, fetches: not history (most actions)
-        mapped = nc.history_of(action, node=self.name, step=self.leader.step)
+        mapped = nc.history_of(action, node=self.name, step=self.step_node.leader.step)
         if mapped is not None:
             self.sim.log(mapped[0], self.proc, t, **mapped[1])
 
@@ -290,10 +279,6 @@ class NodeApp:
         self.timer_at[kind] = math.inf
         return True
 
-    def _window(self, step: int) -> bool:
-        commit = self.commit
-        return commit is not None and nc.in_commit_window(step, commit.step, self.config)
-
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, t: float) -> None:
@@ -316,11 +301,7 @@ class NodeApp:
         conf = configuration or self.membership.configs.after(first_step - 1)
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         self.commit_generation += 1  # a gradient timer of the core it replaces is moot
-        # A pull is retried while its step is the node's or later (NodeConfig's
-        # fetch_timeout_s); after an install the steps below are over, as the runtime's
-        # _advance_to drops them.
-        self.pulls.forget_below(first_step)
-        self.commit = StepCommit(
+        core = StepCommit(
             node=self.name,
             voters=voters,
             learners=learners,
@@ -331,22 +312,18 @@ class NodeApp:
             vote_floor=self.disk.floor,
         )
         self.timer_at["commit_tick"] = math.inf
-        self._commit(t, ViewUpdated(alive=tuple(self.alive_view)))
-        self._announce_held(t)
-        self._begin_step(t)
+        # It sees the view, is told of the aggregates held, and its step begins.
+        self._perform(t, self.step_node.attach(core, self._local(t)))
+        self._arm_timers(t)
+        self._rejoin_if_behind(t)
 
     def clock_changed(self, t: float) -> None:
         self.lead_deadline_armed = None  # the same local deadline maps to a new time
-        self._arm_commit_timer(t)
-        self._arm_lead_timer(t)
-        self._arm_pull_timer(t)
+        self._arm_timers(t)
 
     def view_changed(self, t: float, alive: tuple[str, ...]) -> None:
         self.alive_view = alive
-        if self.commit is not None:
-            self._commit(t, ViewUpdated(alive=tuple(alive)))
-        self._lead(t, nc.ViewChanged(alive=tuple(alive)))
-        self._pull(t, self.pulls.view_changed(alive, self._local(t)))
+        self._step(t, nc.ViewChanged(alive=tuple(alive)))
 
     def peer_dead(self, t: float, peer: str) -> None:
         if self.rejoin is not None and self.rejoin.source == peer:
@@ -366,38 +343,23 @@ class NodeApp:
 
     # --- the step loop: the node core's StepLeader ---------------------------------------
 
-    def _begin_step(self, t: float) -> None:
-        commit = self.commit
-        if commit is None:
-            # A fetch began meanwhile: a committed removal changed the view, and the
-            # view showed a peer ahead (explore --leaves, 3 nodes, seed 1).
-            return
-        self.proposer.step_began(commit.step)
-        if self.name not in commit.members:
-            return  # removed: the node is stopping (the runtime's step loop too)
-        step = commit.step
-        self._lead(t, nc.step_began(commit, self.held.at(step)))
-        if self.leader.contributes():
-            # Tagged with the commit core it is for: one started before a state was
-            # installed (even at the same step) comes from the parameters the install
-            # replaced and is dropped, as the runtime's worker drops it.
-            done_at = t + self.settings.compute_s / self.proc.cpu_fraction
-            self._timer(done_at, ("computed", step, self.commit_generation))
+    def _step(self, t: float, event: Any, *, behind_check: bool = True) -> None:
+        """Feed the node core's step part and perform its actions; arm what is due next.
+        ``behind_check``: the runtime checks whether peers are ahead on every wake of
+        its loop (``_behind_peers``); here after every event that can show it."""
+        self._perform(t, self.step_node.handle(event, self._local(t)))
+        self._arm_timers(t)
+        if behind_check:
+            self._rejoin_if_behind(t)
 
-    def _lead(self, t: float, event: Any) -> None:
-        leader = self.leader
-        for action in leader.handle(event, self.proc.clock.local(t)):
-            if isinstance(action, nc.ProposeStored):
-                # After the current handler: the core is not re-entered mid-list.
-                self._timer(t, ("replay", action))
-            else:
-                self._propose(t, self.proposer.lead(action, core_step=self._core_step()))
-        deadline = leader.next_deadline()
-        if deadline is not None and deadline != self.lead_deadline_armed:
-            self._arm_lead_timer(t)  # most arrivals move no deadline
+    def _arm_timers(self, t: float) -> None:
+        commit_due, _, pulls_due = self.step_node.deadlines()
+        self._arm(t, "commit_tick", commit_due)
+        self._arm_lead_timer(t)
+        self._arm(t, "pull_tick", pulls_due)
 
     def _arm_lead_timer(self, t: float) -> None:
-        deadline = self.leader.next_deadline()
+        deadline = self.step_node.leader.next_deadline()
         if deadline is None or deadline == self.lead_deadline_armed:
             return  # most arrivals change no deadline: nothing to arm
         self.lead_deadline_armed = deadline
@@ -417,63 +379,15 @@ class NodeApp:
         self.sim.send_each_logged(
             self.proc, t, peers, Contribution(step, name), nbytes, AggSend, step
         )
-        self._lead(t, nc.OwnContribution(step=step))
+        self._step(t, nc.OwnContribution(step=step), behind_check=False)
 
-    def _core_step(self) -> int | None:
-        """The commit core's step, None while none runs (the Proposer's input)."""
-        return self.commit.step if self.commit is not None else None
-
-    def _propose(self, t: float, actions: list[nc.BuildValue | nc.Propose]) -> None:
-        """Perform the Proposer's actions.  The simulated worker builds at once; the
-        bytes are then held, as the runtime's worker reports every aggregate it builds
-        (AggregateHeld): a step decided meanwhile with this very value (a peer's
-        Decided over the same contributors) applies now, not after a pull."""
-        for action in actions:
-            if type(action) is nc.Propose:
-                self._propose_value(t, action.step, action.value, first=action.first)
-                continue
-            step, contributors = action.step, action.contributors
-            value_fp = self._build(step, contributors)
-            change = nc.change_to_propose(self.membership.core.change_for_next_step(), self.commit)
-            proposed = self.proposer.built(
-                step, value_fp, contributors, core_step=self._core_step(), change=change
-            )
-            self._propose(t, proposed)
-            self._holds(t, (step, value_fp))
-
-    def _propose_value(self, t: float, step: int, value: StepValue, first: bool = False) -> None:
-        commit = self.commit
-        if commit is None or commit.step != step or commit.phase == "decided":
-            return
-        event = ProposeValue(step=step, value=value, first=first)
-        try:
-            self._perform(t, commit.handle(event, self._local(t)))
-        except LocalProtocolError:
-            return  # the step already has a proposal (a stored value raced a gradient)
-        self._arm_commit_timer(t)
-
-    # --- the commit core ----------------------------------------------------------------
-
-    def _commit(self, t: float, event: Any) -> None:
-        try:
-            actions = self.commit.handle(event, self.proc.clock.local(t))
-        except RemoteProtocolError as error:
-            sender = getattr(getattr(event, "message", None), "sender", "")
-            reason = nc.refusal_reason("commit", error.reason)
-            self._log(FrameDrop, t, peer=sender or "?", reason=reason)
-            self.refused(t, sender, error.reason)
-            # Its step counts all the same (the runtime checks on every wake).
-            self._rejoin_if_behind(t)
-            return
-        self._perform(t, actions)
-        self._arm_commit_timer(t)
-        self._rejoin_if_behind(t)
+    # --- the node core's actions ---------------------------------------------------------
 
     def _rejoin_if_behind(self, t: float) -> None:
         """The runtime checks this on every wake of its step loop (``_behind_peers``);
         here after every commit-core event and every message that carries a step."""
         commit = self.commit
-        if commit is None or self.rejoin is not None or self.apply.pending is not None:
+        if commit is None or self.rejoin is not None or self.step_node.apply.pending is not None:
             return
         peer = nc.peer_ahead(
             commit.step,
@@ -485,48 +399,70 @@ class NodeApp:
         if peer is not None:
             self._start_rejoin(t, evidence=peer)
 
-    def _arm_commit_timer(self, t: float) -> None:
-        if self.commit is not None:
-            self._arm(t, "commit_tick", self.commit.next_deadline())
-
     def _perform(self, t: float, actions: list) -> None:
-        rebuilt: list[tuple[int, str]] = []
+        """Perform the step node's actions in order.  The simulated worker builds and
+        applies at once: a proposal's build and an apply are answered at once, a
+        rebuild and a fetch of bytes it holds once the list is done (as the runtime's
+        worker answers later)."""
+        answers: list[tuple[int, str, tuple[str, ...]]] = []  # (step, value fp, contributors)
         logged = nc.LOGGED_ACTIONS
+        running = self.commit is not None
         for action in actions:
-            if self.commit is None:
+            if running and self.commit is None:
                 return  # a Behind earlier in the list handed the node to the rejoin core
-            if type(action) in logged:  # _history's own test, without the call
+            kind = type(action)
+            if kind in logged:  # _history's own test, without the call
                 self._history(t, action)
-            if isinstance(action, Send):
+            if kind is Send:
                 self._send_commit(t, action)
-            elif isinstance(action, Persist):
+            elif kind is Persist:
                 if not self.proc.up:
                     return  # killed before the write: the rest of the list is lost too
                 self._persist(action.record)
-            elif isinstance(action, FetchAggregate):
-                pulled = self.pulls.wanted(
-                    action,
-                    arrived=self.leader.arrived.get(action.step, ()),
-                    alive=self.alive_view,
-                    holds=(action.step, action.value_fp) in self.held,
-                    now=self._local(t),
+            elif kind is ap.RequestAggregate:
+                key = (action.step, action.value_fp)
+                if key in self.memory_aggregates or key in self.disk.aggregates:
+                    # Held already (a build since the pull was decided): the runtime's
+                    # worker answers such a fetch at once, without asking the peer.
+                    answers.append((*key, ()))
+                    continue
+                request = AggregateRequest(sender=self.name, step=key[0], value_fp=key[1])
+                self._send(t, action.source, request)
+            elif kind is ap.RebuildAggregate:
+                step, contributors = action.step, action.contributors
+                answers.append((step, self._build(step, contributors), contributors))
+            elif kind is nc.BuildValue:
+                step, contributors = action.step, action.contributors
+                value_fp = self._build(step, contributors)
+                change = self.membership.core.change_for_next_step()
+                held = sn.AggregateHeld(
+                    step=step, value_fp=value_fp, contributors=contributors, change=change
                 )
-                rebuilt += self._pull(t, pulled)
-            elif isinstance(action, ApplyStep):
-                self._lead(t, nc.StepDecided(step=action.step))
-                holds = (action.step, action.value.agg_fp) in self.held
-                accepted = self.disk.accepted
-                self._apply(
-                    t, self.apply.decided(action.step, action.value, holds=holds, accepted=accepted)
-                )
-            elif isinstance(action, Committed):
+                self._perform(t, self.step_node.handle(held, self._local(t)))
+            elif kind is sa.ApplyAggregate:
+                self._apply(t, action)
+            elif kind is Committed:
                 self._committed(t, action)
-            elif isinstance(action, Behind):
+            elif kind is sn.StepStarted:
+                if action.contributes:
+                    # Tagged with the commit core it is for: one started before a state
+                    # was installed (even at the same step) comes from the parameters
+                    # the install replaced and is dropped, as the runtime's worker does.
+                    done_at = t + self.settings.compute_s / self.proc.cpu_fraction
+                    self._timer(done_at, ("computed", action.step, self.commit_generation))
+            elif kind is sn.MessageRefused:
+                reason = nc.refusal_reason("commit", action.reason)
+                self._log(FrameDrop, t, peer=action.sender or "?", reason=reason)
+                self.refused(t, action.sender, action.reason)
+            elif kind is Behind:
                 nc.note_peer_step(self.peer_steps, action.peer, action.peer_step)
                 self._start_rejoin(t, evidence=action.peer)
-        # Told after the list is done: the core is not re-entered mid-list.
-        for key in rebuilt:
-            self._holds(t, key)
+        # Told after the list is done, as the runtime's worker answers them later.
+        for step, value_fp, contributors in answers:
+            if running and self.commit is None:
+                return
+            held = sn.AggregateHeld(step=step, value_fp=value_fp, contributors=contributors)
+            self._perform(t, self.step_node.handle(held, self._local(t)))
 
     def _persist(self, record: AcceptorRecord) -> None:
         disk = self.disk
@@ -542,12 +478,11 @@ class NodeApp:
             disk.accepted.pop(step, None)
 
     def _hold(self, step: int, value_fp: str, contributors: tuple[str, ...]) -> None:
-        """This node now holds the aggregate's bytes: durably, as the runtime's worker
-        writes every aggregate it holds before it reports it (aggregate_store.py)."""
+        """The simulated worker now holds the aggregate's bytes: durably, as the
+        runtime's worker writes every aggregate it holds before it reports it
+        (aggregate_store.py); the node core is told (``AggregateHeld``) by the caller."""
         self.memory_aggregates[(step, value_fp)] = contributors
         self.disk.aggregates[(step, value_fp)] = contributors
-        self.held.add(step, value_fp)
-        self.pulls.held(step, value_fp)
 
     def _prune_aggregates(
         self, from_step: int, pinned: tuple[tuple[int, str], ...], *, memory: bool = True
@@ -567,30 +502,6 @@ class NodeApp:
         in_memory = self.memory_aggregates
         for key in [k for k in in_memory if k[0] < from_step]:
             del in_memory[key]
-        self.held.forget_below(from_step)
-
-    def _pull(self, t: float, actions: list[ap.PullAction]) -> list[tuple[int, str]]:
-        """Perform the pulls' actions; returns the aggregates rebuilt (now held), which
-        the caller tells the commit core once its own action list is done."""
-        rebuilt: list[tuple[int, str]] = []
-        for action in actions:
-            if type(action) is ap.RebuildAggregate:
-                # The simulated worker builds at once: the same inputs give the same bits.
-                step, contributors = action.step, action.contributors
-                value_fp = self._build(step, contributors)
-                rebuilt.append((step, value_fp))
-                now = self._local(t)
-                rebuilt += self._pull(
-                    t,
-                    self.pulls.built(step, value_fp, contributors, alive=self.alive_view, now=now),
-                )
-            else:
-                request = AggregateRequest(
-                    sender=self.name, step=action.step, value_fp=action.value_fp
-                )
-                self._send(t, action.source, request)
-        self._arm_pull_timer(t)
-        return rebuilt
 
     def _build(self, step: int, contributors: tuple[str, ...]) -> str:
         """The simulated worker's build of exactly ``contributors``' aggregate (a
@@ -599,29 +510,22 @@ class NodeApp:
         self._hold(step, value_fp, contributors)
         return value_fp
 
-    def _arm_pull_timer(self, t: float) -> None:
-        self._arm(t, "pull_tick", self.pulls.next_deadline())
-
-    def _holds(self, t: float, key: tuple[int, str]) -> None:
-        if self._window(key[0]):
-            self._commit(t, HoldsAggregate(step=key[0], value_fp=key[1]))
-        self._apply(t, self.apply.held(*key, accepted=self.disk.accepted))
-
     def _send_commit(self, t: float, action: Send) -> None:
         message = action.message
         for peer in action.to:
             self._send(t, peer, message)
 
-    def _apply(self, t: float, actions: list[sa.ApplyAggregate]) -> None:
-        """Perform the apply core's action: the simulated worker applies at once."""
-        for action in actions:
-            step, value = action.step, action.value
-            update = training.aggregate(self.sim.seed, step, value.contributors)
-            self.params = training.apply(self.params, update)
-            self.param_step = step
-            self._prune_aggregates(action.keep_from_step, action.pinned)
-            if self.apply.applied(step, value.agg_fp) is not None:
-                self._commit(t, Applied(step=step, param_fp=training.fingerprint(self.params)))
+    def _apply(self, t: float, action: sa.ApplyAggregate) -> None:
+        """The simulated worker applies at once, and answers (``AggregateApplied``)."""
+        step, value = action.step, action.value
+        update = training.aggregate(self.sim.seed, step, value.contributors)
+        self.params = training.apply(self.params, update)
+        self.param_step = step
+        self._prune_aggregates(action.keep_from_step, action.pinned)
+        applied = sn.AggregateApplied(
+            step=step, value_fp=value.agg_fp, param_fp=training.fingerprint(self.params)
+        )
+        self._perform(t, self.step_node.handle(applied, self._local(t)))
 
     def _committed(self, t: float, action: Committed) -> None:
         value = action.value
@@ -647,8 +551,6 @@ class NodeApp:
                 param_fp=action.param_fp,
                 nbytes=self.settings.state_nbytes,
             )
-        self.pulls.forget_below(action.step + 1)
-        self._begin_step(t)
 
     # --- membership: joins and clean leaves (node_core.Enrolment) -------------------------
 
@@ -786,14 +688,10 @@ class NodeApp:
             step = message.step  # running_step + note_peer_step, without the calls (hot path)
             if step > self.peer_steps.get(sender, -1):
                 self.peer_steps[sender] = step
-            if isinstance(message, _CARRY_CONTRIBUTORS):
-                value = message.value
-                core_step = self._core_step()
-                self.pulls.value_seen(step, value.agg_fp, value.contributors, core_step=core_step)
             if self.enrolment.joining:
                 self.join_evidence(t, [sender])
             elif self.commit is not None:
-                self._commit(t, MessageReceived(message=message))
+                self._step(t, MessageReceived(message=message))
         elif isinstance(message, (JoinRequest, LeaveNotice)):
             if self.enrolment.takes_requests:
                 event = JoinRequested if isinstance(message, JoinRequest) else LeaveRequested
@@ -826,36 +724,28 @@ class NodeApp:
                 reply = AggregateBytes(message.step, message.value_fp, contributors)
                 self._send(t, sender, reply, "bulk", self.settings.aggregate_nbytes)
         elif isinstance(message, NoAggregate):
-            now = self._local(t)
-            self._pull(
-                t,
-                self.pulls.missing(
-                    message.step, message.value_fp, source=sender, alive=self.alive_view, now=now
-                ),
+            unavailable = sn.AggregateUnavailable(
+                step=message.step, value_fp=message.value_fp, source=sender
             )
+            self._step(t, unavailable, behind_check=False)
         elif isinstance(message, StateRequest):
             self._serve_state(t, sender)
         elif isinstance(message, _STATE_MESSAGES):
             self._state_arrived(t, sender, message)
 
     def _contribution(self, t: float, message: Contribution) -> None:
-        self._lead(t, nc.ContributionArrived(step=message.step, sender=message.sender))
         commit = self.commit
-        if commit is not None and message.step > commit.step:  # the sender is past ours
-            self._commit(t, PeerAt(peer=message.sender, step=message.step))
-            commit = self.commit
+        # A sender past this node's step shows it the decision is there (PeerAt).
+        ahead = commit is not None and message.step > commit.step
+        arrived = nc.ContributionArrived(step=message.step, sender=message.sender)
+        self._step(t, arrived, behind_check=ahead)
+        commit = self.commit
         if commit is not None and commit.learners and message.step == commit.step:
             if message.sender in commit.learners:
                 # A learner computed a gradient for our current step: it holds the
                 # committed state of the step before, i.e. it has caught up.
                 caught_up = LearnerCaughtUp(peer=message.sender, step=message.step)
                 self._membership_changed(t, self.membership.feed(caught_up, self._local(t)))
-        if not self.pulls.pending:
-            return  # the usual case: nobody waits for bytes
-        # An acceptor waiting for this value's bytes may now rebuild it.
-        arrived = self.leader.arrived.get(message.step, ())
-        for key in self._pull(t, self.pulls.contribution(message.step, arrived)):
-            self._holds(t, key)
 
     def bulk_reset(self, t: float, sender: str, message: Any) -> None:
         """A bulk transfer from ``sender`` broke off (its process died): a state
@@ -867,10 +757,10 @@ class NodeApp:
                 self._rejoin(t, rejoin.FetchFailed(source=sender, reason="connection reset"))
 
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
-        if (message.step, message.value_fp) in self.held:
+        if (message.step, message.value_fp) in self.step_node.held:
             return
         self._hold(message.step, message.value_fp, message.contributors)
-        self._holds(t, (message.step, message.value_fp))
+        self._step(t, sn.AggregateHeld(step=message.step, value_fp=message.value_fp))
 
     # --- rejoin -------------------------------------------------------------------------
 
@@ -885,12 +775,11 @@ class NodeApp:
                 param_fp=checkpoint[2],
             )
             local_fp = checkpoint[2]
-        own_step = self.commit.step if self.commit is not None else self.leader.step
+        own_step = self.commit.step if self.commit is not None else self.step_node.leader.step
         if self.commit is not None and self.param_step >= 0:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
         self.fetch.begun()
-        self.commit = None
-        self.apply.dropped()
+        self.step_node.detach()
         conf = self.membership.current
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
         self.offered_configs = {}
@@ -997,12 +886,6 @@ class NodeApp:
             return
         self._new_commit(t, done.step + 1, configuration)
 
-    def _announce_held(self, t: float) -> None:
-        """Aggregates that arrived while no commit core ran are held all the same."""
-        for event in self.held.announce(self.commit.step):
-            if self._window(event.step):  # the core may have moved on (or stopped) meanwhile
-                self._commit(t, event)
-
     def _serve_state(self, t: float, requester: str) -> None:
         serve = nc.state_to_serve(
             joining=self.enrolment.joining,
@@ -1092,16 +975,14 @@ class NodeApp:
         elif kind == "lead_tick":
             if self._fired(t, kind):
                 self.lead_deadline_armed = None  # fired: arm whatever is due next
-                self._lead(t, nc.Tick())
-        elif kind == "replay":
-            self._propose(t, self.proposer.lead(payload[1], core_step=self._core_step()))
+                self._step(t, nc.Tick(), behind_check=False)
         elif kind == "commit_tick":
             if self.commit is not None and self._fired(t, kind):
-                self._commit(t, CommitTick())
+                self._step(t, CommitTick())
         elif kind == "pull_tick":
             if self._fired(t, kind):
                 self._due_before_pulls(t)
-                self._pull(t, self.pulls.tick(self._local(t), self.alive_view))
+                self._step(t, sn.PullsDue(), behind_check=False)
         elif kind == "rejoin_begin":
             retry_at = self.fetch.retry_at  # node-clock time (node_core.StateFetch)
             if self.rejoin is None and retry_at is not None:

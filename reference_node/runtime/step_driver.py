@@ -54,13 +54,13 @@ import msgspec
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import commit as cm
 from swarmshake.reference_node.protocol import detector as det
-from swarmshake.reference_node.protocol import held_aggregates as ha
 from swarmshake.reference_node.protocol import membership as mb
 from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol import sharding
 from swarmshake.reference_node.protocol import step_apply as sa
+from swarmshake.reference_node.protocol import step_node as sn
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
 from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
@@ -191,12 +191,14 @@ class StepDriver:
         # The configuration each state source offered with its state (one rejoin).
         self.offered_configs: dict[str, Configuration] = {}
         self.install_config: Configuration | None = None
-        # Which aggregates the worker holds (the node core's record of its reports).
-        self.held = ha.HeldAggregates(self.decisions)
+        # The node core's step part: the commit core (attached while steps run), who
+        # proposes and when, the pulls, the apply and the aggregates held.
+        self.step_node = sn.StepNode(node=self.name, config=self.decisions, alive=self._alive())
+        self.step_node.accepted = self.store.accepted
         for step, agg_fp in ready.stored_aggregates:
             # Reloaded after a restart: told to the commit core once the startup
-            # rejoin has started it at the right step (_announce_held).
-            self.held.add(step, agg_fp)
+            # rejoin has started it at the right step (StepNode.attach).
+            self.step_node.held.add(step, agg_fp)
         first_start = nc.is_first_start(node.incarnation)
         self.checkpoints = nc.Checkpointing(
             self.config.step.checkpointing(), node.clock.now(), restarted=not first_start
@@ -215,21 +217,15 @@ class StepDriver:
         self._persisting = False
         self._deferred: collections.deque[list] = collections.deque()
         self._generation = 0  # bumped when the core is replaced: its queued actions are moot
+        # The commit core of the configuration the worker's state runs under: the step
+        # node's once a step begins (the first pass of the loop, or an install).
         self.core = self._new_core(self.step)
         self.committed = 0
         self._wake = asyncio.Event()
-        # Who proposes and when: the node core's leader, told every input it needs.
-        self.leader = nc.StepLeader(node=self.name, config=self.decisions)
-        self.leader.handle(nc.ViewChanged(alive=self._alive()), node.clock.now())
         # Per-step bookkeeping for the current step (reset when the step advances).
         self.contributed_at: float | None = None
         self.requested_contribution = -1
         self.gradient_asked = -1  # the step of the worker's last Contribute since an install
-        self.proposer = nc.Proposer()  # the leader's decision -> one proposal a step
-        # The values whose bytes this node lacks: rebuilt or pulled (the node core's).
-        self.pulls = ap.AggregatePulls(node=self.name, config=self.decisions)
-        # The committed value to apply, once held (the node core's).
-        self.apply = sa.StepApply(self.decisions)
         self.rejoin: rj.Rejoin | None = None
         # A peer's state bytes staged before their offer came (node_core.state_bytes_wait).
         self.pending_staged: ipc.StateStaged | None = None
@@ -315,11 +311,6 @@ class StepDriver:
                 )
                 self._confirm_removal(message.sender)
             return
-        if isinstance(message, msgs.AcceptRequest | msgs.Decided):
-            value = message.value
-            self.pulls.value_seen(
-                message.step, value.agg_fp, value.contributors, core_step=self._core_step()
-            )
         if isinstance(message, cm.CommitMessage.__args__):  # type: ignore[attr-defined]
             if self.enrolment.joining:
                 self.on_join_evidence(message.sender)
@@ -340,9 +331,7 @@ class StepDriver:
         now = self.node.clock.now()
         match action:
             case det.ViewChanged():
-                self.feed(cm.ViewUpdated(alive=tuple(action.alive)))
-                self.lead(nc.ViewChanged(alive=tuple(action.alive)))
-                self._pull(self.pulls.view_changed(action.alive, now))
+                self.feed(nc.ViewChanged(alive=tuple(action.alive)))
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
@@ -367,22 +356,34 @@ class StepDriver:
                 current = self.gradient_asked == message.step
                 if message.step == self.step and self.steps_run and current:
                     self.contributed_at = self.node.clock.now()
-                    self.lead(nc.OwnContribution(step=message.step))
+                    self.feed(nc.OwnContribution(step=message.step))
             case ipc.ContributionArrived():
-                self.lead(nc.ContributionArrived(step=message.step, sender=message.sender))
-                if message.step > self.core.step:  # the sender is past this node's step
-                    self.feed(cm.PeerAt(peer=message.sender, step=message.step))
-                if self.pulls.pending:  # a waiting pull may now be rebuilt
-                    arrived = self.leader.arrived.get(message.step, ())
-                    self._pull(self.pulls.contribution(message.step, arrived))
+                self.feed(nc.ContributionArrived(step=message.step, sender=message.sender))
                 if message.step == self.step and message.sender in self.core.learners:
                     # A learner computed a gradient for our current step: it holds the
                     # committed state of the step before, i.e. it has caught up.
                     self.membership.feed(mb.LearnerCaughtUp(peer=message.sender, step=message.step))
             case ipc.AggregateHeld():
-                self._on_aggregate_held(message)
+                self.feed(
+                    sn.AggregateHeld(
+                        step=message.step,
+                        value_fp=message.agg_fp,
+                        contributors=tuple(message.contributors),
+                        change=self.membership.core.change_for_next_step(),
+                    )
+                )
             case ipc.AggregateMissing():
-                self._on_aggregate_missing(message)
+                if not message.agg_fp:  # a BuildAggregate that could not run
+                    self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
+                self.feed(
+                    sn.AggregateUnavailable(
+                        step=message.step,
+                        value_fp=message.agg_fp,
+                        source=message.source,
+                        contributors=tuple(message.contributors),
+                        missing=tuple(message.missing),
+                    )
+                )
             case ipc.AggregateStoreFailed():
                 # Like a failed acceptor record: a node whose disk cannot keep the bytes
                 # its votes claim must not vote.
@@ -390,7 +391,11 @@ class StepDriver:
                     f"aggregate store write failed for step {message.step}: {message.reason}"
                 )
             case ipc.Applied():
-                self._on_applied(message)
+                self.feed(
+                    sn.AggregateApplied(
+                        step=message.step, value_fp=message.agg_fp, param_fp=message.param_fp
+                    )
+                )
             case ipc.StateServing():
                 self._offer(message.requester, message.step, message.param_fp, message.nbytes)
             case ipc.StateStaged():
@@ -424,16 +429,10 @@ class StepDriver:
     # -- the core ------------------------------------------------------------------------------
 
     def feed(self, event: object) -> None:
-        if not self.steps_run:
-            return  # suspended while the state is fetched (node_core.StateFetch)
-        try:
-            actions = self.core.handle(event, self.node.clock.now())  # type: ignore[arg-type]
-        except RemoteProtocolError as error:
-            sender = getattr(getattr(event, "message", None), "sender", "")
-            self.node.drops.drop(nc.refusal_reason("commit", error.reason), sender)
-            self.node.refused(sender, error.reason)
-            return
-        self.perform(actions)
+        """Feed the node core's step part (its commit core runs only while steps run:
+        ``StepNode.attach``/``detach``); perform its actions."""
+        self.perform(self.step_node.handle(event, self.node.clock.now()))  # type: ignore[arg-type]
+        self.wake()
 
     def perform(self, actions: list) -> None:
         """Perform the core's actions in order.  A ``Persist`` (fsync: milliseconds,
@@ -453,6 +452,7 @@ class StepDriver:
         self._perform_until_persist(list(actions))
 
     def _perform_until_persist(self, actions: list) -> None:
+        running = self.steps_run
         for index, action in enumerate(actions):
             if isinstance(action, cm.Persist):
                 self._persisting = True
@@ -465,7 +465,7 @@ class StepDriver:
                 )
                 return
             self._perform_one(action)
-            if not self.steps_run:
+            if running and not self.steps_run:
                 return  # a Behind began a fetch: the rest of the batch is dropped
 
     def _persisted(self, done: concurrent.futures.Future, rest: list, generation: int) -> None:
@@ -477,6 +477,8 @@ class StepDriver:
             self._deferred.clear()
             self.node.request_stop(f"acceptor store write failed: {error!r}")
             return
+        # What the node core counts on staying on disk (node_core.aggregates_to_keep).
+        self.step_node.accepted = self.store.accepted
         if generation == self._generation:  # else: the core was replaced meanwhile
             self._perform_until_persist(rest)
         while not self._persisting and self._deferred:
@@ -489,17 +491,9 @@ class StepDriver:
             case cm.Send():
                 for peer in action.to:
                     self.node.send_message(peer, action.message)
-            case cm.FetchAggregate():
-                self._fetch(action)
-            case cm.ApplyStep():
-                self.lead(nc.StepDecided(step=action.step))
-                holds = (action.step, action.value.agg_fp) in self.held
-                self._apply(
-                    self.apply.decided(
-                        action.step, action.value, holds=holds, accepted=self.store.accepted
-                    )
-                )
             case cm.Committed():
+                self.param_fp = action.param_fp
+                self.committed += 1
                 if action.value.config_change is not None:
                     self._config_committed(action.step, action.value.config_change)
                 self._maybe_checkpoint(
@@ -508,97 +502,40 @@ class StepDriver:
             case cm.Behind():
                 nc.note_peer_step(self.peer_steps, action.peer, action.peer_step)
                 self._start_rejoin(action.peer)
-
-    def _history(self, action: object) -> None:
-        mapped = nc.history_of(action, node=self.name, step=self.step)
-        if mapped is not None:
-            self.node.events.log(mapped[0], **mapped[1])
-
-    # -- aggregates ------------------------------------------------------------------------------
-
-    def _fetch(self, action: cm.FetchAggregate) -> None:
-        actions = self.pulls.wanted(
-            action,
-            arrived=self.leader.arrived.get(action.step, ()),
-            alive=self._alive(),
-            holds=(action.step, action.value_fp) in self.held,
-            now=self.node.clock.now(),
-        )
-        self._pull(actions)
-
-    def _pull(self, actions: list[ap.PullAction]) -> None:
-        """Perform the pulls' actions: a rebuild and a request go to the worker, which
-        answers with ``AggregateHeld`` or ``AggregateMissing``."""
-        for action in actions:
-            if isinstance(action, ap.RebuildAggregate):
+            case nc.BuildValue() | ap.RebuildAggregate():
+                # The worker answers AggregateHeld (or AggregateMissing).
                 self.node.to_worker(
                     ipc.BuildAggregate(step=action.step, contributors=list(action.contributors))
                 )
-            else:
+            case ap.RequestAggregate():
                 self.node.to_worker(
                     ipc.FetchAggregate(
                         step=action.step, agg_fp=action.value_fp, source=action.source
                     )
                 )
-
-    def _on_aggregate_held(self, message: ipc.AggregateHeld) -> None:
-        key = (message.step, message.agg_fp)
-        self.held.add(*key)
-        contributors = tuple(message.contributors)
-        if contributors:  # the answer to a BuildAggregate
-            change = nc.change_to_propose(self.membership.core.change_for_next_step(), self.core)
-            self._propose(
-                self.proposer.built(*key, contributors, core_step=self._core_step(), change=change)
-            )
-            now = self.node.clock.now()
-            self._pull(self.pulls.built(*key, contributors, alive=self._alive(), now=now))
-        self.pulls.held(*key)
-        if self.held.in_window(message.step, self.core.step):
-            self.feed(cm.HoldsAggregate(step=message.step, value_fp=message.agg_fp))
-        self._apply(self.apply.held(*key, accepted=self.store.accepted))
-
-    def _on_aggregate_missing(self, message: ipc.AggregateMissing) -> None:
-        if not message.agg_fp:  # a BuildAggregate that could not run
-            failed = (message.step, tuple(sorted(message.contributors)))
-            for event in self.proposer.build_failed(*failed, message.missing):
-                self.lead(event)  # propose later, without the missing (node core)
-            self.errors["aggregate_failed"] = self.errors.get("aggregate_failed", 0) + 1
-            self._pull(
-                self.pulls.rebuild_failed(*failed, alive=self._alive(), now=self.node.clock.now())
-            )
-            return
-        key = (message.step, message.agg_fp)
-        now = self.node.clock.now()
-        if self.apply.lost(*key):  # gone after all: fetch, then apply on arrival
-            self.held.discard(*key)
-            self._pull(self.pulls.lost(*key, self.core.voters, alive=self._alive(), now=now))
-            return
-        self._pull(self.pulls.missing(*key, source=message.source, alive=self._alive(), now=now))
-
-    def _apply(self, actions: list[sa.ApplyAggregate]) -> None:
-        """Perform the apply core's action: the worker applies, then answers ``Applied``
-        (or ``AggregateMissing``); it also drops from memory what the window no longer
-        keeps (the pinned bytes stay on its disk only, for a restart)."""
-        for action in actions:
-            self.node.to_worker(
-                ipc.ApplyCommitted(
-                    step=action.step,
-                    agg_fp=action.value.agg_fp,
-                    keep_from_step=action.keep_from_step,
-                    pinned=list(action.pinned),
+            case sa.ApplyAggregate():
+                # The worker applies, then answers Applied (or AggregateMissing); it also
+                # drops from memory what the window no longer keeps (the pinned bytes
+                # stay on its disk only, for a restart).
+                self.node.to_worker(
+                    ipc.ApplyCommitted(
+                        step=action.step,
+                        agg_fp=action.value.agg_fp,
+                        keep_from_step=action.keep_from_step,
+                        pinned=list(action.pinned),
+                    )
                 )
-            )
+            case sn.StepStarted():
+                self._advance_to(action.step)
+            case sn.MessageRefused():
+                reason = nc.refusal_reason("commit", action.reason)
+                self.node.drops.drop(reason, action.sender)
+                self.node.refused(action.sender, action.reason)
 
-    def _on_applied(self, message: ipc.Applied) -> None:
-        done = self.apply.applied(message.step, message.agg_fp)
-        if done is None:
-            return  # an apply a rejoin made moot
-        # The worker no longer holds in memory what its window dropped.
-        self.held.forget_below(done.keep_from_step)
-        self.param_fp = message.param_fp
-        self.feed(cm.Applied(step=message.step, param_fp=message.param_fp))
-        self._advance_to(self.core.step)
-        self.committed += 1
+    def _history(self, action: object) -> None:
+        mapped = nc.history_of(action, node=self.name, step=self.step)
+        if mapped is not None:
+            self.node.events.log(mapped[0], **mapped[1])
 
     # -- rejoin -----------------------------------------------------------------------------------
 
@@ -613,9 +550,9 @@ class StepDriver:
         # The step is suspended (node_core.StateFetch): what the old core still had
         # queued behind a persist, and an apply under way, are moot.
         self.fetch.begun()
+        self.step_node.detach()
         self._generation += 1
         self._deferred.clear()
-        self.apply.dropped()
         self.offered_configs = {}
         self.install_config = None
         start = nc.rejoin_start(
@@ -743,22 +680,23 @@ class StepDriver:
         self.step = next_step
         self.persisted = self.store.load()
         self.core = self._new_core(next_step, configuration)
-        self.apply.dropped()
+        self.step_node.detach()  # the apply under way, if any, is moot
         # The installed parameters start the step afresh: a gradient asked for before
         # (a checkpoint fallback lands on the step the node was at) came from the
         # parameters the install replaced.
         self.requested_contribution = next_step - 1
         self.gradient_asked = -1
         self.peer_steps = {}
-        self.leader.handle(nc.ViewChanged(alive=self._alive()), self.node.clock.now())
-        self.feed(cm.ViewUpdated(alive=self._alive()))
-        self._announce_held()
-        self._advance_to(next_step)
+        if self.steps_run:
+            self._begin_steps()
+        else:
+            self._advance_to(next_step)  # a joiner's step: none runs until it is added
 
-    def _announce_held(self) -> None:
-        for event in self.held.announce(self.core.step):
-            if self.held.in_window(event.step, self.core.step):  # the core may have moved on
-                self.feed(event)
+    def _begin_steps(self) -> None:
+        """The commit core runs: the step node attaches it (it sees the view, is told of
+        the aggregates held, and its step begins)."""
+        self.perform(self.step_node.attach(self.core, self.node.clock.now()))
+        self.wake()
 
     # -- state offers ------------------------------------------------------------------------------
 
@@ -884,11 +822,6 @@ class StepDriver:
         self.step = step
         self.step_started_at = now
         self.contributed_at = None
-        self.proposer.step_began(step)
-        self.pulls.forget_below(step)
-        core = self.core
-        if self.name in core.members and core.step == step:
-            self.lead(nc.step_began(core, self.held.at(step)))
 
     def _done(self) -> bool:
         limit = self.config.step.max_steps
@@ -929,8 +862,7 @@ class StepDriver:
             if startup == "rejoin":
                 self._start_rejoin(None)
             else:
-                self.feed(cm.ViewUpdated(alive=self._alive()))
-                self._advance_to(self.step)
+                self._begin_steps()
         if self.rejoin is not None:
             return self.rejoin.next_deadline()
         if self.fetch.retry_at is not None:
@@ -939,7 +871,7 @@ class StepDriver:
             self._start_rejoin(None)
             return None
         peer = self._behind_peers()
-        if peer is not None and self.apply.pending is None:
+        if peer is not None and self.step_node.apply.pending is None:
             self._start_rejoin(peer)
             return None
         if self._done():
@@ -949,7 +881,8 @@ class StepDriver:
             return None  # removed: the node is stopping
         if self.requested_contribution < step:
             self._send_shard_plan(step)  # before Contribute: the worker sends by it
-        if self.requested_contribution < step and not self.leader.contributes():
+        leader = self.step_node.leader
+        if self.requested_contribution < step and not leader.contributes():
             self.requested_contribution = step  # re-proposing a stored value: no gradient
         if self.requested_contribution < step:
             self.requested_contribution = step
@@ -957,10 +890,10 @@ class StepDriver:
             others = [m for m in self.core.members if m != self.name]
             self.node.to_worker(ipc.Contribute(step=step, to=others))
             return None
-        due = self.leader.next_deadline()  # who proposes and when: the node core's
+        due = leader.next_deadline()  # who proposes and when: the node core's
         if due is not None and due <= now:
-            self.lead(nc.Tick())
-            due = self.leader.next_deadline()
+            self.feed(nc.Tick())
+            due = leader.next_deadline()
         return due
 
     def _send_shard_plan(self, step: int) -> None:
@@ -975,42 +908,15 @@ class StepDriver:
         self.shard_plan_sent = (step, plan)
         self.node.to_worker(ipc.ShardPlan(step=step, owners=list(owners), plan=list(plan)))
 
-    def lead(self, event: object) -> None:
-        """Feed the node core's leader; perform its actions."""
-        for action in self.leader.handle(event, self.node.clock.now()):  # type: ignore[arg-type]
-            self._propose(self.proposer.lead(action, core_step=self._core_step()))
-        self.wake()
-
-    def _core_step(self) -> int | None:
-        """The commit core's step, None while it does not run (the Proposer's input)."""
-        return self.core.step if self.steps_run else None
-
-    def _propose(self, actions: list[nc.BuildValue | nc.Propose]) -> None:
-        """Perform the Proposer's actions: a build goes to the worker (its answer comes
-        back as ``AggregateHeld`` or ``AggregateMissing``), a proposal to the core."""
-        for action in actions:
-            if isinstance(action, nc.BuildValue):
-                self.node.to_worker(
-                    ipc.BuildAggregate(step=action.step, contributors=list(action.contributors))
-                )
-            else:
-                self.feed(cm.ProposeValue(step=action.step, value=action.value, first=action.first))
-
     def _alive(self) -> tuple[str, ...]:
         return tuple(self.node.detector.core.alive_view())
-
-    def _retry_stale_fetches(self, now: float) -> float | None:
-        """Move every unanswered pull that is due on to its next source; returns when
-        the next one is due."""
-        self._pull(self.pulls.tick(now, self._alive()))
-        return self.pulls.next_deadline()
 
     def poll(self, now: float) -> float | None:
         """One pass of the loop at node-clock time ``now``: fire what is due (the commit
         core's and the rejoin core's timers, then the leader's and the step's); returns
         the next node-clock time something is due (None: only an input wakes it)."""
         while True:
-            deadline = self.core.next_deadline() if self.steps_run else None
+            deadline = self.step_node.deadlines()[0]
             if deadline is not None and deadline <= now:
                 self.feed(cm.Tick())
                 continue
@@ -1022,7 +928,11 @@ class StepDriver:
         due = self._maybe_progress(now)
         self.loop_iterations += 1
         self.last_due = due
-        pulls_due = self._retry_stale_fetches(now)
+        # Every unanswered pull that is due moves on to its next source.
+        pulls_due = self.step_node.deadlines()[2]
+        if pulls_due is not None and pulls_due <= now:
+            self.feed(sn.PullsDue())
+            pulls_due = self.step_node.deadlines()[2]
         return min((t for t in (deadline, due, pulls_due) if t is not None), default=None)
 
     async def run(self, group: asyncio.TaskGroup) -> None:
@@ -1044,16 +954,26 @@ class StepDriver:
     # -- status ---------------------------------------------------------------------------------
 
     def _pull_errors(self) -> dict[str, int]:
-        counts = {"rebuild_mismatch": self.pulls.mismatches, "pulls_refused": self.pulls.refused}
+        pulls = self.step_node.pulls
+        counts = {
+            "rebuild_mismatch": pulls.mismatches,
+            "pulls_refused": pulls.refused,
+            "proposals_refused": self.step_node.proposals_refused,
+        }
         return {name: count for name, count in counts.items() if count}
 
     def status(self) -> dict[str, Any]:
         recent = self.step_durations[-50:]
+        leader, proposer, apply = (
+            self.step_node.leader,
+            self.step_node.proposer,
+            self.step_node.apply,
+        )
         return {
             "core_step": self.core.step,
             "phase": self.core.phase,
-            "leader_rank": self.leader.rank(),
-            "leader": self.leader.status(self.node.clock.now()),
+            "leader_rank": leader.rank(),
+            "leader": leader.status(self.node.clock.now()),
             "rejoining": self.rejoin.phase if self.rejoin else "",
             "rejoin_retry_in_s": None
             if self.fetch.retry_at is None
@@ -1063,17 +983,15 @@ class StepDriver:
             "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,
             "dropped_by_core": self.core.dropped,
             "contributed": self.contributed_at is not None,
-            "arrived": sorted(self.leader.arrived.get(self.step, ())),
-            "building": list(self.proposer.building[1]) if self.proposer.building else None,
-            "proposed": self.proposer.proposed,
+            "arrived": sorted(leader.arrived.get(self.step, ())),
+            "building": list(proposer.building[1]) if proposer.building else None,
+            "proposed": proposer.proposed,
             "loop_iterations": self.loop_iterations,
             "last_due_in_s": None
             if self.last_due is None
             else self.last_due - self.node.clock.now(),
-            "pending_apply": [self.apply.pending[0], self.apply.pending[1].agg_fp]
-            if self.apply.pending
-            else None,
-            "fetching": [f"{s}:{fp}" for s, fp in self.pulls.keys()],
+            "pending_apply": [apply.pending[0], apply.pending[1].agg_fp] if apply.pending else None,
+            "fetching": [f"{s}:{fp}" for s, fp in self.step_node.pulls.keys()],
             "errors": {**self.errors, **self._pull_errors()},
             "joining": self.enrolment.joining,
             "leaving": self.enrolment.leaving or "",

@@ -299,7 +299,7 @@ class RuntimeNode:
                 )
                 self.replies.append(missing)
             case ipc.ApplyCommitted():
-                asked = self.driver.apply.asked  # the apply this message performs
+                asked = self.driver.step_node.apply.asked  # the apply this message performs
                 assert asked is not None and asked.value.agg_fp == message.agg_fp
                 value = asked.value
                 update = training.aggregate(TRAINING_SEED, message.step, value.contributors)
@@ -1442,7 +1442,7 @@ def test_bytes_the_worker_dropped_at_an_apply_are_not_re_proposed_in_either_shel
     ]
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert runtime.step() == sim.step() == 1
-    assert runtime.driver.held.steps() == sim.app.held.steps() == [3, 4, 5, 6]
+    assert runtime.driver.step_node.held.steps() == sim.app.step_node.held.steps() == [3, 4, 5, 6]
     assert not [m for _, m in runtime.commit_sends()[-4:] if isinstance(m, msgs.Prepare)]
 
 
@@ -1463,7 +1463,7 @@ def test_a_pinned_aggregate_kept_on_disk_only_is_served_as_the_runtimes_worker_s
     runtime, sim = asyncio.run(_run([*HEALTHY_STEP, *decided_by_n1 * 6], tmp_path, ()))
     assert runtime.step() == sim.step() == 7
     (pinned,) = [key for key in sim.disk.aggregates if key[0] == 0]
-    assert pinned not in sim.app.held  # not in memory: on the disk only
+    assert pinned not in sim.app.step_node.held  # not in memory: on the disk only
     sim.app.receive(sim.t, "n1", msgs.AggregateRequest(sender="n1", step=0, value_fp=pinned[1]))
     to, reply = sim.sent[-1]
     assert to == "n1" and reply == AggregateBytes(0, pinned[1], ("n0", "n1", "n2"))
@@ -1483,8 +1483,8 @@ def test_a_pull_whose_source_leaves_the_view_asks_the_next_source_at_once(tmp_pa
     runtime, sim = asyncio.run(_run(sequence, tmp_path, ()))
     assert runtime.fetch_requests == sim.fetch_requests
     assert [source for source, _, _ in sim.fetch_requests] == ["n1", "n2"]
-    assert not runtime.driver.leader.leads() and not sim.app.leader.leads()
-    assert runtime.driver.leader.next_deadline() is None
+    assert not runtime.driver.step_node.leader.leads() and not sim.app.step_node.leader.leads()
+    assert runtime.driver.step_node.leader.next_deadline() is None
 
 
 def test_a_peers_gradient_of_a_later_step_asks_it_for_the_decision_in_both_shells(tmp_path):

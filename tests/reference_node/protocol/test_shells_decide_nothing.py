@@ -50,6 +50,13 @@ DECIDING_CALLS |= {"FixedInterval", "YoungDaly", "CheckpointSchedule"}
 # shells once did, each with its own bookkeeping around them).
 DECIDING_CALLS |= {"plan_aggregate", "fetch_source", "pulls_to_move_on", "pull_retry_at",
                    "rebuilds_now"}  # fmt: skip
+# ... and the glue between the step's pieces: step_node.StepNode builds the leader,
+# the proposer, the pulls, the apply and the held record, and feeds the commit core
+# its node-side events (the shells each did, and each wrote the glue their own way).
+STEP_PARTS = {"StepLeader", "Proposer", "AggregatePulls", "StepApply", "HeldAggregates",
+              "step_began", "change_to_propose"}  # fmt: skip
+STEP_PARTS |= {"ProposeValue", "HoldsAggregate", "Applied", "PeerAt", "ViewUpdated"}
+DECIDING_CALLS |= STEP_PARTS
 
 
 def _tree(path: str) -> ast.Module:
@@ -193,3 +200,9 @@ def test_the_scan_sees_a_shell_choosing_its_own_pull_source():
                      "        nc.fetch_source('n0', (), 0, ())\n")  # fmt: skip
     assert [name for name, _ in _assigned_attributes(tree)] == ["fetches"]
     assert {name for name, _ in _called(tree)} & DECIDING_CALLS == {"fetch_source"}
+
+
+def test_the_scan_sees_a_shell_feeding_its_commit_core_itself():
+    tree = ast.parse("class S:\n    def f(self):\n        self.core.handle(cm.Applied(step=1, "
+                     "param_fp='x'), 0.0)\n        self.leader = nc.StepLeader(node='n0')\n")  # fmt: skip
+    assert {name for name, _ in _called(tree)} & STEP_PARTS == {"Applied", "StepLeader"}

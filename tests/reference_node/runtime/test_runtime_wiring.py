@@ -295,7 +295,7 @@ def test_the_step_leader_waits_for_the_aggregation_rules_fewest_contributions(tm
         step=0, param_fp="", bulk_port=0, worker_pid=0, source="initial",
         torch_version="", threads=1, cpu_flags="",
     )  # fmt: skip
-    assert StepDriver(control).leader.config.min_contributors == 3
+    assert StepDriver(control).step_node.leader.config.min_contributors == 3
     control.events.close()
     raw["step"] = {"node": {"min_contributors": 4}}
     assert from_dict(raw).decisions().min_contributors == 4
