@@ -2,8 +2,8 @@
 (``protocol/node_core.py``) and the step-commit, membership, rejoin and
 checkpoint-policy cores (DRIVERS.md), one ``NodeApp`` per node process.
 
-This module decides nothing: who proposes and when (``StepLeader``), the one
-proposal a step (``Proposer``), rebuild or fetch and from whom (``aggregate_pulls``),
+This module decides nothing: the step (``step_node.StepNode``: who proposes and
+when, the one proposal a step, rebuild or fetch and from whom, when to apply),
 which acceptor records stay and the vote floor (``prune_records``), whom a rejoin
 asks (``rejoin_sources``), the change a proposal carries (``change_to_propose``) and
 the history event of every core action (``history_of``) are the node core's, the
@@ -12,13 +12,13 @@ into simulated I/O:
 
 1. compute (``compute_s``, slower when throttled), then log ``agg_send`` and send the
    contribution to every other member (bulk channel), as the runtime's worker does;
-   tell the leader (``OwnContribution``), and every arrival (``ContributionArrived``);
-2. a ``BuildProposal`` is aggregated at once (the simulated worker is instantaneous)
-   and proposed; a ``ProposeStored`` is proposed as it is;
-3. an acceptor that lacks a value's bytes follows ``AggregatePulls``: a rebuild
-   from held contributions is done at once (and reported back: ``built``), a request
-   goes to the peer it names; no proposer pushes an aggregate;
-4. ``ApplyStep`` adds the aggregate of exactly the committed contributors to the
+   tell the step node (``OwnContribution``), and every arrival (``ContributionArrived``);
+2. a ``BuildValue`` is aggregated at once (the simulated worker is instantaneous) and
+   reported back (``AggregateHeld``), which proposes it;
+3. a ``RebuildAggregate`` is built at once and reported once the action list is done;
+   a ``RequestAggregate`` goes to the peer it names (or, for bytes held already, is
+   answered at once, as the runtime's worker does); no proposer pushes an aggregate;
+4. ``ApplyAggregate`` adds the aggregate of exactly the committed contributors to the
    integer parameters; ``Committed`` logs ``commit`` with the parameters' fingerprint.
 
 What survives a crash is ``NodeDisk``: acceptor records (``Persist``), their vote
@@ -46,6 +46,7 @@ from swarmshake.chaos.sim import training
 from swarmshake.reference_node.protocol import aggregate_pulls as ap
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin
+from swarmshake.reference_node.protocol import state_transfer as st
 from swarmshake.reference_node.protocol import step_apply as sa
 from swarmshake.reference_node.protocol import step_node as sn
 from swarmshake.reference_node.protocol.commit import (
@@ -59,7 +60,6 @@ from swarmshake.reference_node.protocol.commit import (
     StepCommit,
 )
 from swarmshake.reference_node.protocol.commit import Tick as CommitTick
-from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.protocol.history import (
     AggSend,
     CheckpointFail,
@@ -173,10 +173,6 @@ class NodeApp:
         self.first = first
         self.bugs = sim.bugs
         self.commit_generation = 0  # bumped with every new commit core (gradient timers)
-        self.rejoin: rejoin.Rejoin | None = None
-        # Whether the step runs or the state is fetched (the node core's StateFetch):
-        # here the commit core is dropped while it is fetched (``commit`` is None).
-        self.fetch = nc.StateFetch(settings.node)
         if disk.configs is None:
             disk.configs = Configurations(initial_configuration(sim.names, self.name, join=False))
         self.membership = NodeMembership(
@@ -195,8 +191,14 @@ class NodeApp:
             config=self.config,
         )
         self.removal_answers = nc.RemovalAnswers(self.config)
-        # The configuration each state source offered with its state (one rejoin).
-        self.offered_configs: dict[str, Configuration] = {}
+        # The node core's state fetch: whether the step runs or the state is fetched
+        # (the commit core is detached meanwhile: ``commit`` is None), from whom, and
+        # what is installed.
+        self.transfer = st.StateTransfer(
+            node=self.name, incarnation=proc.incarnation, seed=sim.core_seed,
+            configs=disk.configs, config=self.config, bugs=sim.bugs,
+        )  # fmt: skip
+        self.transfer.accepted = disk.accepted  # changed in place by _persist
         self.checkpoints = nc.Checkpointing(settings.checkpoint, started, restarted=not first)
         self.params = training.INITIAL_PARAMS
         self.param_step = -1  # the committed step the parameters hold (-1: initial)
@@ -215,7 +217,13 @@ class NodeApp:
         self.timer_at = dict.fromkeys(_CORE_TIMERS, math.inf)
         self.lead_deadline_armed: float | None = None  # the leader deadline last armed
         self.peer_steps: dict[str, int] = {}  # the highest step each peer's messages carried
-        self.pending_state: tuple[str, StateBytes] | None = None
+        # The simulated worker's staged state bytes: the latest transfer's (source, params).
+        self.staged: tuple[str, tuple[int, ...]] | None = None
+
+    @property
+    def rejoin(self) -> rejoin.Rejoin | None:
+        """The rejoin core of the fetch under way, if any (StateTransfer's)."""
+        return self.transfer.rejoin
 
     @property
     def commit(self) -> StepCommit | None:
@@ -326,10 +334,7 @@ class NodeApp:
         self._step(t, nc.ViewChanged(alive=tuple(alive)))
 
     def peer_dead(self, t: float, peer: str) -> None:
-        if self.rejoin is not None and self.rejoin.source == peer:
-            # The state source died mid-transfer: ask the next one now, not after the
-            # fetch timeout (5-40 s; explore, seed 2: 11 s without a commit).
-            self._rejoin(t, rejoin.FetchFailed(source=peer, reason="declared dead"))
+        self._rejoin(t, st.SourceDead(peer=peer))
         if peer != self.name:
             self.checkpoints.failure(self._local(t))  # Young-Daly's input, as the runtime's
             incarnation = self.proc.detector.known_incarnation.get(peer, 0)
@@ -734,12 +739,23 @@ class NodeApp:
             self._state_arrived(t, sender, message)
 
     def _contribution(self, t: float, message: Contribution) -> None:
-        commit = self.commit
+        step_node = self.step_node
+        commit = step_node.core
         # A sender past this node's step shows it the decision is there (PeerAt).
         ahead = commit is not None and message.step > commit.step
         arrived = nc.ContributionArrived(step=message.step, sender=message.sender)
-        self._step(t, arrived, behind_check=ahead)
-        commit = self.commit
+        if ahead:
+            self._step(t, arrived)
+        else:
+            # The most frequent event of a run (one per peer per step): when it only
+            # told the leader (no action), the leader's timer is the one that may move.
+            actions = step_node.handle(arrived, self.proc.clock.local(t))
+            if actions:
+                self._perform(t, actions)
+                self._arm_timers(t)
+            else:
+                self._arm_lead_timer(t)
+        commit = step_node.core
         if commit is not None and commit.learners and message.step == commit.step:
             if message.sender in commit.learners:
                 # A learner computed a gradient for our current step: it holds the
@@ -752,9 +768,8 @@ class NodeApp:
         transfer fails now, as the runtime's worker reports it (``StateFailed``),
         instead of after the rejoin's fetch timeout.  A lost aggregate is pulled
         again at its fetch timeout."""
-        if isinstance(message, StateBytes) and self.rejoin is not None:
-            if self.rejoin.source == sender:
-                self._rejoin(t, rejoin.FetchFailed(source=sender, reason="connection reset"))
+        if isinstance(message, StateBytes):
+            self._rejoin(t, st.StateFailed(source=sender, reason="connection reset"))
 
     def _aggregate_bytes(self, t: float, message: AggregateBytes) -> None:
         if (message.step, message.value_fp) in self.step_node.held:
@@ -778,95 +793,71 @@ class NodeApp:
         own_step = self.commit.step if self.commit is not None else self.step_node.leader.step
         if self.commit is not None and self.param_step >= 0:
             local_fp = training.fingerprint(self.params)  # a live node that fell behind
-        self.fetch.begun()
-        self.step_node.detach()
         conf = self.membership.current
         voters, learners = nc.commit_roles(conf.voters, conf.learners, self.name)
-        self.offered_configs = {}
-        start = nc.rejoin_start(
-            self.name,
-            alive=self.alive_view,
-            members=sorted(voters + learners),
-            newest_members=self.membership.configs.latest().members,
-            peer_steps=self.peer_steps,
-            own_step=own_step,
+        fetch = st.FetchState(
             evidence=evidence,
+            own_step=own_step,
+            alive=tuple(self.alive_view),
+            members=tuple(sorted(voters + learners)),
+            newest_members=self.membership.configs.latest().members,
+            peer_steps=dict(self.peer_steps),
             at_genesis=self._at_genesis(),
             genesis_param_fp=training.INITIAL_FP,
             joining=self.enrolment.joining,
-        )
-        self.rejoin = rejoin.Rejoin(
-            node=self.name,
-            incarnation=self.proc.incarnation,
-            seed=self.sim.core_seed,
             local_checkpoint=info,
             local_param_fp=local_fp,
-            cluster_step=start.cluster_step,
-            genesis_param_fp=start.genesis_param_fp,
-            bugs=self.bugs,
             vote_floor=self.disk.floor,
         )
-        self._rejoin(t, rejoin.Begin(live_peers=start.sources))
+        self._rejoin(t, fetch)
 
     def _rejoin(self, t: float, event: Any) -> None:
-        if self.rejoin is None:
-            return
-        try:
-            actions = self.rejoin.handle(event, self._local(t))
-        except RemoteProtocolError as error:
-            reason = nc.refusal_reason("rejoin", error.reason)
-            self._log(FrameDrop, t, peer=getattr(event, "source", "?"), reason=reason)
-            return
-        for action in actions:
+        """Feed the node core's state fetch; perform its actions."""
+        for action in self.transfer.handle(event, self._local(t)):
             self._history(t, action)
-            if isinstance(action, rejoin.RequestState):
-                self.pending_state = None
-                self._send(
-                    t,
-                    action.source,
-                    StateRequest(sender=self.name, incarnation=self.proc.incarnation),
-                )
-            elif isinstance(action, rejoin.LoadCheckpoint):
+            kind = type(action)
+            if kind is st.SuspendSteps:
+                self.step_node.detach()
+            elif kind is rejoin.RequestState:
+                request = StateRequest(sender=self.name, incarnation=self.proc.incarnation)
+                self._send(t, action.source, request)
+            elif kind is rejoin.LoadCheckpoint:
                 step, params, _ = self.disk.checkpoint
                 self.params = params
-                self._rejoin(
-                    t, rejoin.CheckpointLoaded(step=step, computed_fp=training.fingerprint(params))
+                loaded = rejoin.CheckpointLoaded(
+                    step=step, computed_fp=training.fingerprint(params)
                 )
-            elif isinstance(action, rejoin.RejoinDone):
+                self._rejoin(t, loaded)
+            elif kind is st.InstallState:
                 self._rejoined(t, action)
-            elif isinstance(action, rejoin.RejoinFailed):
-                # No source answered and nothing local is usable: try again later, as
-                # the runtime does while peers are ahead (the source may have restarted
-                # mid-transfer).  If no one can ever serve, strict mode stalls by
-                # design and the history shows no rejoin_done.
-                self.rejoin = None
-                retry_at = self.fetch.failed(self._local(t), joining=self.enrolment.joining)
-                if retry_at is None:
+            elif kind is st.FetchRetry:
+                if action.at is None:
                     self._heartbeat_evidence(t)  # as after a fallback install
                     self._arm_enrolment_timer(t)  # a joiner asks to be added again
                 else:
-                    self._timer(max(self._true(retry_at), t), ("rejoin_begin",))
+                    self._timer(max(self._true(action.at), t), ("rejoin_begin",))
+            elif kind is st.FrameRefused:
+                self._log(FrameDrop, t, peer=action.peer, reason=action.reason)
         if self.rejoin is not None:
             self._arm(t, "rejoin_tick", self.rejoin.next_deadline())
 
-    def _rejoined(self, t: float, done: rejoin.RejoinDone) -> None:
-        if done.source == "local":  # stale-rejoin: whatever the disk holds, unverified
+    def _rejoined(self, t: float, install: st.InstallState) -> None:
+        """The simulated worker installs at once: the staged bytes of a peer, the
+        checkpoint it loaded, or (genesis) the initial parameters it holds."""
+        staged = self.staged
+        if install.source == "local":  # stale-rejoin: whatever the disk holds, unverified
             self.params = (
                 self.disk.checkpoint[1] if self.disk.checkpoint else training.INITIAL_PARAMS
             )
-        self.param_step = done.step
-        self.rejoin = None
-        self.fetch.installed()
+        elif staged is not None and staged[0] == install.source:
+            self.params = staged[1]
+        self.staged = None
+        self.param_step = install.step
+        self._rejoin(t, st.StateInstalled())
         self.peer_steps = {}
-        kept = nc.aggregates_to_keep(self.disk.accepted, done.step, config=self.config)
-        self._prune_aggregates(kept.from_step, kept.pinned, memory=False)
-        # The configuration the state runs under: the one its source offered with it,
-        # else (checkpoint, genesis) the one this node recorded for its step.
-        configuration = self.offered_configs.get(done.source) or self.membership.configs.after(
-            done.step
-        )
-        self.offered_configs = {}
-        from_peer = nc.state_from_peer(done.source)
+        self._prune_aggregates(install.keep_from_step, install.pinned, memory=False)
+        configuration = install.configuration
+        from_peer = nc.state_from_peer(install.source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
         self._enrol(
             t,
@@ -884,13 +875,13 @@ class NodeApp:
             self._heartbeat_evidence(t)
             self._arm_enrolment_timer(t)
             return
-        self._new_commit(t, done.step + 1, configuration)
+        self._new_commit(t, install.step + 1, configuration)
 
     def _serve_state(self, t: float, requester: str) -> None:
         serve = nc.state_to_serve(
             joining=self.enrolment.joining,
             at_genesis=self._at_genesis(),
-            fetching=not self.fetch.steps,
+            fetching=not self.transfer.steps,
         )
         configs = self.membership.configs
         if serve == nc.SERVE_GENESIS:
@@ -914,45 +905,16 @@ class NodeApp:
         if self.rejoin is None:
             return
         if isinstance(message, StateOffer):
-            offered = nc.offered_configuration(
-                message.voters, message.learners, message.config_step,
-                node=self.name, joining=self.enrolment.joining,
-            )  # fmt: skip
-            if offered.refused == nc.BAD_OFFER:
-                self._log(FrameDrop, t, peer=sender, reason=offered.refused)
-                return
-            if offered.refused:
-                self._rejoin(t, rejoin.FetchFailed(source=sender, reason=offered.refused))
-                return
-            if offered.configuration is not None:
-                self.offered_configs[sender] = offered.configuration
-            self._rejoin(
-                t,
-                rejoin.StateOffered(
-                    source=sender,
-                    step=message.step,
-                    param_fp=message.param_fp,
-                    nbytes=message.nbytes,
-                ),
-            )
-            pending = self.pending_state
-            if pending is not None and pending[0] == sender:
-                self.pending_state = None
-                self._state_arrived(t, sender, pending[1])
+            self._rejoin(t, st.OfferArrived(offer=message, joining=self.enrolment.joining))
             return
-        if nc.state_bytes_wait(self.rejoin, sender):
-            self.pending_state = (sender, message)  # the bytes overtook their offer
-            return
-        self.params = message.params
-        self._rejoin(
-            t,
-            rejoin.StateReceived(
-                source=sender,
-                step=message.step,
-                computed_fp=training.fingerprint(message.params),
-                nbytes=message.nbytes,
-            ),
-        )
+        # Staged by the simulated worker (the latest transfer), as the runtime's worker
+        # stages the bytes it expects; installed if the fetch takes them.
+        self.staged = (sender, message.params)
+        arrived = st.BytesArrived(
+            source=sender, step=message.step,
+            computed_fp=training.fingerprint(message.params), nbytes=message.nbytes,
+        )  # fmt: skip
+        self._rejoin(t, arrived)
 
     # --- timers -------------------------------------------------------------------------
 
@@ -984,7 +946,7 @@ class NodeApp:
                 self._due_before_pulls(t)
                 self._step(t, sn.PullsDue(), behind_check=False)
         elif kind == "rejoin_begin":
-            retry_at = self.fetch.retry_at  # node-clock time (node_core.StateFetch)
+            retry_at = self.transfer.fetch.retry_at  # node-clock time (node_core.StateFetch)
             if self.rejoin is None and retry_at is not None:
                 at = self._true(retry_at)
                 if at > t:

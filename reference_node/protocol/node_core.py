@@ -10,7 +10,10 @@ be written twice, once in the runtime's ``step_driver`` and once in the simulato
 call it: the simulator runs the decisions of the node that ships.
 
 Pure like every core (h11 style): typed events plus ``now`` in, typed actions out,
-no clock, no randomness, no I/O.  The pieces:
+no clock, no randomness, no I/O.  A node's steps are one object, ``step_node.StepNode``
+(its own module): it owns the commit core and composes the leader, the proposer, the
+pulls, the apply and the held record below behind one ``handle(event, now)``, with the
+glue between them written once; the drivers perform its actions.  The pieces:
 
 - ``NodeConfig``: every timing knob and bound of these decisions, with its reason.
   The runtime's ``StepSection`` and the simulator take their defaults from here.

@@ -232,6 +232,8 @@ class StepNode:
         handler(self, event, now, out)
         return out
 
+    # The handlers, one per event (``_HANDLERS``); each appends its actions to ``out``.
+
     def _on_message(self, event: cm.MessageReceived, now: float, out: list) -> None:
         message = event.message
         if isinstance(message, _CARRY_CONTRIBUTORS):
@@ -257,7 +259,9 @@ class StepNode:
         self._lead(event, now, out)
 
     def _on_arrived(self, event: nc.ContributionArrived, now: float, out: list) -> None:
-        self._lead(event, now, out)
+        decisions = self.leader.handle(event, now)  # _lead inlined: the hottest event
+        if decisions:
+            self._decided(decisions, now, out)
         core = self.core
         if core is not None and event.step > core.step:  # the sender is past this node
             self._commit(cm.PeerAt(peer=event.sender, step=event.step), now, out)
@@ -360,7 +364,12 @@ class StepNode:
 
     def _lead(self, event: nc.LeaderEvent, now: float, out: list) -> None:
         """Feed the leader; its decisions become a build (out) or a proposal (the core)."""
-        for decision in self.leader.handle(event, now):
+        decisions = self.leader.handle(event, now)
+        if decisions:  # most events decide nothing (every arrival but the last)
+            self._decided(decisions, now, out)
+
+    def _decided(self, decisions: list[nc.LeaderAction], now: float, out: list) -> None:
+        for decision in decisions:
             for action in self.proposer.lead(decision, core_step=self.core_step):
                 if type(action) is nc.Propose:
                     self._propose(action, now, out)

@@ -4,22 +4,21 @@ One training step ``s`` on this node, as the driver runs it:
 
 1. ``Contribute(s)``: the worker computes this node's gradient and streams it to
    every other member on the bulk channel (it logs ``agg_send`` before each send).
-2. Contributions arrive (``ContributionArrived``).  Who proposes and when is the
-   node core's ``StepLeader`` (protocol/node_core.py, the same code the simulator
-   runs): its ``BuildProposal`` asks the worker to aggregate exactly that set, and
-   the aggregate's fingerprint is fed as ``ProposeValue``; its ``ProposeStored``
-   re-proposes the value this node's acceptor accepted before a restart.
-3. The core's actions are performed in order: events logged *before* the sends they
+2. Contributions arrive (``ContributionArrived``).  Every decision from here on is
+   the node core's ``step_node.StepNode`` (the same code the simulator runs), fed
+   each input and performed here: its leader's ``BuildValue`` asks the worker to
+   aggregate exactly that set, and the worker's ``AggregateHeld`` becomes the
+   proposal; a value this node's acceptor accepted before a restart is re-proposed.
+3. Its actions are performed in order: events logged *before* the sends they
    describe, acceptor records persisted (fsync) before any later action.  An
    acceptor that must hold a value's bytes first rebuilds the aggregate from the
-   contributions it holds and compares fingerprints, and fetches it from the
-   proposer over the bulk channel only if that fails (which, from whom and when a
-   pull moves on: the node core's ``aggregate_pulls``).  The worker reports an
-   aggregate held only once its bytes are durable (``aggregate_store``), so an
-   accept record never claims bytes a restart would lose; after a restart the
-   reloaded ones are announced to the commit core (``HoldsAggregate``) and served.
-4. ``ApplyStep`` -> the worker applies the aggregate -> ``Applied`` -> the core says
-   ``Committed`` (logged as ``commit``) and moves to ``s + 1``.
+   contributions it holds (``RebuildAggregate``), else fetches it from a peer over
+   the bulk channel (``RequestAggregate``).  The worker reports an aggregate held
+   only once its bytes are durable (``aggregate_store``), so an accept record never
+   claims bytes a restart would lose; after a restart the reloaded ones are
+   announced to the commit core and served.
+4. ``ApplyAggregate`` -> the worker applies the aggregate -> ``Applied`` -> the core
+   says ``Committed`` (logged as ``commit``), and ``StepStarted`` begins ``s + 1``.
 
 A node that finds peers beyond its reach (``Behind``), and every node as it
 starts, runs the rejoin core: it pulls the live state from a peer in streamed
@@ -59,10 +58,10 @@ from swarmshake.reference_node.protocol import messages as msgs
 from swarmshake.reference_node.protocol import node_core as nc
 from swarmshake.reference_node.protocol import rejoin as rj
 from swarmshake.reference_node.protocol import sharding
+from swarmshake.reference_node.protocol import state_transfer as st
 from swarmshake.reference_node.protocol import step_apply as sa
 from swarmshake.reference_node.protocol import step_node as sn
 from swarmshake.reference_node.protocol.bugs import NO_BUGS, BugSet
-from swarmshake.reference_node.protocol.errors import RemoteProtocolError
 from swarmshake.reference_node.runtime import ipc
 from swarmshake.reference_node.runtime.durable import write_atomically
 from swarmshake.reference_node.runtime.membership_driver import Configuration
@@ -188,8 +187,7 @@ class StepDriver:
             join_timeout_s=self.config.node.join_timeout_s,
             leave_timeout_s=self.config.node.leave_timeout_s, config=self.decisions,
         )  # fmt: skip
-        # The configuration each state source offered with its state (one rejoin).
-        self.offered_configs: dict[str, Configuration] = {}
+        # The configuration the install under way runs under (StateTransfer's InstallState).
         self.install_config: Configuration | None = None
         # The node core's step part: the commit core (attached while steps run), who
         # proposes and when, the pulls, the apply and the aggregates held.
@@ -226,11 +224,13 @@ class StepDriver:
         self.contributed_at: float | None = None
         self.requested_contribution = -1
         self.gradient_asked = -1  # the step of the worker's last Contribute since an install
-        self.rejoin: rj.Rejoin | None = None
-        # A peer's state bytes staged before their offer came (node_core.state_bytes_wait).
-        self.pending_staged: ipc.StateStaged | None = None
-        # Whether the step runs or the state is fetched (the node core's StateFetch).
-        self.fetch = nc.StateFetch(self.decisions)
+        # The node core's state fetch: whether the step runs or the state is fetched,
+        # from whom, and what is installed.
+        self.transfer = st.StateTransfer(
+            node=self.name, incarnation=node.events.incarnation, seed=self.config.node.seed,
+            configs=self.membership.configs, config=self.decisions, bugs=self.config.bug_set,
+        )  # fmt: skip
+        self.transfer.accepted = self.store.accepted
         self.rejoin_started = 0.0
         self.rejoin_durations: list[float] = []
         self.started_at = node.clock.now()
@@ -268,7 +268,12 @@ class StepDriver:
         core is a placeholder (DRIVERS.md: a joiner runs no step; its leftover core,
         built from its checkpoint's configuration, once ran rounds of a step as a voter
         it no longer was -- the agreement test's peer_prepare draws found it)."""
-        return self.fetch.steps and not self.enrolment.joining
+        return self.transfer.steps and not self.enrolment.joining
+
+    @property
+    def rejoin(self) -> rj.Rejoin | None:
+        """The rejoin core of the fetch under way, if any (StateTransfer's)."""
+        return self.transfer.rejoin
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -335,10 +340,7 @@ class StepDriver:
                 if self.shard_plan_sent is not None and self.shard_plan_sent[0] == self.step:
                     self._send_shard_plan(self.step)  # a dead owner's shards move on
             case det.DeclaredDead():
-                if self.rejoin is not None and self.rejoin.source == action.peer:
-                    # The state source died mid-transfer: ask the next one now, not
-                    # after the offer or fetch timeout (as the simulator does).
-                    self.feed_rejoin(rj.FetchFailed(source=action.peer, reason="declared dead"))
+                self.feed_rejoin(st.SourceDead(peer=action.peer))
                 self.checkpoints.failure(now)  # Young-Daly's input: the observed failures
                 self.membership.feed(
                     mb.PeerDeclaredDead(peer=action.peer, incarnation=action.peer_incarnation)
@@ -404,17 +406,17 @@ class StepDriver:
                         rj.CheckpointLoaded(step=message.step, computed_fp=message.computed_fp)
                     )
                 else:
-                    self._on_staged(message)
+                    self.feed_rejoin(
+                        st.BytesArrived(
+                            source=message.source, step=message.step,
+                            computed_fp=message.computed_fp, nbytes=message.nbytes,
+                        )
+                    )  # fmt: skip
             case ipc.StateInstalled():
                 self._on_state_installed(message)
             case ipc.StateFailed():
                 self.errors["state_failed"] = self.errors.get("state_failed", 0) + 1
-                if self.rejoin is not None and self.rejoin.phase in ("done", "checkpoint"):
-                    # The install or the checkpoint load failed: start over later.
-                    self.rejoin = None
-                    self.fetch.failed(self.node.clock.now(), joining=self.enrolment.joining)
-                elif message.source != "checkpoint":
-                    self.feed_rejoin(rj.FetchFailed(source=message.source, reason=message.reason))
+                self.feed_rejoin(st.StateFailed(source=message.source, reason=message.reason))
             case ipc.CheckpointFailed():
                 self.errors["checkpoint_failed"] = self.errors.get("checkpoint_failed", 0) + 1
                 self.checkpoints.failed(self.node.clock.now(), message.reason)
@@ -544,58 +546,39 @@ class StepDriver:
         return self.step == 0 and bool(self.genesis_fp) and self.param_fp == self.genesis_fp
 
     def _start_rejoin(self, peer: str | None) -> None:
-        """Run the rejoin core: ``peer`` showed we are behind (None: this node starts)."""
-        if self.rejoin is not None:
-            return
-        # The step is suspended (node_core.StateFetch): what the old core still had
-        # queued behind a persist, and an apply under way, are moot.
-        self.fetch.begun()
-        self.step_node.detach()
-        self._generation += 1
-        self._deferred.clear()
-        self.offered_configs = {}
-        self.install_config = None
-        start = nc.rejoin_start(
-            self.name,
+        """Fetch the cluster's state: ``peer`` showed we are behind (None: this node
+        starts, or a failed fetch is tried again).  StateTransfer decides the rest."""
+        fetch = st.FetchState(
+            evidence=peer,
+            own_step=self.step,
             alive=self._alive(),
             members=self.core.members,
             newest_members=self.membership.configs.latest().members,
-            peer_steps=self.peer_steps,
-            own_step=self.step,
-            evidence=peer,
+            peer_steps=dict(self.peer_steps),
             at_genesis=self.at_genesis(),
             genesis_param_fp=self.genesis_fp,
             joining=self.enrolment.joining,
-        )
-        self.rejoin = rj.Rejoin(
-            node=self.name,
-            incarnation=self.node.events.incarnation,
-            seed=self.config.node.seed,
             local_checkpoint=self.latest_checkpoint,
             local_param_fp=self.param_fp,
-            cluster_step=start.cluster_step,
-            genesis_param_fp=start.genesis_param_fp,
-            bugs=self.config.bug_set,
             vote_floor=self.store.pruned_through(),
         )
-        self.rejoin_started = self.node.clock.now()
-        self.feed_rejoin(rj.Begin(live_peers=start.sources))
+        self.feed_rejoin(fetch)
 
     def feed_rejoin(self, event: object) -> None:
-        if self.rejoin is None:
-            return  # an answer to a rejoin that is over
-        try:
-            actions = self.rejoin.handle(event, self.node.clock.now())  # type: ignore[arg-type]
-        except RemoteProtocolError as error:
-            self.node.drops.drop(
-                nc.refusal_reason("rejoin", error.reason), getattr(event, "source", "")
-            )
-            return
+        """Feed the node core's state fetch; perform its actions."""
+        actions = self.transfer.handle(event, self.node.clock.now())  # type: ignore[arg-type]
         for action in actions:
             self._history(action)  # logged before the action it describes
             match action:
+                case st.SuspendSteps():
+                    # What the old core still had queued behind a persist, and an apply
+                    # under way, are moot.
+                    self.step_node.detach()
+                    self._generation += 1
+                    self._deferred.clear()
+                    self.install_config = None
+                    self.rejoin_started = self.node.clock.now()
                 case rj.RequestState():
-                    self.pending_staged = None  # bytes of an attempt that is over
                     self.node.to_worker(ipc.ExpectState(source=action.source))
                     self.node.send_message(
                         action.source,
@@ -603,53 +586,27 @@ class StepDriver:
                     )
                 case rj.LoadCheckpoint():
                     self.node.to_worker(ipc.LoadCheckpointFile(path=action.path))
-                case rj.RejoinDone():
-                    self.install_config = self._config_of(action)
+                case st.InstallState():
+                    self.install_config = action.configuration
                     if action.step == msgs.GENESIS_STEP:
                         # The initial parameters, which this node still holds (the
                         # core is given the genesis fingerprint only then): nothing
                         # to install, start at step 0.
                         self._installed(0, self.genesis_fp, action.source)
                     else:
-                        kept = nc.aggregates_to_keep(
-                            self.store.accepted, action.step, config=self.decisions
-                        )
                         self.node.to_worker(
                             ipc.InstallStaged(
                                 source=action.source,
                                 next_step=action.step,
-                                keep_from_step=kept.from_step,
-                                pinned=list(kept.pinned),
+                                keep_from_step=action.keep_from_step,
+                                pinned=list(action.pinned),
                             )
                         )
                 case rj.RejoinFailed():
                     self.errors["rejoin_failed"] = self.errors.get("rejoin_failed", 0) + 1
-                    self.rejoin = None
-                    self.fetch.failed(self.node.clock.now(), joining=self.enrolment.joining)
+                case st.FrameRefused():
+                    self.node.drops.drop(action.reason, action.peer)
         self.wake()
-
-    def _on_staged(self, message: ipc.StateStaged) -> None:
-        """A peer's state bytes are staged: to the rejoin core, or (they came before
-        their offer) kept until the offer comes (node_core.state_bytes_wait)."""
-        if self.rejoin is not None and nc.state_bytes_wait(self.rejoin, message.source):
-            self.pending_staged = message
-            return
-        self.feed_rejoin(
-            rj.StateReceived(
-                source=message.source,
-                step=message.step,
-                computed_fp=message.computed_fp,
-                nbytes=message.nbytes,
-            )
-        )
-
-    def _config_of(self, done: rj.RejoinDone) -> Configuration:
-        """The configuration the rejoined state runs under: the one its source offered
-        with it, else (checkpoint, genesis) the one this node recorded for its step."""
-        offered = self.offered_configs.get(done.source)
-        if offered is not None:
-            return offered
-        return self.membership.configs.after(done.step)
 
     def _on_state_installed(self, message: ipc.StateInstalled) -> None:
         self._installed(message.next_step, message.param_fp, message.source)
@@ -659,12 +616,10 @@ class StepDriver:
         # peers that is message loss, which the commit protocol tolerates.
         self._generation += 1
         self._deferred.clear()
-        self.rejoin = None
-        self.fetch.installed()
+        self.feed_rejoin(st.StateInstalled())
         self.rejoin_durations.append(self.node.clock.now() - self.rejoin_started)
         configuration = self.install_config or self.membership.configs.after(next_step - 1)
         self.install_config = None
-        self.offered_configs = {}
         from_peer = nc.state_from_peer(source)
         # Not named by the state's configuration: (still) a joiner, or a removed leaver.
         self.enrol(
@@ -704,7 +659,7 @@ class StepDriver:
         serve = nc.state_to_serve(
             joining=self.enrolment.joining,
             at_genesis=self.at_genesis(),
-            fetching=not self.fetch.steps,
+            fetching=not self.transfer.steps,
         )
         if serve == nc.SERVE_GENESIS:
             self._offer(requester, msgs.GENESIS_STEP, self.genesis_fp, 0)  # no bytes follow
@@ -718,30 +673,7 @@ class StepDriver:
         self.node.send_message(requester, offer)
 
     def _on_offer(self, message: msgs.StateOffer) -> None:
-        offered = nc.offered_configuration(
-            message.voters, message.learners, message.config_step,
-            node=self.name, joining=self.enrolment.joining,
-        )  # fmt: skip
-        if offered.refused == nc.BAD_OFFER:
-            self.node.drops.drop(offered.refused, message.sender)
-            return
-        if offered.refused:
-            self.feed_rejoin(rj.FetchFailed(source=message.sender, reason=offered.refused))
-            return
-        if offered.configuration is not None:
-            self.offered_configs[message.sender] = offered.configuration
-        self.feed_rejoin(
-            rj.StateOffered(
-                source=message.sender,
-                step=message.step,
-                param_fp=message.param_fp,
-                nbytes=message.nbytes,
-            )
-        )
-        pending = self.pending_staged
-        if pending is not None and pending.source == message.sender:
-            self.pending_staged = None
-            self._on_staged(pending)
+        self.feed_rejoin(st.OfferArrived(offer=message, joining=self.enrolment.joining))
 
     # -- membership ---------------------------------------------------------------------------------
 
@@ -865,9 +797,10 @@ class StepDriver:
                 self._begin_steps()
         if self.rejoin is not None:
             return self.rejoin.next_deadline()
-        if self.fetch.retry_at is not None:
-            if not self.fetch.retry_due(now):
-                return self.fetch.retry_at
+        fetch = self.transfer.fetch
+        if fetch.retry_at is not None:
+            if not fetch.retry_due(now):
+                return fetch.retry_at
             self._start_rejoin(None)
             return None
         peer = self._behind_peers()
@@ -976,8 +909,8 @@ class StepDriver:
             "leader": leader.status(self.node.clock.now()),
             "rejoining": self.rejoin.phase if self.rejoin else "",
             "rejoin_retry_in_s": None
-            if self.fetch.retry_at is None
-            else self.fetch.retry_at - self.node.clock.now(),
+            if self.transfer.fetch.retry_at is None
+            else self.transfer.fetch.retry_at - self.node.clock.now(),
             "rejoin_durations_s": [round(d, 3) for d in self.rejoin_durations[-10:]],
             "step_time_s_mean_recent": sum(recent) / len(recent) if recent else 0.0,
             "step_time_s_median_recent": sorted(recent)[len(recent) // 2] if recent else 0.0,

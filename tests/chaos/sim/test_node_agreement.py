@@ -525,7 +525,7 @@ class RuntimeNode:
         # a placeholder (the simulator's shell builds none until the node is added or
         # the state installed).
         driver = self.driver
-        return -1 if driver.enrolment.joining or not driver.fetch.steps else driver.step
+        return -1 if driver.enrolment.joining or not driver.transfer.steps else driver.step
 
     def gradient_pending(self) -> bool:
         step = self.step()

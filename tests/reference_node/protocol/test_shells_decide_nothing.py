@@ -57,6 +57,12 @@ STEP_PARTS = {"StepLeader", "Proposer", "AggregatePulls", "StepApply", "HeldAggr
               "step_began", "change_to_propose"}  # fmt: skip
 STEP_PARTS |= {"ProposeValue", "HoldsAggregate", "Applied", "PeerAt", "ViewUpdated"}
 DECIDING_CALLS |= STEP_PARTS
+# ... and the state fetch's: state_transfer.StateTransfer builds the rejoin core and
+# decides whom it asks, what an offer means, whether bytes wait, which configuration
+# and which aggregates an install keeps, and when a failed fetch is retried.
+TRANSFER_PARTS = {"Rejoin", "StateFetch", "rejoin_start", "rejoin_sources",
+                  "offered_configuration", "state_bytes_wait", "aggregates_to_keep"}  # fmt: skip
+DECIDING_CALLS |= TRANSFER_PARTS
 
 
 def _tree(path: str) -> ast.Module:
@@ -182,6 +188,9 @@ RETIRED_PULL_STATE |= {"pending_apply", "applying"}
 # that arrived and the aggregates held (AggregatePulls.value_seen, the leader's
 # ``arrived``, held_aggregates.HeldAggregates).
 RETIRED_PULL_STATE |= {"values", "arrived", "held_aggregates"}
+# ... and while each ran its state fetch itself (state_transfer.StateTransfer): the
+# offered configurations, the bytes that waited for their offer, the fetch's state.
+RETIRED_PULL_STATE |= {"offered_configs", "pending_staged", "pending_state", "fetch"}
 
 
 @pytest.mark.parametrize("path", SHELLS)
@@ -191,7 +200,7 @@ def test_a_shell_keeps_no_pull_state_of_its_own(path):
         for name, line in _assigned_attributes(_tree(path))
         if name in RETIRED_PULL_STATE
     ]
-    where = "the node core's (AggregatePulls, Proposer, StepApply, HeldAggregates)"
+    where = "the node core's (StepNode, StateTransfer and their parts)"
     assert not kept, f"pulls and proposals are {where}: {kept}"
 
 
