@@ -455,6 +455,8 @@ class NodeApp:
                     # the install replaced and is dropped, as the runtime's worker does.
                     done_at = t + self.settings.compute_s / self.proc.cpu_fraction
                     self._timer(done_at, ("computed", action.step, self.commit_generation))
+            elif kind is sn.StateDiverged:
+                self._start_rejoin(t)  # never here: the simulated worker applies at once
             elif kind is sn.MessageRefused:
                 reason = nc.refusal_reason("commit", action.reason)
                 self._log(FrameDrop, t, peer=action.sender or "?", reason=reason)

@@ -13,7 +13,10 @@ Pure like every core (h11 style): typed events plus ``now`` in, typed actions ou
 no clock, no randomness, no I/O.  A node's steps are one object, ``step_node.StepNode``
 (its own module): it owns the commit core and composes the leader, the proposer, the
 pulls, the apply and the held record below behind one ``handle(event, now)``, with the
-glue between them written once; the drivers perform its actions.  The pieces:
+glue between them written once; the drivers perform its actions.  A node's fetch of
+the cluster's state is another, ``state_transfer.StateTransfer``: the rejoin core and
+the decisions below around it (whom to ask, what an offer means, what an install
+keeps, when a failed fetch is retried).  The pieces:
 
 - ``NodeConfig``: every timing knob and bound of these decisions, with its reason.
   The runtime's ``StepSection`` and the simulator take their defaults from here.

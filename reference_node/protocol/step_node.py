@@ -33,7 +33,7 @@ persist, and handle ``Committed`` and ``Behind``; they only log ``FetchAggregate
 these contributors' gradients, answer ``AggregateHeld`` or ``AggregateUnavailable``),
 ``aggregate_pulls.RequestAggregate`` (ask a peer for the bytes), ``step_apply.
 ApplyAggregate`` (apply, answer ``AggregateApplied``), ``StepStarted`` (compute the
-gradient if it says so) and ``MessageRefused``.
+gradient if it says so), ``StateDiverged`` (fetch the state) and ``MessageRefused``.
 
 Every event is handled depth first: a proposal the leader makes while the commit core's
 actions are worked through goes to the core at once, and its actions follow the one
@@ -91,13 +91,15 @@ class AggregateHeld(CoreEvent, frozen=True, kw_only=True):
 class AggregateUnavailable(CoreEvent, frozen=True, kw_only=True):
     """The bytes could not be had.  ``value_fp`` empty: a build of ``contributors`` could
     not run (``missing``: whose inputs it lacked).  Else ``source`` sent none (or wrong
-    ones), or (no source) the bytes of the apply under way are gone."""
+    ones), or (no source) the bytes of the apply under way are gone; ``state_step`` >= 0:
+    the apply was refused because the worker's parameters are at that step."""
 
     step: int
     value_fp: str = ""
     source: str = ""
     contributors: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    state_step: int = -1
 
     def __post_init__(self) -> None:
         check_count(self.step, "AggregateUnavailable.step")
@@ -144,6 +146,16 @@ class StepStarted(CoreAction, frozen=True, kw_only=True):
 
     step: int
     contributes: bool
+
+
+class StateDiverged(CoreAction, frozen=True, kw_only=True):
+    """The worker's parameters are at ``worker_step``, not at the step whose value it was
+    asked to apply: fetch the cluster's state.  Pulling the bytes again, as for bytes
+    that are gone, would have the worker refuse the same apply in a loop as fast as
+    it answers (the bytes are held: it answers at once)."""
+
+    step: int
+    worker_step: int
 
 
 class MessageRefused(CoreAction, frozen=True, kw_only=True):
@@ -295,6 +307,10 @@ class StepNode:
             out += self.pulls.rebuild_failed(step, contributors, alive=self.alive, now=now)
             return
         key = (step, event.value_fp)
+        if event.state_step >= 0:
+            if self.apply.lost(*key):  # that very apply was refused: the state is wrong
+                out.append(StateDiverged(step=step, worker_step=event.state_step))
+            return
         if self.apply.lost(*key):  # gone after all: pulled again, applied on arrival
             self.held.discard(*key)
             voters = self.core.voters if self.core is not None else ()

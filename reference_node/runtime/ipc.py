@@ -246,6 +246,9 @@ class AggregateMissing(_Msg, tag="aggregate_missing"):
     contributors: NodeList = []
     # A FetchAggregate's: the peer that refused the bytes, or sent wrong ones.
     source: str = ""
+    # An ApplyCommitted's refused because the worker's parameters are at another step
+    # (that step; -1: not this reason): pulling the bytes again cannot help.
+    state_step: int = -1
 
 
 class Applied(_Msg, tag="applied"):

@@ -384,6 +384,7 @@ class StepDriver:
                         source=message.source,
                         contributors=tuple(message.contributors),
                         missing=tuple(message.missing),
+                        state_step=message.state_step,
                     )
                 )
             case ipc.AggregateStoreFailed():
@@ -529,6 +530,10 @@ class StepDriver:
                 )
             case sn.StepStarted():
                 self._advance_to(action.step)
+            case sn.StateDiverged():
+                # The worker's parameters are not the ones this step applies to.
+                self.errors["state_diverged"] = self.errors.get("state_diverged", 0) + 1
+                self._start_rejoin(None)
             case sn.MessageRefused():
                 reason = nc.refusal_reason("commit", action.reason)
                 self.node.drops.drop(reason, action.sender)

@@ -564,9 +564,10 @@ class Worker:
             reason = "not held" if held is None else f"state is at step {self.replica.step}"
             self.channel.send(
                 ipc.AggregateMissing(
-                    step=message.step, missing=[], agg_fp=message.agg_fp, reason=reason
+                    step=message.step, missing=[], agg_fp=message.agg_fp, reason=reason,
+                    state_step=-1 if held is None else self.replica.step,
                 )
-            )
+            )  # fmt: skip
             return
         param_fp = await self.run_compute(self.replica.apply, message.step, held)
         self._param_fp_cache = (self.replica.step, param_fp)

@@ -283,3 +283,20 @@ class StepNodes(RuleBasedStateMachine):
 
 TestStepNodes = StepNodes.TestCase
 TestStepNodes.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+
+
+def test_an_apply_refused_for_a_worker_at_another_step_fetches_the_state_not_the_bytes():
+    """Pulling held bytes again would have the worker refuse the same apply in a loop
+    as fast as it answers; the parameters, not the bytes, are wrong."""
+    node = sn.StepNode(node="n2", config=CONFIG, alive=NAMES)
+    node.attach(cm.StepCommit(node="n2", voters=NAMES, vote_floor=-1), 0.0)
+    value_fp = _aggregate_fp(0, ("n0", "n1"))
+    node.handle(sn.AggregateHeld(step=0, value_fp=value_fp), 0.0)
+    value = StepValue(agg_fp=value_fp, contributors=["n0", "n1"])
+    decided = Decided(sender="n0", step=0, value=value, quorum=["n0", "n1"])
+    actions = node.handle(cm.MessageReceived(message=decided), 0.1)
+    assert [a.step for a in actions if isinstance(a, sa.ApplyAggregate)] == [0]
+    refused = sn.AggregateUnavailable(step=0, value_fp=value_fp, state_step=5)
+    assert node.handle(refused, 0.2) == [sn.StateDiverged(step=0, worker_step=5)]
+    assert node.handle(refused, 0.3) == []  # a second answer to the same apply: moot
+    node.check_valid()

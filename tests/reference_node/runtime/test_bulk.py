@@ -286,3 +286,30 @@ def test_a_late_refusal_or_wrong_bytes_from_a_peer_asked_before_keep_the_current
     assert sent == [
         ipc.AggregateMissing(step=3, missing=[], agg_fp="ab" * 8, reason="not held", source="n3")
     ]
+
+
+def test_an_apply_for_a_step_the_workers_parameters_are_not_at_names_their_step():
+    """The control process fetches the state on it (StepNode's StateDiverged) rather
+    than pull bytes the worker holds and refuse the same apply again."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from swarmshake.reference_node.runtime import ipc
+    from swarmshake.reference_node.runtime.worker import Worker
+
+    sent: list[object] = []
+    key = (3, "ab" * 8)
+
+    async def held(_key):  # noqa: ANN001, ANN202
+        return torch.zeros(2)
+
+    worker = SimpleNamespace(
+        replica=SimpleNamespace(step=5), channel=SimpleNamespace(send=sent.append), _held=held
+    )
+    asyncio.run(Worker.apply(worker, ipc.ApplyCommitted(step=3, agg_fp=key[1], keep_from_step=0)))
+    assert sent == [
+        ipc.AggregateMissing(
+            step=3, missing=[], agg_fp=key[1], reason="state is at step 5", state_step=5
+        )
+    ]
