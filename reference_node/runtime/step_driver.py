@@ -192,7 +192,6 @@ class StepDriver:
         # The node core's step part: the commit core (attached while steps run), who
         # proposes and when, the pulls, the apply and the aggregates held.
         self.step_node = sn.StepNode(node=self.name, config=self.decisions, alive=self._alive())
-        self.step_node.accepted = self.store.accepted
         for step, agg_fp in ready.stored_aggregates:
             # Reloaded after a restart: told to the commit core once the startup
             # rejoin has started it at the right step (StepNode.attach).
@@ -230,7 +229,7 @@ class StepDriver:
             node=self.name, incarnation=node.events.incarnation, seed=self.config.node.seed,
             configs=self.membership.configs, config=self.decisions, bugs=self.config.bug_set,
         )  # fmt: skip
-        self.transfer.accepted = self.store.accepted
+        self._records_durable()
         self.rejoin_started = 0.0
         self.rejoin_durations: list[float] = []
         self.started_at = node.clock.now()
@@ -480,13 +479,20 @@ class StepDriver:
             self._deferred.clear()
             self.node.request_stop(f"acceptor store write failed: {error!r}")
             return
-        # What the node core counts on staying on disk (node_core.aggregates_to_keep).
-        self.step_node.accepted = self.store.accepted
+        self._records_durable()
         if generation == self._generation:  # else: the core was replaced meanwhile
             self._perform_until_persist(rest)
         while not self._persisting and self._deferred:
             self._perform_until_persist(self._deferred.popleft())
         self.wake()
+
+    def _records_durable(self) -> None:
+        """Hand the node core the accepted values of the durable acceptor records: the
+        aggregates an apply or an install keeps (node_core.aggregates_to_keep).  The
+        store replaces its mapping whole on every write, so both parts get the new one."""
+        accepted = self.store.accepted
+        self.step_node.accepted = accepted
+        self.transfer.accepted = accepted
 
     def _perform_one(self, action: object) -> None:
         self._history(action)  # logged before the action it describes

@@ -306,3 +306,33 @@ def test_the_step_leader_waits_for_the_aggregation_rules_fewest_contributions(tm
     assert from_dict(raw).decisions().sharded_contributions
     raw["training"] = {"aggregation": "krum", "byzantine_f": 0, "aggregation_path": "sharded"}
     assert not from_dict(raw).decisions().sharded_contributions
+
+
+def test_both_node_core_parts_see_each_durable_acceptor_record(tmp_path):
+    """The acceptor store replaces its accepted-value mapping on every write; the step
+    node (an apply's kept aggregates) and the state fetch (an install's) must both be
+    handed the new one, or an install prunes bytes a record still pins."""
+    import concurrent.futures
+
+    from swarmshake.reference_node.protocol import commit as cm
+    from swarmshake.reference_node.protocol.messages import StepValue
+    from swarmshake.reference_node.runtime.node import ControlProcess
+    from swarmshake.reference_node.runtime.step_driver import StepDriver
+
+    control = ControlProcess(from_dict(raw_config(tmp_path)), tmp_path / "node.toml", {})
+    control.worker_ready = ipc.WorkerReady(
+        step=0, param_fp="", bulk_port=0, worker_pid=0, source="initial",
+        torch_version="", threads=1, cpu_flags="",
+    )  # fmt: skip
+    driver = StepDriver(control)
+    value = StepValue(agg_fp="ab" * 8, contributors=[driver.name])
+    record = cm.AcceptorRecord(
+        step=0, promised=(1, 0), accepted_ballot=(1, 0), accepted_value=value
+    )
+    driver.store.write(record)  # the persistence thread's write
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    done.set_result(None)
+    driver._persisting = True
+    driver._persisted(done, [], driver._generation)  # back on the control loop
+    assert driver.step_node.accepted == driver.transfer.accepted == {0: "ab" * 8}
+    control.events.close()
