@@ -222,11 +222,10 @@ class StepNode:
         out: list[CoreAction] = []
         self._commit(cm.ViewUpdated(alive=self.alive), now, out)
         for event in self.held.announce(core.step):
-            # The core may have moved on (or stopped) while the ones before were told.
-            if self.core is not None and self.held.in_window(event.step, self.core.step):
+            # The core may have moved on while the ones before were told.
+            if self.held.in_window(event.step, core.step):
                 self._commit(event, now, out)
-        if self.core is core:
-            self._begin(now, out)
+        self._begin(now, out)
         return out
 
     def detach(self) -> None:
